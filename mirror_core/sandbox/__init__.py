@@ -1,0 +1,61 @@
+"""Shoal's local Kafka sandbox: named single-node KRaft clusters started as JVM processes on loopback.
+
+``source`` and ``target`` (newest Kafka 4.x; ``source`` also has a SASL_SSL/SCRAM listener with a throw-away CA)
+are the default pair; ``legacy`` runs Kafka 3.9 for cross-version work. Used by ``shoal sandbox up|down|status``,
+the README's main job and the test suite. Files: ``<sandbox_dir>/<cluster>/`` (see :mod:`.broker`); jars are cached
+under ``<cache_dir>/kafka/<version>/lib``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from mirror_core.errors import ConfigError, SandboxError
+from mirror_core.sandbox.broker import BrokerStatus, SandboxBroker
+from mirror_core.sandbox.spec import CLUSTERS, DEFAULT_CLUSTERS, ClusterSpec
+
+__all__ = ["CLUSTERS", "DEFAULT_CLUSTERS", "BrokerStatus", "ClusterSpec", "Sandbox", "SandboxBroker"]
+
+
+class Sandbox:
+    """The set of sandbox clusters living under one directory."""
+
+    def __init__(self, sandbox_dir: Path, cache_dir: Path):
+        self.sandbox_dir = Path(sandbox_dir).resolve()
+        self.cache_dir = Path(cache_dir).resolve()
+
+    def broker(self, name: str) -> SandboxBroker:
+        if name not in CLUSTERS:
+            raise ConfigError(f"unknown sandbox cluster {name!r}; known: {', '.join(CLUSTERS)}")
+        return SandboxBroker(CLUSTERS[name], self.sandbox_dir, self.cache_dir)
+
+    def up(self, names: Iterable[str] = DEFAULT_CLUSTERS, *, timeout: float = 90.0) -> list[BrokerStatus]:
+        """Start the named clusters (reusing any that already run); all-or-error, with the failing log's tail."""
+        brokers = [self.broker(n) for n in names]
+        return [b.start(timeout=timeout) for b in brokers]
+
+    def down(self, names: Iterable[str] | None = None) -> list[str]:
+        """Stop the named clusters (default: every known one); returns the names that were running."""
+        stopped = []
+        for name in names or CLUSTERS:
+            if self.broker(name).stop():
+                stopped.append(name)
+        return stopped
+
+    def status(self, names: Iterable[str] | None = None) -> list[BrokerStatus]:
+        return [self.broker(n).status() for n in (names or CLUSTERS)]
+
+    def client_config(self, name: str, *, secure: bool = False, user: str = "shoal") -> dict[str, str]:
+        """A librdkafka-style client config for cluster ``name`` (the format of Airflow's ``kafka`` connection)."""
+        info = self.broker(name).info()
+        if not secure:
+            return {"bootstrap.servers": info["bootstrap"]}
+        sec = info.get("secure")
+        if sec is None:
+            raise SandboxError(f"sandbox cluster {name!r} has no SASL_SSL listener")
+        if user not in sec["users"]:
+            raise ConfigError(f"sandbox cluster {name!r} has no SCRAM user {user!r}; users: {', '.join(sec['users'])}")
+        return {"bootstrap.servers": sec["bootstrap"], "security.protocol": sec["security.protocol"],
+                "sasl.mechanism": sec["sasl.mechanism"], "sasl.username": user,
+                "sasl.password": sec["users"][user], "ssl.ca.location": sec["ssl.ca.location"]}
