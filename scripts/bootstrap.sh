@@ -26,6 +26,7 @@ uv_bin="$(command -v uv || echo "$("$py" -m site --user-base)/bin/uv")"
 
 echo "shoal: creating $venv from requirements.lock" >&2
 [ -x "$venv/bin/python" ] || "$uv_bin" venv --quiet --python "$py" "$venv"
-"$uv_bin" pip install --quiet --python "$venv/bin/python" -r requirements.lock
+# --no-deps: the lock is the complete tree (see scripts/lock.sh for the one package left out on purpose)
+"$uv_bin" pip install --quiet --python "$venv/bin/python" --no-deps -r requirements.lock
 "$uv_bin" pip install --quiet --python "$venv/bin/python" --no-deps -e .
 echo "$want" > "$stamp"

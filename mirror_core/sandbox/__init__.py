@@ -31,9 +31,18 @@ class Sandbox:
         return SandboxBroker(CLUSTERS[name], self.sandbox_dir, self.cache_dir)
 
     def up(self, names: Iterable[str] = DEFAULT_CLUSTERS, *, timeout: float = 90.0) -> list[BrokerStatus]:
-        """Start the named clusters (reusing any that already run); all-or-error, with the failing log's tail."""
+        """Start the named clusters in parallel (reusing any that already run).
+
+        All or error: the first failure is raised with its broker log's tail; the others are left running.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
         brokers = [self.broker(n) for n in names]
-        return [b.start(timeout=timeout) for b in brokers]
+        for b in brokers:  # resolve each version's jars once, before the parallel starts race for them
+            b.resolve()
+        with ThreadPoolExecutor(max_workers=len(brokers) or 1) as pool:
+            futures = [pool.submit(b.start, timeout=timeout) for b in brokers]
+        return [f.result() for f in futures]
 
     def down(self, names: Iterable[str] | None = None) -> list[str]:
         """Stop the named clusters (default: every known one); returns the names that were running."""

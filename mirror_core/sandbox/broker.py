@@ -100,6 +100,10 @@ class SandboxBroker:
         return "\n".join(chunks) or f"(no log files in {self.log_dir})"
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
+    def resolve(self) -> Path:
+        """The broker's classpath directory, downloading the jars from Maven Central on first use."""
+        return jars.resolve_classpath(self.spec, self.cache_dir)
+
     def start(self, *, timeout: float = 90.0) -> BrokerStatus:
         """Start the broker unless it already runs and answers; wait until it answers Metadata."""
         if self.pid() is not None:
@@ -107,7 +111,7 @@ class SandboxBroker:
                 return self.status()
             raise SandboxError(self._failure(f"is running (pid {self.pid()}) but does not answer Metadata"))
         self._check_ports_free()
-        lib = jars.resolve_classpath(self.spec, self.cache_dir)
+        lib = self.resolve()
         self.home.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
         tls_meta = tls.ensure_tls_material(self.home / "tls") if self.spec.secure_port else None

@@ -1,0 +1,155 @@
+"""``shoal``: the command line of Shoal.
+
+Entry point only: parses arguments, reads the environment (the one place that does), calls library code, prints
+with rich, and turns a :class:`~mirror_core.errors.MirrorError` into one readable error and an exit code
+(2: bad input or configuration; 1: anything else that went wrong) instead of a stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from mirror_core.errors import ConfigError, MirrorError
+
+EXIT_FAILURE, EXIT_USAGE = 1, 2
+
+
+def sandbox_from_environ(environ: Mapping[str, str]):
+    """The sandbox this invocation manages: ``$SHOAL_SANDBOX_DIR``, else ``.sandbox`` in the project checkout
+    (or ``~/.local/state/shoal/sandbox`` for an installed package); jars cache in ``$SHOAL_CACHE_DIR`` or
+    ``~/.cache/shoal``."""
+    from mirror_core.sandbox import Sandbox
+
+    home = Path(environ.get("HOME", str(Path.home())))
+    checkout = Path(__file__).resolve().parent.parent
+    default_dir = checkout / ".sandbox" if (checkout / "pyproject.toml").exists() \
+        else home / ".local" / "state" / "shoal" / "sandbox"
+    sandbox_dir = Path(environ.get("SHOAL_SANDBOX_DIR") or default_dir)
+    cache_dir = Path(environ.get("SHOAL_CACHE_DIR") or home / ".cache" / "shoal")
+    return Sandbox(sandbox_dir, cache_dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shoal", description="Mirror and back-fill Kafka by copying raw batches.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sb = sub.add_parser("sandbox", help="local Kafka clusters for development and tests")
+    sb_sub = sb.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = sb_sub.add_parser("up", help="start clusters (default: source target); reuses running ones")
+    up.add_argument("clusters", nargs="*", help="cluster names: source, target, legacy (Kafka 3.9)")
+    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each broker (default 120)")
+    down = sb_sub.add_parser("down", help="stop clusters (default: all)")
+    down.add_argument("clusters", nargs="*")
+    st = sb_sub.add_parser("status", help="show clusters, addresses and log files")
+    st.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    wipe = sb_sub.add_parser("wipe", help="stop clusters and delete their data and logs")
+    wipe.add_argument("clusters", nargs="*")
+
+    pr = sub.add_parser("probe", help="check that a sandbox cluster answers; show its versions and features")
+    pr.add_argument("cluster", help="sandbox cluster name")
+    pr.add_argument("--secure", action="store_true", help="use the SASL_SSL/SCRAM listener")
+
+    demo = sub.add_parser("demo", help="the main job on the local embedded default (see README)")
+    demo.add_argument("--records", type=int, default=20_000, help="order events to produce (default 20000)")
+    demo.add_argument("--partitions", type=int, default=3, help="partitions of the demo topic (default 3)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    from rich.console import Console
+
+    environ = os.environ if environ is None else environ
+    args = build_parser().parse_args(argv)
+    console, err = Console(), Console(stderr=True)
+    try:
+        if args.command == "sandbox":
+            return _sandbox(args, sandbox_from_environ(environ), console)
+        if args.command == "probe":
+            return _probe(args, sandbox_from_environ(environ), console)
+        if args.command == "demo":
+            from mirror_core.demo_job import run_demo
+
+            return run_demo(sandbox_from_environ(environ), console, records=args.records,
+                            partitions=args.partitions)
+    except ConfigError as exc:
+        err.print(f"[bold red]shoal: error:[/] {exc}", highlight=False, markup=True)
+        return EXIT_USAGE
+    except MirrorError as exc:
+        err.print(f"[bold red]shoal: error:[/] {exc}", highlight=False, markup=True)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        err.print("shoal: interrupted")
+        return 130
+    raise AssertionError(f"unhandled command {args.command}")
+
+
+def _sandbox(args: argparse.Namespace, sandbox, console) -> int:
+    from mirror_core.sandbox import DEFAULT_CLUSTERS
+
+    if args.action == "up":
+        names = args.clusters or list(DEFAULT_CLUSTERS)
+        t0 = time.monotonic()
+        with console.status(f"starting {', '.join(names)} (first run downloads Kafka from Maven Central)…"):
+            sandbox.up(names, timeout=args.timeout)
+        console.print(f"sandbox up in {time.monotonic() - t0:.1f}s")
+        _print_status(console, sandbox.status(names))
+    elif args.action == "down":
+        stopped = sandbox.down(args.clusters or None)
+        console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+    elif args.action == "wipe":
+        names = args.clusters or None
+        for b in [sandbox.broker(n) for n in (names or [s.name for s in sandbox.status()])]:
+            b.wipe()
+        console.print(f"wiped: {', '.join(names or ['all clusters'])}")
+    elif args.action == "status":
+        statuses = sandbox.status()
+        if args.json:
+            console.print_json(json.dumps([{**s.__dict__, "log_file": str(s.log_file)} for s in statuses]))
+        else:
+            _print_status(console, statuses)
+    return 0
+
+
+def _print_status(console, statuses) -> None:
+    from rich.table import Table
+
+    table = Table(title="Shoal sandbox")
+    for col in ("cluster", "kafka", "state", "bootstrap", "SASL_SSL"):
+        table.add_column(col, no_wrap=True)
+    for s in statuses:
+        state = f"[green]running[/] pid {s.pid}" if s.running else "[dim]stopped[/]"
+        table.add_row(s.name, s.version, state, s.bootstrap, s.secure_bootstrap or "-")
+    console.print(table)
+    for s in statuses:
+        console.print(f"{s.name}: cluster id {s.cluster_id or '-'}, log {s.log_file}", highlight=False,
+                      soft_wrap=True)
+
+
+def _probe(args: argparse.Namespace, sandbox, console) -> int:
+    from rich.table import Table
+
+    from mirror_core.cluster import ClusterConfig
+    from mirror_core.probe import probe_cluster
+
+    name = f"{args.cluster}{'-secure' if args.secure else ''}"
+    probe = probe_cluster(ClusterConfig(name, sandbox.client_config(args.cluster, secure=args.secure)))
+    console.print(f"cluster {name!r}: id {probe.cluster_id}, brokers {', '.join(probe.brokers)}")
+    table = Table(title="finalized features")
+    table.add_column("feature")
+    table.add_column("level")
+    for feat, (lo, hi) in sorted(probe.finalized_features.items()):
+        table.add_row(feat, f"{lo}..{hi}" if lo != hi else str(hi))
+    console.print(table)
+    console.print("APIs: " + ", ".join(f"{k} v{lo}-{hi}" for k, (lo, hi) in probe.api_versions.items()
+                                       if k in ("Produce", "Fetch", "ListOffsets", "InitProducerId", "EndTxn")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

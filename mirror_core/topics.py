@@ -1,0 +1,79 @@
+"""Topic administration on one cluster through confluent-kafka's admin client.
+
+Small, blocking helpers with errors that name the cluster and topic. Used by the CLI, the demo and preflight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from mirror_core.cluster import ClusterConfig
+from mirror_core.errors import MirrorError
+
+
+class TopicAdmin:
+    """Create, describe and delete topics on one cluster."""
+
+    def __init__(self, cluster: ClusterConfig, *, timeout_s: float = 30.0):
+        from confluent_kafka.admin import AdminClient
+
+        self.cluster = cluster
+        self.timeout_s = timeout_s
+        self._admin = AdminClient(cluster.confluent())
+
+    def list_topics(self) -> dict[str, int]:
+        """Topic name -> partition count."""
+        md = self._admin.list_topics(timeout=self.timeout_s)
+        return {name: len(t.partitions) for name, t in md.topics.items()}
+
+    def exists(self, topic: str) -> bool:
+        return topic in self.list_topics()
+
+    def create(self, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None,
+               *, exist_ok: bool = False) -> None:
+        from confluent_kafka import KafkaError
+        from confluent_kafka.admin import NewTopic
+
+        new = NewTopic(topic, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
+        fut = self._admin.create_topics([new], operation_timeout=self.timeout_s)[topic]
+        try:
+            fut.result(timeout=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - confluent raises KafkaException wrapping KafkaError
+            err = exc.args[0] if exc.args else None
+            if exist_ok and getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            raise MirrorError(f"cluster {self.cluster.name!r}: could not create topic {topic!r}: {exc}") from None
+
+    def recreate(self, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> None:
+        """Delete ``topic`` if present and create it anew (waits out the broker's asynchronous deletion)."""
+        import time
+
+        self.delete(topic)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                self.create(topic, partitions, config)
+                return
+            except MirrorError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def delete(self, topic: str, *, missing_ok: bool = True) -> None:
+        from confluent_kafka import KafkaError
+
+        fut = self._admin.delete_topics([topic], operation_timeout=self.timeout_s)[topic]
+        try:
+            fut.result(timeout=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            err = exc.args[0] if exc.args else None
+            if missing_ok and getattr(err, "code", lambda: None)() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return
+            raise MirrorError(f"cluster {self.cluster.name!r}: could not delete topic {topic!r}: {exc}") from None
+
+    def configs(self, topic: str) -> dict[str, str]:
+        from confluent_kafka.admin import ConfigResource
+
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        entries = self._admin.describe_configs([res])[res].result(timeout=self.timeout_s)
+        return {k: v.value for k, v in entries.items()}

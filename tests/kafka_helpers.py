@@ -1,0 +1,113 @@
+"""Test-side Kafka helpers: an independent reader and a plain producer, both confluent-kafka.
+
+The reader is deliberately not Shoal's code: tests compare what Shoal wrote against what a stock consumer sees.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from mirror_core.cluster import ClusterConfig
+from mirror_core.topics import TopicAdmin
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record as a consumer sees it."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+    def content(self) -> tuple:
+        """Everything a consumer would notice except the offset."""
+        return (self.key, self.value, self.headers, self.timestamp)
+
+
+class KafkaTestCluster:
+    """One sandbox cluster as tests use it."""
+
+    def __init__(self, config: ClusterConfig):
+        self.config = config
+        self.name = config.name
+        self.admin = TopicAdmin(config)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.config.bootstrap
+
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
+        self.admin.create(name, partitions, config)
+        return name
+
+    def produce(self, topic: str, records: Iterable[tuple], *, partition: int | None = None,
+                **conf: object) -> int:
+        """Produce ``(key, value[, headers[, timestamp_ms]])`` tuples; returns how many were acknowledged."""
+        from confluent_kafka import Producer
+
+        acked, errors = [0], []
+
+        def on_delivery(err, _msg):
+            if err is None:
+                acked[0] += 1
+            else:
+                errors.append(err.str())
+
+        producer = Producer(self.config.confluent(**{"enable.idempotence": True, **conf}))
+        for rec in records:
+            key, value, headers, ts = (tuple(rec) + (None, None))[:4]
+            kwargs = {"key": key, "value": value, "on_delivery": on_delivery}
+            if headers:
+                kwargs["headers"] = list(headers)
+            if ts is not None:
+                kwargs["timestamp"] = ts
+            if partition is not None:
+                kwargs["partition"] = partition
+            producer.produce(topic, **kwargs)
+            producer.poll(0)
+        left = producer.flush(30)
+        assert not errors and left == 0, f"produce to {self.name}/{topic} failed: {errors[:3]} ({left} unflushed)"
+        return acked[0]
+
+    def read_all(self, topic: str, *, isolation: str = "read_committed", timeout_s: float = 30.0) -> list[Record]:
+        """Every record of every partition up to the current end, in offset order per partition."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(self.config.confluent(**{
+            "group.id": f"shoal-test-reader-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "isolation.level": isolation}))
+        try:
+            md = consumer.list_topics(topic, timeout=10)
+            partitions = sorted(md.topics[topic].partitions)
+            ends = {}
+            for p in partitions:
+                lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                ends[p] = hi
+            consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+            out: list[Record] = []
+            positions = {p: 0 for p in partitions}
+            deadline = time.monotonic() + timeout_s
+            while any(positions[p] < ends[p] for p in partitions):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"reading {self.name}/{topic} timed out at {positions} of {ends}")
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    # with read_committed, markers and aborted records never surface: use the position
+                    for tp in consumer.position([TopicPartition(topic, p) for p in partitions]):
+                        if tp.offset >= 0:
+                            positions[tp.partition] = max(positions[tp.partition], tp.offset)
+                    continue
+                if msg.error():
+                    raise AssertionError(f"reading {self.name}/{topic}: {msg.error()}")
+                positions[msg.partition()] = msg.offset() + 1
+                out.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                  tuple(msg.headers() or ()), msg.timestamp()[1]))
+            return sorted(out, key=lambda r: (r.partition, r.offset))
+        finally:
+            consumer.close()

@@ -1,0 +1,49 @@
+"""Broker properties the sandbox renders (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mirror_core.sandbox.spec import CLUSTERS, FAST_TIMERS, render_server_properties
+
+
+def _props(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+def test_every_cluster_gets_the_fast_timers_and_its_own_ports(name):
+    spec = CLUSTERS[name]
+    tls = {"keystore": "/x/broker.p12", "password": "pw"} if spec.secure_port else None
+    props = _props(render_server_properties(spec, data_dir="/data", tls=tls))
+    for key, value in FAST_TIMERS.items():
+        assert props[key] == value
+    assert props["auto.create.topics.enable"] == "false"
+    assert props["process.roles"] == "broker,controller"
+    assert f"127.0.0.1:{spec.port}" in props["listeners"]
+    assert props["controller.quorum.voters"] == f"1@127.0.0.1:{spec.controller_port}"
+
+
+def test_ports_never_collide_between_clusters():
+    ports = [p for spec in CLUSTERS.values() for p in spec.ports()]
+    assert len(ports) == len(set(ports))
+
+
+def test_secure_listener_is_sasl_ssl_scram_with_the_keystore():
+    spec = CLUSTERS["source"]
+    props = _props(render_server_properties(spec, data_dir="/d", tls={"keystore": "/k.p12", "password": "s3cret"}))
+    assert "SECURE:SASL_SSL" in props["listener.security.protocol.map"]
+    assert props["listener.name.secure.sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert props["listener.name.secure.ssl.keystore.location"] == "/k.p12"
+    assert props["inter.broker.listener.name"] == "PLAINTEXT"
+
+
+def test_secure_listener_without_tls_material_is_refused():
+    with pytest.raises(ValueError, match="source"):
+        render_server_properties(CLUSTERS["source"], data_dir="/d", tls=None)
+
+
+def test_legacy_cluster_runs_kafka_39_with_reload4j():
+    assert CLUSTERS["legacy"].version.startswith("3.9.")
+    assert CLUSTERS["legacy"].maven_profile == "kafka3"
+    assert CLUSTERS["source"].major >= 4 and CLUSTERS["source"].maven_profile == "kafka4"
