@@ -36,15 +36,17 @@ def test_round_trip_on_target(target_cluster, unique_name):
 def test_api_versions_and_finalized_features(source_cluster, target_cluster, legacy_cluster):
     for cluster in (source_cluster, target_cluster):
         probe = probe_cluster(cluster.config)
-        # Kafka 4.x: Produce v3 (RecordBatch v2) and up only; KIP-890 transactions finalized.
-        assert probe.api_versions["Produce"][0] >= 3
-        assert probe.api_versions["Fetch"][1] >= 17
+        # Kafka 4.x dropped Fetch v0-v3 (KIP-896) and finalizes KIP-890 transactions.
+        assert probe.api_versions["Fetch"][0] >= 4
+        assert probe.api_versions["Fetch"][1] >= 18
+        assert probe.api_versions["Produce"][1] >= 12
         assert probe.finalized_features["metadata.version"][1] > 21
         assert probe.finalized_features.get("transaction.version", (0, 0))[1] >= 2
     legacy = probe_cluster(legacy_cluster.config)
     assert legacy.finalized_features["metadata.version"] == (21, 21)  # 3.9-IV0
     assert "transaction.version" not in legacy.finalized_features
-    assert legacy.api_versions["Produce"][0] == 0  # 3.9 still accepts legacy message formats
+    assert legacy.api_versions["Fetch"] == (0, 17)
+    assert legacy.api_versions["Produce"][1] == 11
 
 
 @pytest.mark.crossversion
