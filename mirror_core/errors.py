@@ -7,6 +7,8 @@ and print one sentence an operator can act on, naming cluster, topic, partition 
 
 from __future__ import annotations
 
+import uuid
+
 
 class MirrorError(Exception):
     """Root of every error Shoal raises on purpose."""
@@ -72,6 +74,91 @@ class DataLossError(MirrorError):
     @property
     def lost_range(self) -> tuple[int, int]:
         return (self.expected_offset, self.log_start_offset)
+
+
+class PartitionUnavailableError(MirrorError):
+    """A partition stayed unreachable (no leader, broker down, retriable errors) past the retry deadline."""
+
+    retriable = True
+
+    def __init__(self, cluster: str, topic: str, partition: int, reason: str, *, offset: int | None = None):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.reason = reason
+        self.offset = offset
+        at = f" at offset {offset}" if offset is not None else ""
+        super().__init__(f"cluster {cluster!r} {topic}-{partition}{at} is unavailable: {reason}")
+
+
+class TopicRecreatedError(MirrorError):
+    """The topic id changed under a running copy: the topic was deleted and created again."""
+
+    def __init__(self, cluster: str, topic: str, old_id: uuid.UUID, new_id: uuid.UUID | None):
+        self.cluster = cluster
+        self.topic = topic
+        self.old_id = old_id
+        self.new_id = new_id
+        now = f"now {new_id}" if new_id is not None else "now gone"
+        super().__init__(
+            f"topic {topic!r} on cluster {cluster!r} was recreated (topic id was {old_id}, {now}); "
+            "offsets no longer refer to the same data, so the copy halts"
+        )
+
+
+class FetchError(MirrorError):
+    """The source broker refused a fetch or offset lookup with a non-retriable error (e.g. not authorized)."""
+
+    def __init__(self, cluster: str, topic: str, partition: int, offset: int | None, error: str):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.error = error
+        at = f" at offset {offset}" if offset is not None else ""
+        super().__init__(f"reading {topic}-{partition}{at} from cluster {cluster!r} failed: {error}")
+
+
+class BatchRejectedError(MirrorError):
+    """The target refused a batch for good (too large, corrupt, invalid record or timestamp, not authorized)."""
+
+    def __init__(self, cluster: str, topic: str, partition: int, source_offset: int, error: str,
+                 detail: str | None = None):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.source_offset = source_offset
+        self.error = error
+        self.detail = detail
+        more = f" ({detail})" if detail else ""
+        super().__init__(f"cluster {cluster!r} rejected the batch for {topic}-{partition} copied from source "
+                         f"offset {source_offset}: {error}{more}")
+
+
+class ProducerFencedError(MirrorError):
+    """Another writer took over our producer identity (same transactional.id, newer epoch); this one must stop."""
+
+    def __init__(self, cluster: str, producer: str, error: str):
+        self.cluster = cluster
+        self.producer = producer
+        self.error = error
+        super().__init__(f"writer {producer} on cluster {cluster!r} was fenced ({error}): a newer writer owns "
+                         "these partitions; stop this one")
+
+
+class AmbiguousWriteError(MirrorError):
+    """The broker lost our producer state after a send whose outcome we never heard: resending could duplicate."""
+
+    def __init__(self, cluster: str, topic: str, partition: int, source_offset: int, error: str):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.source_offset = source_offset
+        self.error = error
+        super().__init__(f"cluster {cluster!r} {topic}-{partition}: the batch from source offset {source_offset} "
+                         f"may or may not have been written ({error} after an unanswered send); verify the target "
+                         "end offset before resuming")
+
 
 
 def _where(cluster: str | None, topic: str | None, partition: int | None) -> str:

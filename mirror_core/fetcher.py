@@ -1,0 +1,356 @@
+"""Fetch committed raw record batches of one source partition, and look up partition offsets.
+
+A Fetch response's ``records`` field is a run of whole record batches, except that the last one may be cut off by
+the size limit, and the first one may start before the requested offset. With isolation READ_COMMITTED the broker
+stops at the last stable offset and lists the aborted transactions that overlap the returned range; it still
+returns the aborted batches themselves, so the client drops them the way the Java consumer does
+(:func:`select_committed`). Control batches (commit/abort markers) are never copied: they cannot be produced.
+
+Batch header, big-endian, as far as this module reads it (the batch codec owns the rest)::
+
+    0 baseOffset i64 | 8 batchLength i32 | 12 partitionLeaderEpoch i32 | 16 magic i8 | 17 crc u32 |
+    21 attributes i16 | 23 lastOffsetDelta i32 | 27 baseTimestamp i64 | 35 maxTimestamp i64 |
+    43 producerId i64 | 51 producerEpoch i16 | 53 baseSequence i32 | 57 recordsCount i32 | 61 records
+
+Legacy (magic 0/1) entries share offset@0, size@8 and magic@16; their offset is the last offset they hold.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import kafka.errors as Errors
+from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsRequest, OffsetSpec
+
+from mirror_core.errors import (
+    CorruptBatchError,
+    DataLossError,
+    FetchError,
+    PartitionUnavailableError,
+    TopicRecreatedError,
+)
+from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
+
+log = logging.getLogger(__name__)
+
+V2_HEADER_SIZE = 61
+LEGACY_MIN_SIZE = 12 + 14          # log overhead + smallest magic-0 message
+_PREFIX = struct.Struct(">qi")     # baseOffset, batchLength
+_V2 = struct.Struct(">qiibIhiqqqhii")
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+
+
+@dataclass(frozen=True)
+class RawBatch:
+    """One whole batch as fetched: a zero-copy view plus the header fields the fetcher decides on."""
+
+    base_offset: int
+    last_offset: int
+    magic: int
+    attributes: int
+    producer_id: int
+    records_count: int
+    data: memoryview
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def is_control(self) -> bool:
+        return self.magic >= 2 and bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_transactional(self) -> bool:
+        return self.magic >= 2 and bool(self.attributes & ATTR_TRANSACTIONAL)
+
+
+@dataclass(frozen=True)
+class AbortedTransaction:
+    producer_id: int
+    first_offset: int
+
+
+def walk_raw_batches(buf) -> tuple[list[RawBatch], int]:
+    """Split a records buffer into whole batches without decoding them; returns (batches, truncated tail bytes)."""
+    view = memoryview(buf)
+    size = len(view)
+    batches = []
+    pos = 0
+    while size - pos >= 17:
+        base_offset, length = _PREFIX.unpack_from(view, pos)
+        magic = view[pos + 16]
+        total = 12 + length
+        if (magic >= 2 and total < V2_HEADER_SIZE) or total < LEGACY_MIN_SIZE or magic > 2:
+            raise CorruptBatchError(base_offset, f"impossible batch length {length} for magic {magic}")
+        if pos + total > size:
+            break
+        data = view[pos:pos + total]
+        if magic >= 2:
+            (_, _, _, _, _, attributes, last_delta, _, _, producer_id, _, _, count) = _V2.unpack_from(data, 0)
+            batches.append(RawBatch(base_offset, base_offset + last_delta, magic, attributes & 0xFFFF,
+                                    producer_id, count, data))
+        else:
+            batches.append(RawBatch(base_offset, base_offset, magic, 0, -1, -1, data))
+        pos += total
+    return batches, size - pos
+
+
+def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
+    """Zig-zag varint as used inside records; returns (value, next position)."""
+    shift = 0
+    raw = 0
+    while True:
+        byte = view[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def control_record_type(batch: RawBatch) -> int:
+    """The control type (0 abort, 1 commit) of a control batch, read from its first record's key."""
+    view = batch.data
+    try:
+        pos = V2_HEADER_SIZE
+        _, pos = _read_varint(view, pos)      # record length
+        pos += 1                              # record attributes
+        _, pos = _read_varint(view, pos)      # timestamp delta
+        _, pos = _read_varint(view, pos)      # offset delta
+        key_length, pos = _read_varint(view, pos)
+        if key_length < 4:
+            raise ValueError(f"control key length {key_length}")
+        _version, control_type = struct.unpack_from(">hh", view, pos)
+    except (IndexError, ValueError, struct.error) as exc:
+        raise CorruptBatchError(batch.base_offset, f"unreadable control record: {exc}") from None
+    return control_type
+
+
+def select_committed(batches: Iterable[RawBatch], aborted: Iterable[AbortedTransaction] | None) -> list[RawBatch]:
+    """The data batches a READ_COMMITTED consumer would read, in order (Java consumer semantics).
+
+    ``aborted`` is the response's aborted-transaction list. Walking in offset order, a producer id becomes
+    "aborted" once a batch's last offset reaches that transaction's first offset; its transactional batches are
+    dropped until that producer's ABORT marker is seen. Control batches are always dropped.
+    """
+    pending = collections.deque(sorted(aborted or (), key=lambda txn: txn.first_offset))
+    aborted_ids: set[int] = set()
+    kept = []
+    for batch in batches:
+        if batch.magic >= 2 and batch.producer_id >= 0:
+            while pending and pending[0].first_offset <= batch.last_offset:
+                aborted_ids.add(pending.popleft().producer_id)
+            if batch.is_control:
+                if control_record_type(batch) == CONTROL_ABORT:
+                    aborted_ids.discard(batch.producer_id)
+                continue
+            if batch.is_transactional and batch.producer_id in aborted_ids:
+                continue
+        elif batch.is_control:
+            continue
+        kept.append(batch)
+    return kept
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    batches: list[RawBatch]      # committed data batches that end at or after the requested offset, in order
+    next_offset: int             # where the next fetch starts (past skipped markers and aborted batches too)
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+class RawBatchFetcher:
+    """Reads the committed batches of one source partition in the offset range [start, end).
+
+    Invariants: ``position`` only moves forward, to the next offset after a whole batch the broker returned
+    (kept, skipped control marker or aborted); batches are yielded in offset order, each at most once; a batch
+    that straddles ``start`` or ``end`` is yielded whole (trimming is the caller's choice); data deleted before it
+    was read raises :class:`DataLossError`, a recreated topic :class:`TopicRecreatedError`, never a silent reset.
+    """
+
+    def __init__(self, client: WireClient, topic: str, partition: int, start: int, end: int | None = None, *,
+                 max_bytes: int = 8 * 1024 * 1024, max_wait_ms: int = 500,
+                 isolation: IsolationLevel = IsolationLevel.READ_COMMITTED, retry_timeout_s: float = 120.0):
+        if end is not None and end < start:
+            raise ValueError(f"empty range [{start}, {end})")
+        self.client = client
+        self.topic = topic
+        self.partition = partition
+        self.position = start
+        self.end = end
+        self.max_bytes = max_bytes
+        self.max_wait_ms = max_wait_ms
+        self.isolation = IsolationLevel(isolation)
+        self.retry_timeout_s = retry_timeout_s
+        self._topic_id = None
+        self._leader = None
+
+    @property
+    def done(self) -> bool:
+        return self.end is not None and self.position >= self.end
+
+    def __iter__(self) -> Iterator[RawBatch]:
+        """Yield batches until the range end (blocks while the source has not reached it yet)."""
+        if self.end is None:
+            raise ValueError("iterating needs an end offset; call fetch() for an open range")
+        while not self.done:
+            yield from self.fetch().batches
+
+    def fetch(self) -> FetchResult:
+        """One Fetch round trip (retrying leader moves and transient errors); may return no batches."""
+        backoff = Backoff(give_up_after=self.retry_timeout_s)
+        while True:
+            try:
+                return self._fetch_once()
+            except Errors.KafkaError as exc:
+                if not is_retriable(type(exc)):
+                    raise FetchError(self.client.cluster_name, self.topic, self.partition, self.position,
+                                     type(exc).__name__) from None
+                log.info("fetch %s-%s at %d: %s; retrying", self.topic, self.partition, self.position,
+                         type(exc).__name__)
+                self._leader = None
+                self.client.invalidate(self.topic)
+                if not backoff.wait():
+                    raise PartitionUnavailableError(self.client.cluster_name, self.topic, self.partition,
+                                                    type(exc).__name__, offset=self.position) from None
+
+    def _locate(self) -> tuple[int, int]:
+        if self._leader is None:
+            meta = self.client.topic_metadata(self.topic, refresh=True)
+            if self._topic_id is None:
+                self._topic_id = meta.topic_id
+            elif meta.topic_id is not None and meta.topic_id != self._topic_id:
+                raise TopicRecreatedError(self.client.cluster_name, self.topic, self._topic_id, meta.topic_id)
+            self._leader = self.client.leader_for(self.topic, self.partition)
+        return self._leader
+
+    def _request(self, leader_epoch: int) -> FetchRequest:
+        part = FetchRequest.FetchTopic.FetchPartition(
+            partition=self.partition, current_leader_epoch=leader_epoch, fetch_offset=self.position,
+            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=self.max_bytes)
+        topic = FetchRequest.FetchTopic(topic=self.topic, topic_id=self._topic_id, partitions=[part])
+        return FetchRequest(
+            replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=1, max_bytes=self.max_bytes,
+            isolation_level=int(self.isolation), session_id=0, session_epoch=-1, topics=[topic],
+            forgotten_topics_data=[], rack_id="",
+            min_version=FetchRequest.min_version_for_isolation_level(self.isolation),
+            max_version=18 if self._topic_id is not None else 12)
+
+    def _fetch_once(self) -> FetchResult:
+        leader, epoch = self._locate()
+        response = self.client.send(leader, self._request(epoch))
+        if response.error_code:
+            raise Errors.for_code(response.error_code)()
+        if not response.responses or not response.responses[0].partitions:
+            raise Errors.KafkaConnectionError("fetch response without our partition")
+        data = response.responses[0].partitions[0]
+        error = Errors.for_code(data.error_code)
+        if error is Errors.OffsetOutOfRangeError:
+            self._raise_out_of_range()
+        if error in (Errors.UnknownTopicIdError, Errors.InconsistentTopicIdError):
+            self._leader = None
+            self._locate()           # raises TopicRecreatedError when the id changed
+            raise error()
+        if error is not Errors.NoError:
+            raise error()
+        try:
+            return self._accept(data)
+        except CorruptBatchError as exc:
+            raise exc.located(self.client.cluster_name, self.topic, self.partition) from None
+
+    def _accept(self, data) -> FetchResult:
+        batches, tail = walk_raw_batches(data.records or b"")
+        if not batches and tail:
+            raise FetchError(self.client.cluster_name, self.topic, self.partition, self.position,
+                             f"a batch larger than max_bytes={self.max_bytes} could not be fetched whole")
+        aborted = [AbortedTransaction(t.producer_id, t.first_offset) for t in (data.aborted_transactions or ())]
+        committed = select_committed(batches, aborted)
+        start = self.position
+        if batches:
+            self.position = max(self.position, batches[-1].next_offset)
+        kept = [b for b in committed
+                if b.next_offset > start and (self.end is None or b.base_offset < self.end)]
+        return FetchResult(kept, self.position, data.high_watermark, data.last_stable_offset,
+                           data.log_start_offset)
+
+    def _raise_out_of_range(self) -> None:
+        cluster, topic, partition = self.client.cluster_name, self.topic, self.partition
+        earliest = list_offsets(self.client, topic, partition, "earliest")
+        if earliest > self.position:
+            raise DataLossError(cluster, topic, partition, self.position, earliest)
+        latest = list_offsets(self.client, topic, partition, "latest")
+        if self.position > latest:
+            raise FetchError(cluster, topic, partition, self.position,
+                             f"OFFSET_OUT_OF_RANGE: the log ends at {latest}, before the requested offset "
+                             "(source truncated or range planned past its end)")
+        raise Errors.OffsetNotAvailableError()   # in range now: a lagging leader, retried as transient
+
+
+_WHICH = {
+    "earliest": (OffsetSpec.EARLIEST, IsolationLevel.READ_UNCOMMITTED),
+    "latest": (OffsetSpec.LATEST, IsolationLevel.READ_UNCOMMITTED),
+    "last_stable": (OffsetSpec.LATEST, IsolationLevel.READ_COMMITTED),
+}
+
+
+def list_offsets(client: WireClient, topic: str, partition: int, which: str | int, *,
+                 retry_timeout_s: float = 60.0) -> int | None:
+    """Offset lookup on the partition leader.
+
+    ``which``: ``"earliest"`` (log start), ``"latest"`` (high watermark), ``"last_stable"`` (LSO, what a
+    READ_COMMITTED copy may read up to), or a timestamp in ms (first offset with timestamp >= it; None if none).
+    """
+    if isinstance(which, str):
+        if which not in _WHICH:
+            raise ValueError(f"which must be one of {sorted(_WHICH)} or a timestamp, got {which!r}")
+        timestamp, isolation = _WHICH[which]
+    else:
+        if which < 0:
+            raise ValueError(f"timestamp must be >= 0, got {which}")
+        timestamp, isolation = int(which), IsolationLevel.READ_UNCOMMITTED
+    backoff = Backoff(give_up_after=retry_timeout_s)
+    while True:
+        try:
+            offset = _list_offset_once(client, topic, partition, int(timestamp), isolation)
+            if offset == -1 and isinstance(which, str):
+                raise Errors.OffsetNotAvailableError()
+            return None if offset == -1 else offset
+        except Errors.KafkaError as exc:
+            if not is_retriable(type(exc)):
+                raise FetchError(client.cluster_name, topic, partition, None,
+                                 f"ListOffsets({which}): {type(exc).__name__}") from None
+            client.invalidate(topic)
+            if not backoff.wait():
+                raise PartitionUnavailableError(client.cluster_name, topic, partition,
+                                                f"ListOffsets({which}): {type(exc).__name__}") from None
+
+
+def _list_offset_once(client: WireClient, topic: str, partition: int, timestamp: int,
+                      isolation: IsolationLevel) -> int:
+    leader, epoch = client.leader_for(topic, partition)
+    Topic = ListOffsetsRequest.ListOffsetsTopic
+    request = ListOffsetsRequest(
+        replica_id=-1, isolation_level=int(isolation), timeout_ms=client.request_timeout_ms,
+        topics=[Topic(name=topic, partitions=[Topic.ListOffsetsPartition(
+            partition_index=partition, current_leader_epoch=epoch, timestamp=timestamp)])],
+        min_version=max(1, ListOffsetsRequest.min_version_for_isolation_level(isolation)))
+    response = client.send(leader, request)
+    data = response.topics[0].partitions[0]
+    error = Errors.for_code(data.error_code)
+    if error is not Errors.NoError:
+        raise error()
+    return data.offset

@@ -1,0 +1,350 @@
+"""A thin synchronous Kafka wire client for one cluster, built on kafka-python 3's protocol and network layer.
+
+Shoal's data plane speaks the Kafka protocol directly (raw Fetch / Produce of record batches, InitProducerId,
+transactions) instead of going through a consumer or producer that would decode and re-encode records. This
+module is the only place that knows how kafka-python 3.0.x is put together; the fetcher and the writer sit on it.
+
+What kafka-python 3.0.12 offers, and how we use it
+--------------------------------------------------
+- ``kafka.protocol.*`` classes are generated from Apache Kafka's JSON schemas
+  (``kafka/protocol/schemas/resources/*.json``). Field names are the schema names in snake_case; nested structs are
+  classes on the message (``FetchRequest.FetchTopic.FetchPartition``). A field outside the encoded version is simply
+  not written, so one request object can carry both ``topic`` and ``topic_id`` and encode right at any version.
+  ``records`` fields take ``bytes``/``bytearray``/``memoryview`` and are written verbatim; on decode they come back
+  as one ``bytes`` copy per partition.
+  Request classes we use: ``kafka.protocol.metadata``: ApiVersionsRequest, MetadataRequest, FindCoordinatorRequest;
+  ``kafka.protocol.consumer``: FetchRequest, ListOffsetsRequest (+ IsolationLevel, OffsetSpec);
+  ``kafka.protocol.producer``: ProduceRequest, InitProducerIdRequest, AddPartitionsToTxnRequest, EndTxnRequest.
+- Version negotiation: every connection sends ApiVersions on connect (``kafka.net.connection.KafkaConnection``)
+  and keeps a ``BrokerVersionData``. A request built without a version gets, when it is sent, the highest version
+  both sides support within the request's own ``min_version=`` / ``max_version=`` keyword bounds; the response
+  object carries ``API_VERSION``. So callers bound versions per request (e.g. ``ListOffsetsRequest(...,
+  min_version=2)`` for READ_COMMITTED) and read the negotiated one from the response.
+- Network: ``kafka.net.NetworkSelector`` is a small event loop; ``kafka.net.KafkaConnectionManager`` owns one
+  ``KafkaConnection`` per node, bootstraps (ApiVersions + Metadata on a bootstrap address), keeps broker addresses
+  in ``manager.cluster`` (``kafka.cluster.ClusterMetadata``) and does SSL and SASL (PLAIN, SCRAM-SHA-256/512,
+  OAUTHBEARER, GSSAPI) during connect. ``manager.send(request, node_id)`` returns a ``kafka.future.Future`` of the
+  parsed response; ``selector.run(fn, *args)`` drives the loop on the calling thread until it resolves (no IO
+  thread is started here, so nothing runs between calls and there is nothing to join on close).
+  There is no ``kafka.conn.BrokerConnection`` / ``kafka.client_async.KafkaClient`` any more (3.0 replaced them;
+  ``kafka.net.KafkaNetClient`` is a compatibility shim over the manager).
+
+Gotchas found on the way
+------------------------
+- ``receive_message_max_bytes`` defaults to 1,000,000 in the manager: any Fetch response larger than that kills
+  the connection (``InvalidReceiveError``). We default it to 100 MB; fetch sizes must stay below it.
+- A wrong password does not stop the bootstrap: ``KafkaConnection.initialize`` never raises, so the manager's
+  auth-failure cache is never filled and the bootstrap retries until its deadline (``KafkaTimeoutError``). Worse,
+  the broker often closes the socket before its SASL error response arrives ("socket disconnected"). We make one
+  first connection ourselves and treat "ApiVersions answered, then the SASL exchange died" as a refused login.
+- kafka-python's DEBUG logging prints SASL requests (``kafka.net.connection``) and raw frames
+  (``kafka.protocol.parser``); a PLAIN frame holds the password. A logging filter installed here drops those
+  records; this module itself logs no configuration values.
+- The classic transaction protocol that kafka-python drives caps Produce at v9..v11, InitProducerId at v4,
+  AddPartitionsToTxn and EndTxn at v3; Produce v12+ / EndTxn v5 mean "transaction version 2" (KIP-890).
+- Fetch v13+ and Produce v13+ address topics by id only; their responses carry ``topic_id`` and no name.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import kafka.errors as Errors
+from kafka.net import KafkaConnectionManager, NetworkSelector
+from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
+
+from mirror_core.cluster import ClusterConfig
+from mirror_core.cluster import kafka_python_kwargs as cluster_kafka_python_kwargs
+from mirror_core.errors import ClusterUnavailableError, MirrorError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
+DEFAULT_BOOTSTRAP_TIMEOUT_MS = 30_000
+
+def kafka_python_kwargs(config: Mapping[str, str], cluster_name: str = "cluster") -> dict:
+    """kafka-python network kwargs for a librdkafka-style connection dict.
+
+    The key translation and validation (unknown keys refused by name, secrets never echoed) is
+    :func:`mirror_core.cluster.kafka_python_kwargs`, shared with the rest of Shoal; this adds what the data plane
+    needs on top: a receive limit large enough for Fetch responses.
+    """
+    kwargs = cluster_kafka_python_kwargs(cluster_name, config)
+    kwargs.setdefault("receive_message_max_bytes", DEFAULT_RECEIVE_MESSAGE_MAX_BYTES)
+    return kwargs
+
+
+
+
+
+
+class Backoff:
+    """Capped exponential backoff with jitter and an overall give-up deadline (all times in seconds)."""
+
+    def __init__(self, initial: float = 0.1, cap: float = 5.0, give_up_after: float = 120.0):
+        self.initial = initial
+        self.cap = cap
+        self.give_up_after = give_up_after
+        self.reset()
+
+    def reset(self) -> None:
+        self._failures = 0
+        self._started = None
+
+    def wait(self) -> bool:
+        """Sleep before the next attempt; False (without sleeping) once the deadline has passed."""
+        now = time.monotonic()
+        if self._started is None:
+            self._started = now
+        if now - self._started >= self.give_up_after:
+            return False
+        delay = min(self.cap, self.initial * 2 ** self._failures) * random.uniform(0.8, 1.2)
+        self._failures += 1
+        time.sleep(min(delay, max(0.0, self.give_up_after - (now - self._started))))
+        return True
+
+
+@dataclass(frozen=True)
+class PartitionMetadata:
+    partition: int
+    leader: int            # -1 when there is no leader
+    leader_epoch: int      # -1 when the broker did not say
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error_code: int
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    name: str
+    topic_id: uuid.UUID | None   # None before Metadata v10 (Kafka 2.8)
+    error_code: int
+    partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
+
+
+def _topic_id_or_none(value) -> uuid.UUID | None:
+    if value is None or value == uuid.UUID(int=0):
+        return None
+    return value
+
+
+class _SaslSecretsFilter(logging.Filter):
+    """Drops kafka-python DEBUG records that would print SASL frames (a PLAIN frame holds the password)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.endswith(("Send: %r", "Recv: %r")):
+            return False
+        args = record.args if isinstance(record.args, tuple) else (record.args,)
+        return not any(type(arg).__name__.startswith("Sasl") for arg in args)
+
+
+for _name in ("kafka.net.connection", "kafka.protocol.parser"):
+    logging.getLogger(_name).addFilter(_SaslSecretsFilter())
+
+
+_AUTH_ERRORS = (Errors.SaslAuthenticationFailedError, Errors.IllegalSaslStateError,
+                Errors.UnsupportedSaslMechanismError)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return text[:300]
+
+
+def is_retriable(error_type: type) -> bool:
+    """Whether kafka-python classifies a broker error as worth retrying (leader moves, timeouts, ...)."""
+    return bool(getattr(error_type, "retriable", False))
+
+
+class WireClient:
+    """Synchronous request/response access to one Kafka cluster.
+
+    Invariants: all IO runs on the calling thread inside :meth:`send` / :meth:`metadata` (not thread-safe: one
+    client per thread); partition leaders are cached until :meth:`invalidate` or a refresh; the topic id first
+    seen for a topic is remembered so callers can detect a recreated topic.
+    """
+
+    def __init__(self, cluster_name: str, config: Mapping[str, str], *,
+                 bootstrap_timeout_ms: int = DEFAULT_BOOTSTRAP_TIMEOUT_MS, client_id: str = "shoal"):
+        kwargs = kafka_python_kwargs(config, cluster_name)
+        kwargs.setdefault("client_id", client_id)
+        self.cluster_name = cluster_name
+        self.bootstrap_servers = str(config["bootstrap.servers"])
+        self.request_timeout_ms = kwargs.get("request_timeout_ms", 30_000)
+        self._net = NetworkSelector(**kwargs)
+        self._manager = KafkaConnectionManager(self._net, **kwargs)
+        self._sasl = kwargs.get("security_protocol", "PLAINTEXT").startswith("SASL_")
+        self._topics: dict[str, TopicMetadata] = {}
+        self._closed = False
+        first_error = self._first_contact(bootstrap_timeout_ms)
+        try:
+            self._manager.bootstrap(bootstrap_timeout_ms)
+        except Exception as exc:  # noqa: BLE001 - every bootstrap failure means the same thing to the caller
+            self.close()
+            raise self._unavailable(exc, first_error) from None
+
+    @classmethod
+    def for_cluster(cls, cluster: ClusterConfig, **kwargs) -> WireClient:
+        return cls(cluster.name, cluster.settings, **kwargs)
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._manager.close()
+            self._net.poll(timeout_ms=0)
+        finally:
+            self._net.close()
+
+    def __enter__(self) -> WireClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- versions --------------------------------------------------------------------------------------------
+
+    @property
+    def broker_version(self) -> tuple[int, ...] | None:
+        return self._manager.broker_version
+
+    def api_version(self, request_or_class, max_version: float = float("inf")) -> int:
+        """The version a request would be sent at to the bootstrap broker (each node negotiates its own)."""
+        return self._manager.broker_version_data.api_version(request_or_class, max_version=max_version)
+
+    # -- requests --------------------------------------------------------------------------------------------
+
+    def send(self, node_id: int | None, request, *, timeout_ms: int | None = None):
+        """Send ``request`` to ``node_id`` (None: least loaded node) and return the parsed response.
+
+        Raises kafka-python errors for transport trouble (retriable ones have ``retriable = True``) and
+        :class:`ClusterUnavailableError` (non-retriable) when authentication or authorization to connect fails.
+        """
+        if self._closed:
+            raise MirrorError(f"wire client for cluster {self.cluster_name!r} is closed")
+        if node_id is None:
+            node_id = self._manager.least_loaded_node()
+            if node_id is None:
+                raise Errors.NodeNotReadyError(f"no broker of cluster {self.cluster_name!r} is reachable now")
+        try:
+            return self._net.run(self._manager.send, request, node_id, timeout_ms)
+        except _AUTH_ERRORS as exc:
+            raise self._unavailable(exc) from None
+
+    def _first_contact(self, timeout_ms: int) -> BaseException | None:
+        """Connect once to the first bootstrap address so a refused login fails fast.
+
+        kafka-python's bootstrap retries an authentication failure like any connection error until its deadline
+        (the failure is only cached for connections that raise, and ``initialize`` never does), so we look at the
+        first connection's own outcome: auth errors raise :class:`ClusterUnavailableError` now, anything else is
+        returned to enrich the message should the bootstrap time out.
+        """
+        node_id = self._manager.cluster.bootstrap_brokers()[0].node_id
+
+        async def connected(conn):
+            return await conn
+
+        conn = None
+        try:
+            conn = self._manager.get_connection(node_id, timeout_ms=timeout_ms, refresh_metadata_on_err=False,
+                                                reset_backoff_on_connect=False)
+            self._net.run(connected, conn)
+        except _AUTH_ERRORS as exc:
+            self.close()
+            raise self._unavailable(exc) from None
+        except Exception as exc:  # noqa: BLE001 - reported if the bootstrap fails too
+            # Brokers close the socket after a failed SASL exchange, often before the error response gets
+            # through: a connection that passed ApiVersions and then died was refused at login.
+            if self._sasl and conn is not None and conn.broker_version_data is not None:
+                self.close()
+                raise self._unavailable(Errors.SaslAuthenticationFailedError(
+                    "connection closed by the broker during SASL authentication")) from None
+            return exc
+        self._manager.close(node_id)
+        self._manager.reset_backoff(node_id)
+        return None
+
+    def _unavailable(self, exc: BaseException, hint: BaseException | None = None) -> ClusterUnavailableError:
+        auth = isinstance(exc, _AUTH_ERRORS)
+        if auth:
+            reason = f"authentication failed ({type(exc).__name__}); check sasl.mechanism, username and password"
+        elif isinstance(exc, Errors.KafkaTimeoutError):
+            reason = "no bootstrap broker answered (unreachable, wrong address or wrong security.protocol)"
+            if hint is not None:
+                reason += f"; first attempt: {_one_line(hint)}"
+        else:
+            reason = _one_line(exc)
+        return ClusterUnavailableError(self.cluster_name, self.bootstrap_servers, reason, retriable=not auth)
+
+    # -- metadata --------------------------------------------------------------------------------------------
+
+    def metadata(self, topics: list[str]) -> dict[str, TopicMetadata]:
+        """Fetch metadata for ``topics`` (never auto-creates), update the leader cache and return it."""
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=t, topic_id=None) for t in topics],
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        response = self.send(None, request)
+        self._manager.cluster.update_metadata(response)  # learn broker addresses for new leaders
+        result = {}
+        for t in response.topics:
+            parts = {
+                p.partition_index: PartitionMetadata(
+                    partition=p.partition_index, leader=p.leader_id, leader_epoch=p.leader_epoch,
+                    replicas=tuple(p.replica_nodes), isr=tuple(p.isr_nodes), error_code=p.error_code)
+                for p in t.partitions
+            }
+            meta = TopicMetadata(name=t.name, topic_id=_topic_id_or_none(t.topic_id), error_code=t.error_code,
+                                 partitions=parts)
+            result[t.name] = meta
+            self._topics[t.name] = meta
+        return result
+
+    def topic_metadata(self, topic: str, *, refresh: bool = False) -> TopicMetadata:
+        """Cached metadata for one topic, fetched when missing or when ``refresh``; raises on a topic error."""
+        meta = None if refresh else self._topics.get(topic)
+        if meta is None:
+            meta = self.metadata([topic]).get(topic)
+        if meta is None:
+            raise Errors.UnknownTopicOrPartitionError(topic)
+        if meta.error_code:
+            self._topics.pop(topic, None)
+            raise Errors.for_code(meta.error_code)(topic)
+        return meta
+
+    def leader_for(self, topic: str, partition: int, *, refresh: bool = False) -> tuple[int, int]:
+        """(leader node id, leader epoch) of a partition; raises a retriable error when there is none yet."""
+        meta = self.topic_metadata(topic, refresh=refresh)
+        part = meta.partitions.get(partition)
+        if part is None:
+            self._topics.pop(topic, None)
+            raise Errors.UnknownTopicOrPartitionError(f"{topic}-{partition}")
+        if part.leader < 0:
+            self._topics.pop(topic, None)
+            raise Errors.LeaderNotAvailableError(f"{topic}-{partition}")
+        return part.leader, part.leader_epoch
+
+    def invalidate(self, topic: str) -> None:
+        """Forget cached metadata of ``topic`` so the next lookup asks the cluster (after NOT_LEADER etc.)."""
+        self._topics.pop(topic, None)
+
+    def find_coordinator(self, key: str, key_type: CoordinatorType = CoordinatorType.TRANSACTION) -> int:
+        """Node id of the group or transaction coordinator for ``key`` (raises retriable errors while loading)."""
+        request = FindCoordinatorRequest(key=key, key_type=int(key_type), coordinator_keys=[key])
+        response = self.send(None, request)
+        entry = response.coordinators[0] if response.API_VERSION >= 4 else response
+        error = Errors.for_code(entry.error_code)
+        if error is not Errors.NoError:
+            raise error(key)
+        self._manager.cluster.add_coordinator(entry, key_type, key, synthesize_node_id=False)
+        return entry.node_id

@@ -1,0 +1,391 @@
+"""Produce raw record batches to the target as an idempotent (later: transactional) producer.
+
+The batches arrive ready for the target (the batch codec has fixed offsets, attributes and timestamps); the writer
+only owns the producer fields. Each batch gets our producerId / producerEpoch and the partition's next sequence
+number, written into the header with the CRC recomputed::
+
+    0 baseOffset i64 (set 0) | 12 partitionLeaderEpoch i32 (set -1) | 17 crc u32 (CRC-32C of bytes 21..end) |
+    21 attributes i16 (bit 4 transactional: set only inside our transaction) |
+    43 producerId i64 | 51 producerEpoch i16 | 53 baseSequence i32 | 57 recordsCount i32
+
+A batch is stamped once per producer epoch and every retry resends the identical bytes, so the broker's
+idempotence check turns a retry of a batch that did land into a duplicate acknowledgement, not a second copy.
+
+Transactions use the classic protocol kafka-python speaks: InitProducerId(transactional_id) on the transaction
+coordinator, AddPartitionsToTxn before the first write to a partition, EndTxn; Produce is capped at v11 and the
+transaction requests at v3/v4 so a Kafka 4 broker never takes us for a "transaction version 2" client.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import crc32c
+import kafka.errors as Errors
+from kafka.protocol.metadata import CoordinatorType
+from kafka.protocol.producer import (
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+)
+
+from mirror_core.errors import (
+    AmbiguousWriteError,
+    BatchRejectedError,
+    MirrorError,
+    PartitionUnavailableError,
+    ProducerFencedError,
+)
+from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
+
+log = logging.getLogger(__name__)
+
+_ATTR_TRANSACTIONAL = 0x10
+_MAX_SEQUENCE = 2**31 - 1
+PRODUCE_MAX_VERSION = 11
+# The target refuses these for good: resending the same bytes cannot help.
+_REJECTIONS = (
+    Errors.MessageSizeTooLargeError, Errors.CorruptRecordError, Errors.InvalidRecordError,
+    Errors.InvalidTimestampError, Errors.TopicAuthorizationFailedError, Errors.RecordListTooLargeError,
+    Errors.InvalidTopicError, Errors.UnsupportedForMessageFormatError, Errors.InvalidRequiredAcksError,
+    Errors.ClusterAuthorizationFailedError, Errors.TransactionalIdAuthorizationFailedError,
+    Errors.UnsupportedCompressionTypeError, Errors.PolicyViolationError,
+)
+_FENCED = (Errors.InvalidProducerEpochError, Errors.ProducerFencedError, Errors.TransactionCoordinatorFencedError,
+           Errors.InvalidProducerIdMappingError, Errors.InvalidTxnStateError)
+_STATE_LOST = (Errors.OutOfOrderSequenceNumberError, Errors.UnknownProducerIdError)
+
+
+
+
+
+
+
+
+def stamp_producer_fields(data, producer_id: int, producer_epoch: int, base_sequence: int, *,
+                          transactional: bool) -> bytearray:
+    """A copy of a v2 batch carrying our producer fields, baseOffset 0, no leader epoch, and a fresh CRC."""
+    out = bytearray(data)
+    struct.pack_into(">q", out, 0, 0)
+    struct.pack_into(">i", out, 12, -1)
+    (attributes,) = struct.unpack_from(">h", out, 21)
+    attributes = (attributes | _ATTR_TRANSACTIONAL) if transactional else (attributes & ~_ATTR_TRANSACTIONAL)
+    struct.pack_into(">h", out, 21, attributes)
+    struct.pack_into(">qhi", out, 43, producer_id, producer_epoch, base_sequence)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[21:]))
+    return out
+
+
+StampFn = Callable[..., bytearray]
+
+
+def next_sequence(sequence: int, records: int) -> int:
+    """Kafka's sequence arithmetic: wraps to 0 after 2^31 - 1."""
+    return (sequence + records) % (_MAX_SEQUENCE + 1)
+
+
+@dataclass(frozen=True)
+class OutgoingBatch:
+    topic: str
+    partition: int
+    data: bytes | bytearray | memoryview   # one v2 batch, ready for the target apart from producer fields
+    source_offset: int                      # source base offset, named in errors
+
+    @property
+    def records_count(self) -> int:
+        return struct.unpack_from(">i", self.data, 57)[0]
+
+
+class _Pending:
+    __slots__ = ("index", "batch", "stamped", "stamped_for", "ambiguous")
+
+    def __init__(self, index: int, batch: OutgoingBatch):
+        self.index = index
+        self.batch = batch
+        self.stamped: bytearray | None = None
+        self.stamped_for: tuple[int, int] | None = None
+        self.ambiguous = False
+
+
+class BatchWriter:
+    """Writes raw batches to target partitions with broker-enforced idempotence.
+
+    Invariants: per partition at most one batch is in flight and batches land in the order given; a batch's
+    bytes never change between retries within one producer epoch; ``_next_seq[tp]`` is the sequence of the next
+    batch and moves only when the broker acknowledged one; a non-retriable rejection stops the write with the
+    partition and source offset named. Synchronous: one request at a time, at most ``max_request_bytes`` of
+    stamped copies alive besides the caller's input.
+    """
+
+    def __init__(self, client: WireClient, *, transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60_000, acks: int = -1, timeout_ms: int = 30_000,
+                 max_request_bytes: int = 16 * 1024 * 1024, retry_timeout_s: float = 120.0,
+                 stamp: StampFn = stamp_producer_fields):
+        if acks != -1:
+            raise ValueError("idempotent writes need acks=all (-1)")
+        self.client = client
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.max_request_bytes = max_request_bytes
+        self.retry_timeout_s = retry_timeout_s
+        self._stamp = stamp
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._next_seq: dict[tuple[str, int], int] = collections.defaultdict(int)
+        self._in_txn = False
+        self._txn_partitions: set[tuple[str, int]] = set()
+
+    @property
+    def _who(self) -> str:
+        return f"transactional.id {self.transactional_id!r}" if self.transactional_id else \
+            f"producer id {self.producer_id}"
+
+    # -- producer identity -----------------------------------------------------------------------------------
+
+    def init_producer_id(self) -> tuple[int, int]:
+        """Get (or, for a transactional id, take over and fence) a producer id and epoch; resets sequences."""
+        request = InitProducerIdRequest(transactional_id=self.transactional_id,
+                                        transaction_timeout_ms=self.transaction_timeout_ms,
+                                        producer_id=-1, producer_epoch=-1, max_version=4)
+        response = self._coordinator_call(request, "InitProducerId")
+        self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
+        self._next_seq.clear()
+        log.info("writer on %r: %s has epoch %d", self.client.cluster_name, self._who, self.producer_epoch)
+        return self.producer_id, self.producer_epoch
+
+    def _coordinator_call(self, request, what: str):
+        """Send to the transaction coordinator (any broker for idempotent-only InitProducerId), retrying."""
+        backoff = Backoff(give_up_after=self.retry_timeout_s)
+        coordinator = None
+        while True:
+            try:
+                if self.transactional_id is not None and coordinator is None:
+                    coordinator = self.client.find_coordinator(self.transactional_id, CoordinatorType.TRANSACTION)
+                response = self.client.send(coordinator, request)
+                error = Errors.for_code(response.error_code)
+                if error is not Errors.NoError:
+                    raise error()
+                return response
+            except Errors.KafkaError as exc:
+                if isinstance(exc, _FENCED):
+                    raise ProducerFencedError(self.client.cluster_name, self._who, type(exc).__name__) from None
+                if not is_retriable(type(exc)):
+                    raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r} failed: "
+                                      f"{type(exc).__name__}") from None
+                coordinator = None
+                if not backoff.wait():
+                    raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r}: "
+                                      f"coordinator unavailable ({type(exc).__name__})") from None
+
+    # -- transactions (classic protocol) ---------------------------------------------------------------------
+
+    def begin_transaction(self) -> None:
+        if self.transactional_id is None:
+            raise MirrorError("begin_transaction needs a transactional_id")
+        if self.producer_id < 0:
+            self.init_producer_id()
+        self._in_txn = True
+        self._txn_partitions.clear()
+
+    def commit_transaction(self) -> None:
+        self._end_transaction(committed=True)
+
+    def abort_transaction(self) -> None:
+        self._end_transaction(committed=False)
+
+    def _end_transaction(self, committed: bool) -> None:
+        if not self._in_txn:
+            raise MirrorError("no transaction is open")
+        if self._txn_partitions:
+            self._coordinator_call(EndTxnRequest(
+                transactional_id=self.transactional_id, producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch, committed=committed, max_version=3), "EndTxn")
+        self._in_txn = False
+        self._txn_partitions.clear()
+
+    def _add_partitions(self, tps: list[tuple[str, int]]) -> None:
+        new = sorted(set(tps) - self._txn_partitions)
+        if not new:
+            return
+        by_topic = collections.defaultdict(list)
+        for topic, partition in new:
+            by_topic[topic].append(partition)
+        Topic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+        request = AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=self.transactional_id, v3_and_below_producer_id=self.producer_id,
+            v3_and_below_producer_epoch=self.producer_epoch,
+            v3_and_below_topics=[Topic(name=t, partitions=ps) for t, ps in by_topic.items()], max_version=3)
+        backoff = Backoff(give_up_after=self.retry_timeout_s)
+        while True:
+            response = self._coordinator_call(request, "AddPartitionsToTxn")  # v0-3: no top-level error
+            errors = {Errors.for_code(p.partition_error_code)
+                      for t in response.results_by_topic_v3_and_below for p in t.results_by_partition}
+            errors.discard(Errors.NoError)
+            if not errors:
+                self._txn_partitions.update(new)
+                return
+            fenced = [e for e in errors if e in _FENCED]
+            fatal = [e for e in errors if not is_retriable(e) and e is not Errors.OperationNotAttemptedError]
+            if fenced:
+                raise ProducerFencedError(self.client.cluster_name, self._who, fenced[0].__name__)
+            if fatal:
+                raise MirrorError(f"AddPartitionsToTxn for {self._who} failed: {fatal[0].__name__}")
+            if not backoff.wait():
+                raise MirrorError(f"AddPartitionsToTxn for {self._who}: still {sorted(e.__name__ for e in errors)}")
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    def write(self, batches: Sequence[OutgoingBatch]) -> list[int]:
+        """Write ``batches`` (in order per partition) and return the base offset the target gave each one.
+
+        Batches of different partitions share Produce requests (one batch per partition per request); a base
+        offset of -1 means the broker reported the batch as an already-written duplicate without its offset.
+        """
+        for batch in batches:
+            _check_ready(batch)
+        if self.producer_id < 0:
+            self.init_producer_id()
+        if self._in_txn:
+            self._add_partitions([(b.topic, b.partition) for b in batches])
+        results: list[int] = [-1] * len(batches)
+        queues: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
+        for index, batch in enumerate(batches):
+            queues[(batch.topic, batch.partition)].append(index)
+        while queues:
+            round_ = [queue.popleft() for queue in queues.values()]
+            queues = {tp: q for tp, q in queues.items() if q}
+            for chunk in self._chunks(round_, batches):
+                self._write_round({(batches[i].topic, batches[i].partition): _Pending(i, batches[i])
+                                   for i in chunk}, results)
+        return results
+
+    def _chunks(self, indices: list[int], batches: Sequence[OutgoingBatch]):
+        chunk, size = [], 0
+        for index in indices:
+            length = len(batches[index].data)
+            if chunk and size + length > self.max_request_bytes:
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(index)
+            size += length
+        if chunk:
+            yield chunk
+
+    def _write_round(self, pending: dict[tuple[str, int], _Pending], results: list[int]) -> None:
+        backoff = Backoff(give_up_after=self.retry_timeout_s)
+        last_error = "no leader"
+        while pending:
+            self._stamp_all(pending)
+            reinit = False
+            for node, tps in self._by_leader(pending).items():
+                outcome = self._send(node, {tp: pending[tp] for tp in tps})
+                for tp, (error, base_offset) in outcome.items():
+                    p = pending[tp]
+                    if error is Errors.NoError or error is Errors.DuplicateSequenceNumberError:
+                        results[p.index] = base_offset
+                        self._next_seq[tp] = next_sequence(self._next_seq[tp], p.batch.records_count)
+                        del pending[tp]
+                    elif error in _STATE_LOST:
+                        reinit = True
+                        self._on_state_lost(p, error)
+                    else:
+                        last_error = error.__name__
+                        self.client.invalidate(tp[0])
+            if reinit:
+                self.init_producer_id()
+            elif pending and not backoff.wait():
+                p = next(iter(pending.values()))
+                raise PartitionUnavailableError(self.client.cluster_name, p.batch.topic, p.batch.partition,
+                                                f"write failed: {last_error}", offset=p.batch.source_offset)
+
+    def _stamp_all(self, pending: dict[tuple[str, int], _Pending]) -> None:
+        identity = (self.producer_id, self.producer_epoch)
+        for tp, p in pending.items():
+            if p.stamped_for != identity:
+                p.stamped = self._stamp(p.batch.data, self.producer_id, self.producer_epoch, self._next_seq[tp],
+                                        transactional=self._in_txn)
+                p.stamped_for = identity
+                p.ambiguous = False
+
+    def _by_leader(self, pending: dict[tuple[str, int], _Pending]) -> dict[int, list[tuple[str, int]]]:
+        groups: dict[int, list[tuple[str, int]]] = collections.defaultdict(list)
+        for tp in pending:
+            try:
+                leader, _ = self.client.leader_for(*tp)
+            except Errors.KafkaError as exc:
+                self._raise_if_final(pending[tp], type(exc), None)
+                self.client.invalidate(tp[0])
+                continue
+            groups[leader].append(tp)
+        return groups
+
+    def _send(self, node: int, items: dict[tuple[str, int], _Pending]) -> dict[tuple[str, int], tuple]:
+        """One Produce request; returns {tp: (error type, base offset)} for the partitions that got an answer."""
+        Topic = ProduceRequest.TopicProduceData
+        by_topic = collections.defaultdict(list)
+        for (topic, partition), p in items.items():
+            by_topic[topic].append(Topic.PartitionProduceData(index=partition, records=p.stamped))
+        request = ProduceRequest(
+            transactional_id=self.transactional_id if self._in_txn else None, acks=self.acks,
+            timeout_ms=self.timeout_ms, topic_data=[Topic(name=t, partition_data=ps) for t, ps in by_topic.items()],
+            min_version=3, max_version=PRODUCE_MAX_VERSION)
+        try:
+            response = self.client.send(node, request, timeout_ms=self.timeout_ms + 5_000)
+        except Errors.KafkaError as exc:
+            for p in items.values():
+                self._raise_if_final(p, type(exc), None)
+                p.ambiguous = True
+            for topic in by_topic:
+                self.client.invalidate(topic)
+            log.info("produce to node %s on %r: %s; retrying", node, self.client.cluster_name, type(exc).__name__)
+            return {}
+        outcome = {}
+        for topic_response in response.responses:
+            for part in topic_response.partition_responses:
+                tp = (topic_response.name, part.index)
+                if tp not in items:
+                    continue
+                error = Errors.for_code(part.error_code)
+                self._raise_if_final(items[tp], error, part.error_message)
+                outcome[tp] = (error, part.base_offset)
+        return outcome
+
+    def _raise_if_final(self, p: _Pending, error: type, detail: str | None) -> None:
+        batch = p.batch
+        if issubclass(error, _FENCED):
+            raise ProducerFencedError(self.client.cluster_name, self._who, error.__name__)
+        if issubclass(error, _REJECTIONS) or not (
+                is_retriable(error) or error in _STATE_LOST
+                or error in (Errors.NoError, Errors.DuplicateSequenceNumberError)):
+            raise BatchRejectedError(self.client.cluster_name, batch.topic, batch.partition, batch.source_offset,
+                                     _error_name(error), detail)
+
+    def _on_state_lost(self, p: _Pending, error: type) -> None:
+        batch = p.batch
+        if p.ambiguous or self._in_txn:
+            raise AmbiguousWriteError(self.client.cluster_name, batch.topic, batch.partition, batch.source_offset,
+                                      _error_name(error))
+        log.warning("target %r %s-%s: %s; re-initialising the producer id", self.client.cluster_name,
+                    batch.topic, batch.partition, _error_name(error))
+
+
+def _error_name(error: type) -> str:
+    return getattr(error, "message", None) or error.__name__
+
+
+def _check_ready(batch: OutgoingBatch) -> None:
+    data = batch.data
+    if len(data) < 61 or data[16] != 2:
+        raise ValueError(f"{batch.topic}-{batch.partition} source offset {batch.source_offset}: "
+                         "only whole magic-2 batches can be written")
+    last_delta, count = struct.unpack_from(">i", data, 23)[0], batch.records_count
+    if count <= 0 or last_delta + 1 != count:
+        raise ValueError(f"{batch.topic}-{batch.partition} source offset {batch.source_offset}: batch has "
+                         f"{count} records for {last_delta + 1} offsets; re-encode it first")

@@ -1,0 +1,392 @@
+"""Pure parts of the wire layer: config translation, batch walking, the aborted-transaction filter, header
+stamping, and the writer's retry/sequence logic against a scripted fake broker."""
+
+from __future__ import annotations
+
+import struct
+from types import SimpleNamespace
+
+import crc32c
+import kafka.errors as Errors
+import pytest
+from kafka.protocol.producer import InitProducerIdRequest
+
+from mirror_core.errors import ConfigError, CorruptBatchError
+from mirror_core.fetcher import (
+    AbortedTransaction,
+    RawBatchFetcher,
+    control_record_type,
+    select_committed,
+    walk_raw_batches,
+)
+from mirror_core.kafka_wire import kafka_python_kwargs
+from mirror_core.writer import (
+    AmbiguousWriteError,
+    BatchRejectedError,
+    BatchWriter,
+    OutgoingBatch,
+    next_sequence,
+    stamp_producer_fields,
+)
+
+pytestmark = pytest.mark.unit
+
+
+# -- a minimal RecordBatch v2 encoder for tests -------------------------------------------------------------
+
+def _varint(value: int) -> bytes:
+    raw = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while True:
+        byte = raw & 0x7F
+        raw >>= 7
+        if raw:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _record(offset_delta: int, key: bytes | None, value: bytes | None) -> bytes:
+    body = bytes([0]) + _varint(0) + _varint(offset_delta)
+    body += _varint(-1) if key is None else _varint(len(key)) + key
+    body += _varint(-1) if value is None else _varint(len(value)) + value
+    body += _varint(0)
+    return _varint(len(body)) + body
+
+
+def make_batch(base_offset: int, count: int = 1, *, producer_id: int = -1, transactional: bool = False,
+               control: int | None = None) -> bytes:
+    """A valid uncompressed v2 batch; ``control`` = 0 (abort) or 1 (commit) makes it a control batch."""
+    if control is not None:
+        records = _record(0, struct.pack(">hh", 0, control), struct.pack(">hi", 0, 0))
+        count, transactional = 1, True
+    else:
+        records = b"".join(_record(i, b"k%d" % i, b"v%d" % (base_offset + i)) for i in range(count))
+    attributes = (0x10 if transactional else 0) | (0x20 if control is not None else 0)
+    after_crc = struct.pack(">hiqqqhii", attributes, count - 1, 1000, 1000, producer_id, 0 if producer_id >= 0
+                            else -1, 0 if producer_id >= 0 else -1, count) + records
+    crc = crc32c.crc32c(after_crc)
+    length = 4 + 1 + 4 + len(after_crc)
+    return struct.pack(">qiibI", base_offset, length, 0, 2, crc) + after_crc
+
+
+def batches_of(*raw: bytes):
+    batches, tail = walk_raw_batches(b"".join(raw))
+    assert tail == 0
+    return batches
+
+
+def offsets(batches) -> list[int]:
+    return [b.base_offset for b in batches]
+
+
+# -- config translation -------------------------------------------------------------------------------------
+
+def test_plaintext_config_translates_with_a_receive_limit_fit_for_fetch():
+    kwargs = kafka_python_kwargs({"bootstrap.servers": "127.0.0.1:9092", "client.id": "shoal-test"})
+    assert kwargs["bootstrap_servers"] == ["127.0.0.1:9092"]
+    assert kwargs["client_id"] == "shoal-test"
+    assert kwargs["receive_message_max_bytes"] == 100_000_000      # kafka-python's 1 MB default breaks Fetch
+
+
+def test_sasl_ssl_scram_config_translates_every_key():
+    kwargs = kafka_python_kwargs({
+        "bootstrap.servers": "a:9093,b:9093",
+        "security.protocol": "sasl_ssl",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "mirror",
+        "sasl.password": "s3cret",
+        "ssl.ca.location": "/etc/ca.pem",
+        "ssl.endpoint.identification.algorithm": "none",
+    })
+    assert kwargs["bootstrap_servers"] == ["a:9093", "b:9093"]
+    assert kwargs["security_protocol"] == "SASL_SSL"
+    assert kwargs["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert (kwargs["sasl_plain_username"], kwargs["sasl_plain_password"]) == ("mirror", "s3cret")
+    assert kwargs["ssl_cafile"] == "/etc/ca.pem"
+    assert kwargs["ssl_check_hostname"] is False
+
+
+@pytest.mark.parametrize("key", ["group.id", "isolation.level", "sasl.oauthbearer.config", "bootstrap_servers",
+                                 "enable.ssl.certificate.verification"])
+def test_unknown_keys_are_rejected_by_name(key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        kafka_python_kwargs({"bootstrap.servers": "h:1", key: "x"}, "source")
+
+
+@pytest.mark.parametrize("config, fragment", [
+    ({}, "bootstrap.servers"),
+    ({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+      "sasl.username": "u"}, "sasl.password"),
+    ({"bootstrap.servers": "h:1", "security.protocol": "TLS"}, "security.protocol"),
+    ({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI",
+      "sasl.username": "u", "sasl.password": "p"}, "sasl.mechanism"),
+])
+def test_invalid_configs_name_the_key_and_the_cluster(config, fragment):
+    with pytest.raises(ConfigError, match=fragment.replace(".", r"\.")) as info:
+        kafka_python_kwargs(config, "source")
+    assert "'source'" in str(info.value)
+
+
+def test_config_errors_never_echo_a_password():
+    with pytest.raises(ConfigError) as info:
+        kafka_python_kwargs({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+                             "sasl.mechanism": "OAUTHBEARER", "sasl.username": "u", "sasl.password": "hunter22"})
+    assert "hunter22" not in str(info.value)
+
+
+# -- batch walking ------------------------------------------------------------------------------------------
+
+def test_walk_splits_whole_batches_and_reports_the_cut_tail():
+    first, second, third = make_batch(0, 3), make_batch(3, 2), make_batch(5, 4)
+    buf = first + second + third[:40]
+    batches, tail = walk_raw_batches(buf)
+    assert [(b.base_offset, b.next_offset, b.records_count) for b in batches] == [(0, 3, 3), (3, 5, 2)]
+    assert tail == 40
+    assert bytes(batches[1].data) == second
+
+
+def test_walk_rejects_an_impossible_length():
+    bad = bytearray(make_batch(7))
+    struct.pack_into(">i", bad, 8, 10)
+    with pytest.raises(CorruptBatchError, match="offset 7"):
+        walk_raw_batches(bytes(bad))
+
+
+def test_control_record_type_reads_commit_and_abort():
+    commit, abort = batches_of(make_batch(4, control=1, producer_id=9), make_batch(5, control=0, producer_id=9))
+    assert (control_record_type(commit), control_record_type(abort)) == (1, 0)
+
+
+# -- aborted-transaction filter -----------------------------------------------------------------------------
+
+def test_without_transactions_data_is_kept_and_markers_dropped():
+    batches = batches_of(make_batch(0, 2), make_batch(2, control=1, producer_id=3), make_batch(3, 1))
+    assert offsets(select_committed(batches, None)) == [0, 3]
+
+
+def test_aborted_transaction_is_dropped_until_its_abort_marker():
+    batches = batches_of(
+        make_batch(0, 2, producer_id=7, transactional=True),     # aborted txn, first offset 0
+        make_batch(2, 2, producer_id=7, transactional=True),
+        make_batch(4, control=0, producer_id=7),                  # ABORT
+        make_batch(5, 2, producer_id=7, transactional=True),     # next txn of the same producer: committed
+        make_batch(7, control=1, producer_id=7),                  # COMMIT
+    )
+    kept = select_committed(batches, [AbortedTransaction(7, 0)])
+    assert offsets(kept) == [5]
+
+
+def test_interleaved_producers_only_the_aborted_one_is_dropped():
+    batches = batches_of(
+        make_batch(0, 1, producer_id=8, transactional=True),     # committed producer 8
+        make_batch(1, 1, producer_id=7, transactional=True),     # aborted producer 7
+        make_batch(2, 1, producer_id=8, transactional=True),
+        make_batch(3, 1, producer_id=7, transactional=True),
+        make_batch(4, control=1, producer_id=8),
+        make_batch(5, control=0, producer_id=7),
+        make_batch(6, 1),                                         # plain, non-transactional
+    )
+    kept = select_committed(batches, [AbortedTransaction(7, 1)])
+    assert offsets(kept) == [0, 2, 6]
+
+
+def test_committed_batches_before_the_aborted_first_offset_are_kept():
+    batches = batches_of(
+        make_batch(0, 1, producer_id=7, transactional=True),
+        make_batch(1, control=1, producer_id=7),                  # first txn committed
+        make_batch(2, 1, producer_id=7, transactional=True),     # second txn aborted, first offset 2
+        make_batch(3, control=0, producer_id=7),
+    )
+    assert offsets(select_committed(batches, [AbortedTransaction(7, 2)])) == [0]
+
+
+def test_two_aborted_transactions_of_one_producer_in_one_response():
+    batches = batches_of(
+        make_batch(0, 1, producer_id=7, transactional=True),
+        make_batch(1, control=0, producer_id=7),
+        make_batch(2, 1, producer_id=7, transactional=True),
+        make_batch(3, control=0, producer_id=7),
+        make_batch(4, 1, producer_id=7, transactional=True),
+        make_batch(5, control=1, producer_id=7),
+    )
+    aborted = [AbortedTransaction(7, 2), AbortedTransaction(7, 0)]      # order in the response does not matter
+    assert offsets(select_committed(batches, aborted)) == [4]
+
+
+def test_aborted_transaction_continuing_from_an_earlier_fetch():
+    # The fetch starts mid-transaction: the broker lists it again with its original first offset.
+    batches = batches_of(make_batch(40, 2, producer_id=7, transactional=True), make_batch(42, control=0,
+                                                                                           producer_id=7))
+    assert select_committed(batches, [AbortedTransaction(7, 10)]) == []
+
+
+def test_idempotent_batches_of_an_aborted_producer_id_are_kept():
+    batches = batches_of(make_batch(0, 1, producer_id=7, transactional=False))
+    assert offsets(select_committed(batches, [AbortedTransaction(7, 0)])) == [0]
+
+
+# -- fetcher bookkeeping on a response ----------------------------------------------------------------------
+
+def _fetcher(start: int, end: int | None = None) -> RawBatchFetcher:
+    return RawBatchFetcher(SimpleNamespace(cluster_name="source"), "t", 0, start, end)
+
+
+def _response(*raw: bytes, aborted=None):
+    return SimpleNamespace(records=b"".join(raw), aborted_transactions=aborted, high_watermark=99,
+                           last_stable_offset=99, log_start_offset=0)
+
+
+def test_fetch_drops_batches_wholly_before_the_position_and_keeps_a_straddling_one():
+    fetcher = _fetcher(4)
+    result = fetcher._accept(_response(make_batch(0, 2), make_batch(2, 3), make_batch(5, 1)))
+    assert offsets(result.batches) == [2, 5]
+    assert fetcher.position == result.next_offset == 6
+
+
+def test_fetch_keeps_the_position_at_the_last_whole_batch_when_the_tail_is_cut():
+    fetcher = _fetcher(0)
+    result = fetcher._accept(_response(make_batch(0, 2), make_batch(2, 3)[:30]))
+    assert offsets(result.batches) == [0]
+    assert fetcher.position == 2
+
+
+def test_fetch_moves_past_markers_and_aborted_batches_and_stops_at_the_end():
+    fetcher = _fetcher(0, end=5)
+    result = fetcher._accept(_response(
+        make_batch(0, 2, producer_id=7, transactional=True), make_batch(2, control=0, producer_id=7),
+        make_batch(3, 2), make_batch(5, 2), aborted=[SimpleNamespace(producer_id=7, first_offset=0)]))
+    assert offsets(result.batches) == [3]
+    assert fetcher.position == 7 and fetcher.done
+
+
+# -- header stamping ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_stamp_writes_producer_fields_and_a_valid_crc(transactional):
+    source = make_batch(1234, 3, producer_id=55, transactional=True)
+    out = stamp_producer_fields(memoryview(source), 901, 3, 17, transactional=transactional)
+    base_offset, leader_epoch = struct.unpack_from(">qi", out, 0)[0], struct.unpack_from(">i", out, 12)[0]
+    (attributes,) = struct.unpack_from(">h", out, 21)
+    assert (base_offset, leader_epoch) == (0, -1)
+    assert bool(attributes & 0x10) is transactional
+    assert struct.unpack_from(">qhi", out, 43) == (901, 3, 17)
+    assert struct.unpack_from(">I", out, 17)[0] == crc32c.crc32c(bytes(out[21:]))
+    assert out[61:] == source[61:]
+
+
+def test_sequences_wrap_like_kafka():
+    assert next_sequence(10, 5) == 15
+    assert next_sequence(2**31 - 2, 3) == 1
+
+
+# -- writer against a scripted broker -----------------------------------------------------------------------
+
+class ScriptedTarget:
+    """Fake WireClient: partition leaders, and per-partition queues of error codes the broker answers with."""
+
+    cluster_name = "target"
+
+    def __init__(self, script: dict | None = None, leaders: dict | None = None, transport_failures: int = 0):
+        self.script = script or {}
+        self.leaders = leaders or {}
+        self.transport_failures = transport_failures
+        self.sent: list[tuple[int, dict]] = []          # (node, {tp: stamped bytes})
+        self.next_offset: dict = {}
+        self.init_calls = 0
+
+    def leader_for(self, topic, partition, refresh=False):
+        return self.leaders.get((topic, partition), 1), 0
+
+    def invalidate(self, topic):
+        pass
+
+    def send(self, node, request, timeout_ms=None):
+        if isinstance(request, InitProducerIdRequest):
+            self.init_calls += 1
+            return SimpleNamespace(error_code=0, producer_id=500 + self.init_calls, producer_epoch=0)
+        payload = {(t.name, p.index): bytes(p.records) for t in request.topic_data for p in t.partition_data}
+        self.sent.append((node, payload))
+        if self.transport_failures:
+            self.transport_failures -= 1
+            raise Errors.KafkaConnectionError("dropped")
+        responses = []
+        for (topic, partition), data in payload.items():
+            queue = self.script.get((topic, partition), [])
+            code = queue.pop(0) if queue else 0
+            base = -1
+            if code == 0:
+                base = self.next_offset.get((topic, partition), 0)
+                self.next_offset[(topic, partition)] = base + struct.unpack_from(">i", data, 57)[0]
+            responses.append(SimpleNamespace(name=topic, partition_responses=[SimpleNamespace(
+                index=partition, error_code=code, base_offset=base, error_message=None)]))
+        return SimpleNamespace(responses=responses)
+
+
+def _out(topic, partition, base, count=2):
+    return OutgoingBatch(topic, partition, make_batch(base, count), source_offset=base)
+
+
+def _writer(target) -> BatchWriter:
+    writer = BatchWriter(target, retry_timeout_s=5)
+    return writer
+
+
+def test_writer_sends_one_batch_per_partition_per_request_with_growing_sequences():
+    target = ScriptedTarget()
+    offsets_ = _writer(target).write([_out("t", 0, 0), _out("t", 1, 0), _out("t", 0, 2, 3), _out("t", 1, 2)])
+    assert offsets_ == [0, 0, 2, 2]
+    assert len(target.sent) == 2
+    for _, payload in target.sent:
+        assert sorted(payload) == [("t", 0), ("t", 1)]
+    seqs = [struct.unpack_from(">i", target.sent[i][1][("t", 0)], 53)[0] for i in range(2)]
+    assert seqs == [0, 2]
+
+
+def test_writer_groups_partitions_by_leader():
+    target = ScriptedTarget(leaders={("t", 0): 1, ("t", 1): 2})
+    _writer(target).write([_out("t", 0, 0), _out("t", 1, 0)])
+    assert sorted(node for node, _ in target.sent) == [1, 2]
+
+
+def test_writer_retries_resend_identical_bytes():
+    target = ScriptedTarget(script={("t", 0): [Errors.NotLeaderForPartitionError.errno,
+                                               Errors.NotEnoughReplicasError.errno]})
+    assert _writer(target).write([_out("t", 0, 10)]) == [0]
+    assert len(target.sent) == 3
+    assert len({payload[("t", 0)] for _, payload in target.sent}) == 1
+
+
+def test_writer_reinitialises_the_producer_on_lost_state():
+    target = ScriptedTarget(script={("t", 0): [0, Errors.UnknownProducerIdError.errno]})
+    writer = _writer(target)
+    writer.write([_out("t", 0, 0), _out("t", 0, 2)])
+    assert target.init_calls == 2
+    last = target.sent[-1][1][("t", 0)]
+    assert struct.unpack_from(">qhi", last, 43) == (502, 0, 0)
+
+
+def test_writer_refuses_to_guess_after_an_unanswered_send_and_lost_state():
+    target = ScriptedTarget(script={("t", 0): [Errors.OutOfOrderSequenceNumberError.errno]}, transport_failures=1)
+    with pytest.raises(AmbiguousWriteError, match="source offset 7"):
+        _writer(target).write([_out("t", 0, 7)])
+
+
+@pytest.mark.parametrize("error", [Errors.MessageSizeTooLargeError, Errors.CorruptRecordError,
+                                   Errors.InvalidRecordError, Errors.InvalidTimestampError,
+                                   Errors.TopicAuthorizationFailedError])
+def test_writer_surfaces_rejections_with_partition_and_source_offset(error):
+    target = ScriptedTarget(script={("t", 3): [error.errno]})
+    with pytest.raises(BatchRejectedError) as info:
+        _writer(target).write([_out("t", 3, 4242)])
+    assert (info.value.topic, info.value.partition, info.value.source_offset) == ("t", 3, 4242)
+    assert "target" in str(info.value) and "4242" in str(info.value)
+    assert not info.value.retriable
+
+
+def test_writer_refuses_batches_with_offset_holes():
+    holed = bytearray(make_batch(0, 3))
+    struct.pack_into(">i", holed, 23, 5)
+    with pytest.raises(ValueError, match="re-encode"):
+        _writer(ScriptedTarget()).write([OutgoingBatch("t", 0, bytes(holed), 0)])
