@@ -33,6 +33,11 @@ Legacy message sets (magic 0/1) share the first 17 bytes' meaning for walking pu
         16  magic   i8    0 or 1
         17  attributes i8, then (magic 1) timestamp i64 @18, then key and value
 
+A control batch (never compressed) holds one record whose key is the marker::
+
+    length varint | attributes i8 | timestampDelta varlong | offsetDelta varint | keyLength varint |
+    key: version i16, type i16 (0 ABORT, 1 COMMIT) | value ...
+
 Invariant of the shallow path: the records section (bytes 61..end) of a rewritten batch is byte-identical to
 the source's, so a record at source offset ``b + d`` lands at target ``b' + d``.
 """
@@ -79,6 +84,13 @@ LOG_APPEND_TIME_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 DELETE_HORIZON_BIT = 0x40
+
+PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence at PRODUCER_ID_OFFSET
+ATTRIBUTES = struct.Struct(">h")
+CONTROL_KEY = struct.Struct(">hh")  # version, type
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -279,6 +291,63 @@ def target_attributes(source_attributes: int, *, transactional: bool, clear_dele
     if clear_log_append_time:
         attributes &= ~LOG_APPEND_TIME_BIT
     return attributes
+
+
+def stamp_producer_in_place(buf: bytearray, pos: int = 0, *, producer_id: int, producer_epoch: int,
+                            base_sequence: int, transactional: bool) -> None:
+    """Write the producer fields of the v2 batch at ``buf[pos:]`` and reseal its CRC; no copy.
+
+    Sets producerId, producerEpoch, baseSequence and the transactional bit; every other attribute bit, the
+    baseOffset and the leader epoch stay as they are (:func:`prepare_for_target` already wrote the target's),
+    and the records section is not touched.
+    """
+    if transactional and producer_id < 0:
+        raise ValueError("a transactional batch needs a producer id")
+    found = _batch_end(memoryview(buf), pos)
+    if found is None:
+        raise ValueError(f"no complete batch at position {pos} of a {len(buf)}-byte buffer")
+    size, magic = found
+    if magic != 2:
+        raise ValueError(f"cannot stamp producer fields into a magic-{magic} batch")
+    (attributes,) = ATTRIBUTES.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    attributes = target_attributes(attributes, transactional=transactional, clear_delete_horizon=False)
+    ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+    PRODUCER_FIELDS.pack_into(buf, pos + PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
+    seal_crc(buf, pos, size)
+
+
+def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    """A zig-zag varint (as inside records) at ``pos``: (value, position after it)."""
+    raw = 0
+    for shift in range(0, 64, 7):
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+    raise ValueError("varint longer than 10 bytes")
+
+
+def control_type(view: BatchView) -> int:
+    """The marker type of a control batch (:data:`CONTROL_ABORT`, :data:`CONTROL_COMMIT`, or a newer one),
+    read from its first record's key; :class:`CorruptBatchError` naming the offset if it cannot be read."""
+    if not view.control:
+        raise ValueError(f"the batch at offset {view.base_offset} is not a control batch")
+    if view.compressed:
+        raise CorruptBatchError(view.base_offset, f"control batch compressed with {view.codec.name}")
+    records = view.records_section
+    try:
+        length, pos = _read_varint(records, 0)
+        end = pos + length
+        _, pos = _read_varint(records, pos + 1)  # skip attributes; timestamp delta
+        _, pos = _read_varint(records, pos)  # offset delta
+        key_length, pos = _read_varint(records, pos)
+        if key_length < CONTROL_KEY.size or pos + key_length > min(end, len(records)):
+            raise ValueError(f"control key of {key_length} bytes in a record of {length}")
+        _version, kind = CONTROL_KEY.unpack_from(records, pos)
+    except (IndexError, ValueError, struct.error) as exc:
+        raise CorruptBatchError(view.base_offset, f"unreadable control record: {exc}") from None
+    return kind
 
 
 def rewrite_header_into(view: BatchView, out: bytearray, pos: int = 0, *, producer_id: int = NO_PRODUCER_ID,

@@ -6,26 +6,23 @@ stops at the last stable offset and lists the aborted transactions that overlap 
 returns the aborted batches themselves, so the client drops them the way the Java consumer does
 (:func:`select_committed`). Control batches (commit/abort markers) are never copied: they cannot be produced.
 
-Batch header, big-endian, as far as this module reads it (the batch codec owns the rest)::
-
-    0 baseOffset i64 | 8 batchLength i32 | 12 partitionLeaderEpoch i32 | 16 magic i8 | 17 crc u32 |
-    21 attributes i16 | 23 lastOffsetDelta i32 | 27 baseTimestamp i64 | 35 maxTimestamp i64 |
-    43 producerId i64 | 51 producerEpoch i16 | 53 baseSequence i32 | 57 recordsCount i32 | 61 records
-
-Legacy (magic 0/1) entries share offset@0, size@8 and magic@16; their offset is the last offset they hold.
+Batches are walked and read by :mod:`mirror_core.batch_codec`, the only module that knows their byte layout, and
+handed on as zero-copy views (:class:`~mirror_core.batch_codec.BatchView`) over the response buffer; a legacy
+(magic 0/1) entry's offset is the last offset it holds. CRCs are checked when a batch is prepared for the target
+(:func:`~mirror_core.batch_codec.prepare_for_target`), not here.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import kafka.errors as Errors
 from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsRequest, OffsetSpec
 
+from mirror_core.batch_codec import CONTROL_ABORT, BatchView, control_type, walk_batches
 from mirror_core.errors import (
     CorruptBatchError,
     DataLossError,
@@ -37,42 +34,6 @@ from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
 
 log = logging.getLogger(__name__)
 
-V2_HEADER_SIZE = 61
-LEGACY_MIN_SIZE = 12 + 14          # log overhead + smallest magic-0 message
-_PREFIX = struct.Struct(">qi")     # baseOffset, batchLength
-_V2 = struct.Struct(">qiibIhiqqqhii")
-ATTR_TRANSACTIONAL = 0x10
-ATTR_CONTROL = 0x20
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
-
-
-
-
-@dataclass(frozen=True)
-class RawBatch:
-    """One whole batch as fetched: a zero-copy view plus the header fields the fetcher decides on."""
-
-    base_offset: int
-    last_offset: int
-    magic: int
-    attributes: int
-    producer_id: int
-    records_count: int
-    data: memoryview
-
-    @property
-    def next_offset(self) -> int:
-        return self.last_offset + 1
-
-    @property
-    def is_control(self) -> bool:
-        return self.magic >= 2 and bool(self.attributes & ATTR_CONTROL)
-
-    @property
-    def is_transactional(self) -> bool:
-        return self.magic >= 2 and bool(self.attributes & ATTR_TRANSACTIONAL)
-
 
 @dataclass(frozen=True)
 class AbortedTransaction:
@@ -80,65 +41,7 @@ class AbortedTransaction:
     first_offset: int
 
 
-def walk_raw_batches(buf) -> tuple[list[RawBatch], int]:
-    """Split a records buffer into whole batches without decoding them; returns (batches, truncated tail bytes)."""
-    view = memoryview(buf)
-    size = len(view)
-    batches = []
-    pos = 0
-    while size - pos >= 17:
-        base_offset, length = _PREFIX.unpack_from(view, pos)
-        magic = view[pos + 16]
-        total = 12 + length
-        if (magic >= 2 and total < V2_HEADER_SIZE) or total < LEGACY_MIN_SIZE or magic > 2:
-            raise CorruptBatchError(base_offset, f"impossible batch length {length} for magic {magic}")
-        if pos + total > size:
-            break
-        data = view[pos:pos + total]
-        if magic >= 2:
-            (_, _, _, _, _, attributes, last_delta, _, _, producer_id, _, _, count) = _V2.unpack_from(data, 0)
-            batches.append(RawBatch(base_offset, base_offset + last_delta, magic, attributes & 0xFFFF,
-                                    producer_id, count, data))
-        else:
-            batches.append(RawBatch(base_offset, base_offset, magic, 0, -1, -1, data))
-        pos += total
-    return batches, size - pos
-
-
-def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
-    """Zig-zag varint as used inside records; returns (value, next position)."""
-    shift = 0
-    raw = 0
-    while True:
-        byte = view[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def control_record_type(batch: RawBatch) -> int:
-    """The control type (0 abort, 1 commit) of a control batch, read from its first record's key."""
-    view = batch.data
-    try:
-        pos = V2_HEADER_SIZE
-        _, pos = _read_varint(view, pos)      # record length
-        pos += 1                              # record attributes
-        _, pos = _read_varint(view, pos)      # timestamp delta
-        _, pos = _read_varint(view, pos)      # offset delta
-        key_length, pos = _read_varint(view, pos)
-        if key_length < 4:
-            raise ValueError(f"control key length {key_length}")
-        _version, control_type = struct.unpack_from(">hh", view, pos)
-    except (IndexError, ValueError, struct.error) as exc:
-        raise CorruptBatchError(batch.base_offset, f"unreadable control record: {exc}") from None
-    return control_type
-
-
-def select_committed(batches: Iterable[RawBatch], aborted: Iterable[AbortedTransaction] | None) -> list[RawBatch]:
+def select_committed(batches: Iterable[BatchView], aborted: Iterable[AbortedTransaction] | None) -> list[BatchView]:
     """The data batches a READ_COMMITTED consumer would read, in order (Java consumer semantics).
 
     ``aborted`` is the response's aborted-transaction list. Walking in offset order, a producer id becomes
@@ -149,16 +52,17 @@ def select_committed(batches: Iterable[RawBatch], aborted: Iterable[AbortedTrans
     aborted_ids: set[int] = set()
     kept = []
     for batch in batches:
-        if batch.magic >= 2 and batch.producer_id >= 0:
-            while pending and pending[0].first_offset <= batch.last_offset:
+        if not batch.legacy and batch.producer_id >= 0:
+            last_offset = batch.next_offset - 1
+            while pending and pending[0].first_offset <= last_offset:
                 aborted_ids.add(pending.popleft().producer_id)
-            if batch.is_control:
-                if control_record_type(batch) == CONTROL_ABORT:
+            if batch.control:
+                if control_type(batch) == CONTROL_ABORT:
                     aborted_ids.discard(batch.producer_id)
                 continue
-            if batch.is_transactional and batch.producer_id in aborted_ids:
+            if batch.transactional and batch.producer_id in aborted_ids:
                 continue
-        elif batch.is_control:
+        elif batch.control:
             continue
         kept.append(batch)
     return kept
@@ -166,7 +70,7 @@ def select_committed(batches: Iterable[RawBatch], aborted: Iterable[AbortedTrans
 
 @dataclass(frozen=True)
 class FetchResult:
-    batches: list[RawBatch]      # committed data batches that end at or after the requested offset, in order
+    batches: list[BatchView]     # committed data batches that end at or after the requested offset, in order
     next_offset: int             # where the next fetch starts (past skipped markers and aborted batches too)
     high_watermark: int
     last_stable_offset: int
@@ -203,7 +107,7 @@ class RawBatchFetcher:
     def done(self) -> bool:
         return self.end is not None and self.position >= self.end
 
-    def __iter__(self) -> Iterator[RawBatch]:
+    def __iter__(self) -> Iterator[BatchView]:
         """Yield batches until the range end (blocks while the source has not reached it yet)."""
         if self.end is None:
             raise ValueError("iterating needs an end offset; call fetch() for an open range")
@@ -273,7 +177,7 @@ class RawBatchFetcher:
             raise exc.located(self.client.cluster_name, self.topic, self.partition) from None
 
     def _accept(self, data) -> FetchResult:
-        batches, tail = walk_raw_batches(data.records or b"")
+        batches, tail = walk_batches(data.records or b"")
         if not batches and tail:
             raise FetchError(self.client.cluster_name, self.topic, self.partition, self.position,
                              f"a batch larger than max_bytes={self.max_bytes} could not be fetched whole")

@@ -1,15 +1,12 @@
 """Produce raw record batches to the target as an idempotent (later: transactional) producer.
 
-The batches arrive ready for the target (the batch codec has fixed offsets, attributes and timestamps); the writer
-only owns the producer fields. Each batch gets our producerId / producerEpoch and the partition's next sequence
-number, written into the header with the CRC recomputed::
+The batches arrive ready for the target (:func:`mirror_core.batch_codec.prepare_for_target` has fixed offsets,
+attributes and timestamps); the writer only owns the producer fields. Each batch gets our producerId /
+producerEpoch, the partition's next sequence number and the transactional bit (set only inside our transaction),
+stamped into the batch's own buffer with the CRC resealed (:func:`mirror_core.batch_codec.stamp_producer_in_place`).
 
-    0 baseOffset i64 (set 0) | 12 partitionLeaderEpoch i32 (set -1) | 17 crc u32 (CRC-32C of bytes 21..end) |
-    21 attributes i16 (bit 4 transactional: set only inside our transaction) |
-    43 producerId i64 | 51 producerEpoch i16 | 53 baseSequence i32 | 57 recordsCount i32
-
-A batch is stamped once per producer epoch and every retry resends the identical bytes, so the broker's
-idempotence check turns a retry of a batch that did land into a duplicate acknowledgement, not a second copy.
+A batch is stamped once per producer identity and sequence, and every retry resends the identical bytes, so the
+broker's idempotence check turns a retry of a batch that did land into a duplicate acknowledgement, not a second copy.
 
 Transactions use the classic protocol kafka-python speaks: InitProducerId(transactional_id) on the transaction
 coordinator, AddPartitionsToTxn before the first write to a partition, EndTxn; Produce is capped at v11 and the
@@ -20,11 +17,9 @@ from __future__ import annotations
 
 import collections
 import logging
-import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import crc32c
 import kafka.errors as Errors
 from kafka.protocol.metadata import CoordinatorType
 from kafka.protocol.producer import (
@@ -34,9 +29,11 @@ from kafka.protocol.producer import (
     ProduceRequest,
 )
 
+from mirror_core.batch_codec import parse_batch, stamp_producer_in_place
 from mirror_core.errors import (
     AmbiguousWriteError,
     BatchRejectedError,
+    CorruptBatchError,
     MirrorError,
     PartitionUnavailableError,
     ProducerFencedError,
@@ -45,7 +42,6 @@ from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
 
 log = logging.getLogger(__name__)
 
-_ATTR_TRANSACTIONAL = 0x10
 _MAX_SEQUENCE = 2**31 - 1
 PRODUCE_MAX_VERSION = 11
 # The target refuses these for good: resending the same bytes cannot help.
@@ -61,29 +57,6 @@ _FENCED = (Errors.InvalidProducerEpochError, Errors.ProducerFencedError, Errors.
 _STATE_LOST = (Errors.OutOfOrderSequenceNumberError, Errors.UnknownProducerIdError)
 
 
-
-
-
-
-
-
-def stamp_producer_fields(data, producer_id: int, producer_epoch: int, base_sequence: int, *,
-                          transactional: bool) -> bytearray:
-    """A copy of a v2 batch carrying our producer fields, baseOffset 0, no leader epoch, and a fresh CRC."""
-    out = bytearray(data)
-    struct.pack_into(">q", out, 0, 0)
-    struct.pack_into(">i", out, 12, -1)
-    (attributes,) = struct.unpack_from(">h", out, 21)
-    attributes = (attributes | _ATTR_TRANSACTIONAL) if transactional else (attributes & ~_ATTR_TRANSACTIONAL)
-    struct.pack_into(">h", out, 21, attributes)
-    struct.pack_into(">qhi", out, 43, producer_id, producer_epoch, base_sequence)
-    struct.pack_into(">I", out, 17, crc32c.crc32c(memoryview(out)[21:]))
-    return out
-
-
-StampFn = Callable[..., bytearray]
-
-
 def next_sequence(sequence: int, records: int) -> int:
     """Kafka's sequence arithmetic: wraps to 0 after 2^31 - 1."""
     return (sequence + records) % (_MAX_SEQUENCE + 1)
@@ -91,24 +64,33 @@ def next_sequence(sequence: int, records: int) -> int:
 
 @dataclass(frozen=True)
 class OutgoingBatch:
+    """One v2 batch for a target partition, ready apart from its producer fields.
+
+    The writer owns ``data`` and stamps it in place on every write; the caller must not share the buffer.
+    Handed anything but a ``bytearray``, the batch copies it once.
+    """
+
     topic: str
     partition: int
-    data: bytes | bytearray | memoryview   # one v2 batch, ready for the target apart from producer fields
-    source_offset: int                      # source base offset, named in errors
+    data: bytearray
+    source_offset: int  # source base offset, named in errors
+
+    def __post_init__(self):
+        if not isinstance(self.data, bytearray):
+            object.__setattr__(self, "data", bytearray(self.data))
 
     @property
     def records_count(self) -> int:
-        return struct.unpack_from(">i", self.data, 57)[0]
+        return parse_batch(self.data).records_count
 
 
 class _Pending:
-    __slots__ = ("index", "batch", "stamped", "stamped_for", "ambiguous")
+    __slots__ = ("index", "batch", "stamped_for", "ambiguous")
 
     def __init__(self, index: int, batch: OutgoingBatch):
         self.index = index
         self.batch = batch
-        self.stamped: bytearray | None = None
-        self.stamped_for: tuple[int, int] | None = None
+        self.stamped_for: tuple[int, int, int, bool] | None = None  # (producer id, epoch, sequence, transactional)
         self.ambiguous = False
 
 
@@ -118,14 +100,13 @@ class BatchWriter:
     Invariants: per partition at most one batch is in flight and batches land in the order given; a batch's
     bytes never change between retries within one producer epoch; ``_next_seq[tp]`` is the sequence of the next
     batch and moves only when the broker acknowledged one; a non-retriable rejection stops the write with the
-    partition and source offset named. Synchronous: one request at a time, at most ``max_request_bytes`` of
-    stamped copies alive besides the caller's input.
+    partition and source offset named. Synchronous: one request at a time; batches are stamped in their own
+    buffers, so the writer holds no copies.
     """
 
     def __init__(self, client: WireClient, *, transactional_id: str | None = None,
                  transaction_timeout_ms: int = 60_000, acks: int = -1, timeout_ms: int = 30_000,
-                 max_request_bytes: int = 16 * 1024 * 1024, retry_timeout_s: float = 120.0,
-                 stamp: StampFn = stamp_producer_fields):
+                 max_request_bytes: int = 16 * 1024 * 1024, retry_timeout_s: float = 120.0):
         if acks != -1:
             raise ValueError("idempotent writes need acks=all (-1)")
         self.client = client
@@ -135,7 +116,6 @@ class BatchWriter:
         self.timeout_ms = timeout_ms
         self.max_request_bytes = max_request_bytes
         self.retry_timeout_s = retry_timeout_s
-        self._stamp = stamp
         self.producer_id = -1
         self.producer_epoch = -1
         self._next_seq: dict[tuple[str, int], int] = collections.defaultdict(int)
@@ -306,12 +286,12 @@ class BatchWriter:
                                                 f"write failed: {last_error}", offset=p.batch.source_offset)
 
     def _stamp_all(self, pending: dict[tuple[str, int], _Pending]) -> None:
-        identity = (self.producer_id, self.producer_epoch)
         for tp, p in pending.items():
-            if p.stamped_for != identity:
-                p.stamped = self._stamp(p.batch.data, self.producer_id, self.producer_epoch, self._next_seq[tp],
-                                        transactional=self._in_txn)
-                p.stamped_for = identity
+            stamp = (self.producer_id, self.producer_epoch, self._next_seq[tp], self._in_txn)
+            if p.stamped_for != stamp:
+                stamp_producer_in_place(p.batch.data, producer_id=stamp[0], producer_epoch=stamp[1],
+                                        base_sequence=stamp[2], transactional=stamp[3])
+                p.stamped_for = stamp
                 p.ambiguous = False
 
     def _by_leader(self, pending: dict[tuple[str, int], _Pending]) -> dict[int, list[tuple[str, int]]]:
@@ -331,7 +311,7 @@ class BatchWriter:
         Topic = ProduceRequest.TopicProduceData
         by_topic = collections.defaultdict(list)
         for (topic, partition), p in items.items():
-            by_topic[topic].append(Topic.PartitionProduceData(index=partition, records=p.stamped))
+            by_topic[topic].append(Topic.PartitionProduceData(index=partition, records=p.batch.data))
         request = ProduceRequest(
             transactional_id=self.transactional_id if self._in_txn else None, acks=self.acks,
             timeout_ms=self.timeout_ms, topic_data=[Topic(name=t, partition_data=ps) for t, ps in by_topic.items()],
@@ -381,11 +361,13 @@ def _error_name(error: type) -> str:
 
 
 def _check_ready(batch: OutgoingBatch) -> None:
-    data = batch.data
-    if len(data) < 61 or data[16] != 2:
-        raise ValueError(f"{batch.topic}-{batch.partition} source offset {batch.source_offset}: "
-                         "only whole magic-2 batches can be written")
-    last_delta, count = struct.unpack_from(">i", data, 23)[0], batch.records_count
-    if count <= 0 or last_delta + 1 != count:
-        raise ValueError(f"{batch.topic}-{batch.partition} source offset {batch.source_offset}: batch has "
-                         f"{count} records for {last_delta + 1} offsets; re-encode it first")
+    where = f"{batch.topic}-{batch.partition} source offset {batch.source_offset}"
+    try:
+        view = parse_batch(batch.data)
+    except (ValueError, CorruptBatchError):
+        view = None
+    if view is None or view.magic != 2:
+        raise ValueError(f"{where}: only whole magic-2 batches can be written")
+    if view.records_count <= 0 or view.has_offset_holes:
+        raise ValueError(f"{where}: batch has {view.records_count} records for {view.last_offset_delta + 1} "
+                         "offsets; re-encode it first")

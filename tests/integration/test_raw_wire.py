@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from mirror_core.batch_codec import BatchView, prepare_for_target
 from mirror_core.errors import ClusterUnavailableError, DataLossError
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import WireClient
@@ -67,6 +68,13 @@ def _fill_source(cluster, topic: str, partition: int, tag: str) -> set[bytes]:
     return {value for _, value, _ in aborted}
 
 
+def _outgoing(topic: str, partition: int, view: BatchView) -> OutgoingBatch:
+    """The target-ready copy of a fetched batch (these sources hold only batches that are copied, none skipped)."""
+    prepared = prepare_for_target(view)
+    assert prepared is not None
+    return OutgoingBatch(topic, partition, prepared.data, source_offset=view.base_offset)
+
+
 def _copy(source: WireClient, target: WireClient, topic: str, partitions: int, *, max_bytes: int) -> dict:
     """Fetch every partition to its last stable offset, then write all batches in one multi-partition call."""
     outgoing, fetched = [], {}
@@ -75,7 +83,7 @@ def _copy(source: WireClient, target: WireClient, topic: str, partitions: int, *
         end = list_offsets(source, topic, partition, "last_stable")
         batches = list(RawBatchFetcher(source, topic, partition, start, end, max_bytes=max_bytes))
         fetched[partition] = batches
-        outgoing += [OutgoingBatch(topic, partition, b.data, b.base_offset) for b in batches]
+        outgoing += [_outgoing(topic, partition, b) for b in batches]
     writer = BatchWriter(target)
     offsets = writer.write(outgoing)
     return {"fetched": fetched, "offsets": offsets, "outgoing": outgoing}
@@ -103,7 +111,7 @@ def test_committed_records_reach_the_target_identical_and_in_order(source_cluste
         offs = [o for o, b in zip(copied["offsets"], copied["outgoing"], strict=True) if b.partition == partition]
         counts = [b.records_count for b in copied["fetched"][partition]]
         assert offs == [sum(counts[:i]) for i in range(len(counts))]
-    assert all(not b.is_control for batches in copied["fetched"].values() for b in batches)
+    assert all(not b.control for batches in copied["fetched"].values() for b in batches)
 
 
 def test_fetch_starting_inside_a_batch_yields_that_batch_once(source_cluster, source, unique_name):
@@ -160,7 +168,7 @@ def test_target_rejection_names_partition_and_source_offset(source_cluster, targ
     batch = next(iter(RawBatchFetcher(source, topic, 0, 0, 1)))
 
     with pytest.raises(BatchRejectedError) as info:
-        BatchWriter(target).write([OutgoingBatch(topic, 0, batch.data, source_offset=batch.base_offset)])
+        BatchWriter(target).write([_outgoing(topic, 0, batch)])
     assert (info.value.topic, info.value.partition, info.value.source_offset) == (topic, 0, 0)
     assert "MESSAGE_SIZE_TOO_LARGE" in str(info.value) and "'target'" in str(info.value)
 
@@ -172,7 +180,7 @@ def test_transactional_writer_commits_aborts_and_is_fenced(source_cluster, targe
     target_cluster.create_topic(topic)
     source_cluster.produce(topic, [(b"k", b"v%d" % i) for i in range(4)], **{"linger.ms": 0})
     batches = list(RawBatchFetcher(source, topic, 0, 0, 4))
-    out = [OutgoingBatch(topic, 0, b.data, b.base_offset) for b in batches]
+    out = [_outgoing(topic, 0, b) for b in batches]
     txn_id = f"shoal.test.{uuid.uuid4().hex[:8]}"
 
     writer = BatchWriter(target, transactional_id=txn_id)

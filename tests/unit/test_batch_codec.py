@@ -18,14 +18,18 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from mirror_core import batch_deep
 from mirror_core.batch_codec import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
     BatchKind,
     Codec,
+    control_type,
     iter_batches,
     parse_batch,
     prepare_for_target,
     records_digest,
     rewrite_header,
     rewrite_header_into,
+    stamp_producer_in_place,
     verify_crc,
     walk_batches,
 )
@@ -228,6 +232,61 @@ def test_rewrite_refuses_transactional_without_producer_id():
         rewrite_header(parse_batch(build()), transactional=True)
 
 
+# --- producer stamping ------------------------------------------------------------------------------------
+
+
+@codecs
+@pytest.mark.parametrize("was_txn, txn", [(False, False), (False, True), (True, False), (True, True)])
+def test_stamp_in_place_sets_producer_fields_and_keeps_everything_else(codec, was_txn, txn):
+    source = patch(build(codec=codec, base_offset=77, transactional=was_txn), set_bits=LAT | HORIZON,
+                   leader_epoch=5)
+    buf = bytearray(source)
+    stamp_producer_in_place(buf, producer_id=9001, producer_epoch=4, base_sequence=17, transactional=txn)
+    ref = DefaultRecordBatch(bytes(buf))
+    assert ref.validate_crc()
+    assert (ref.producer_id, ref.producer_epoch, ref.base_sequence, ref.is_transactional) == (9001, 4, 17, txn)
+    before, after = parse_batch(source), parse_batch(buf)
+    assert after.attributes & ~TXN == before.attributes & ~TXN  # codec, LogAppendTime, delete horizon kept
+    unchanged = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "last_offset_delta",
+                 "base_timestamp", "max_timestamp", "records_count")
+    assert [getattr(after, f) for f in unchanged] == [getattr(before, f) for f in unchanged]
+    assert bytes(after.records_section) == bytes(before.records_section)
+
+
+@codecs
+def test_prepared_then_stamped_batch_reads_back_the_source_records(codec):
+    source = build(codec=codec, base_offset=1234)
+    prepared = prepare_for_target(parse_batch(source))
+    stamp_producer_in_place(prepared.data, producer_id=7, producer_epoch=0, base_sequence=2**31 - 1,
+                            transactional=True)
+    ref = DefaultRecordBatch(bytes(prepared.data))
+    assert ref.validate_crc() and ref.base_offset == 0 and ref.leader_epoch == -1
+    assert (ref.producer_id, ref.base_sequence, ref.is_transactional) == (7, 2**31 - 1, True)
+    assert decoded(bytes(prepared.data)) == dense(decoded(source))
+
+
+def test_stamp_in_place_touches_only_the_batch_at_its_position():
+    first, second = build(base_offset=10), build(base_offset=16)
+    buf = bytearray(first + second)
+    stamp_producer_in_place(buf, len(first), producer_id=3, producer_epoch=1, base_sequence=6, transactional=False)
+    assert bytes(buf[:len(first)]) == first
+    views, tail = walk_batches(buf)
+    assert tail == 0 and views[1].producer_id == 3 and views[1].base_sequence == 6
+    verify_crc(views[1])
+
+
+def test_stamp_in_place_refuses_what_it_cannot_stamp():
+    with pytest.raises(ValueError, match="producer id"):
+        stamp_producer_in_place(bytearray(build()), producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                transactional=True)
+    with pytest.raises(ValueError, match="no complete batch"):
+        stamp_producer_in_place(bytearray(build()[:-1]), producer_id=1, producer_epoch=0, base_sequence=0,
+                                transactional=False)
+    with pytest.raises(ValueError, match="magic-1"):
+        stamp_producer_in_place(bytearray(legacy(1, Codec.NONE, RECORDS[:1], 0)), producer_id=1,
+                                producer_epoch=0, base_sequence=0, transactional=False)
+
+
 def test_delete_horizon_is_cleared_and_record_timestamps_survive():
     source = patch(build(base_offset=50), set_bits=HORIZON)  # baseTimestamp = horizon, deltas relative to it
     view = parse_batch(source)
@@ -248,6 +307,41 @@ def test_control_batches_are_skipped():
     view = parse_batch(marker)
     assert view.control and view.transactional and view.classify() is BatchKind.CONTROL
     assert prepare_for_target(view) is None
+
+
+def marker(kind: int = CONTROL_COMMIT, *, base_offset: int = 40, key: bytes | None = None) -> bytes:
+    """A control batch with one marker record (key: version 0, ``kind``) as a transaction coordinator writes it."""
+    key = struct.pack(">hh", 0, kind) if key is None else key
+    batch = build([(0, 1, key, struct.pack(">hi", 0, 0), [])], base_offset=base_offset, transactional=True)
+    return patch(batch, set_bits=CONTROL)
+
+
+def test_control_type_reads_commit_and_abort():
+    assert control_type(parse_batch(marker(CONTROL_COMMIT))) == 1
+    assert control_type(parse_batch(marker(CONTROL_ABORT))) == 0
+
+
+def _cut_records(batch: bytes, keep: int) -> bytes:
+    return patch(batch[:61 + keep], batch_length=61 + keep - 12)
+
+
+@pytest.mark.parametrize("garbage", [
+    pytest.param(lambda: marker(key=b"\x00\x01"), id="short-key"),
+    pytest.param(lambda: patch(build([(0, 1, None, b"v", [])], base_offset=40, transactional=True),
+                               set_bits=CONTROL), id="null-key"),
+    pytest.param(lambda: marker()[:61] + b"\xff" * (len(marker()) - 61), id="varint-runs-on"),
+    pytest.param(lambda: _cut_records(marker(), 3), id="records-cut"),
+    pytest.param(lambda: _cut_records(marker(), 0), id="no-records"),
+    pytest.param(lambda: patch(marker(), set_bits=int(Codec.GZIP)), id="compressed"),
+])
+def test_control_type_of_garbage_raises_naming_the_offset(garbage):
+    with pytest.raises(CorruptBatchError, match="offset 40"):
+        control_type(parse_batch(garbage()))
+
+
+def test_control_type_of_a_data_batch_is_a_caller_error():
+    with pytest.raises(ValueError, match="not a control batch"):
+        control_type(parse_batch(build(base_offset=40)))
 
 
 def test_empty_batches_left_by_the_cleaner_are_skipped():

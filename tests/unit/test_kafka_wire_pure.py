@@ -1,5 +1,5 @@
-"""Pure parts of the wire layer: config translation, batch walking, the aborted-transaction filter, header
-stamping, and the writer's retry/sequence logic against a scripted fake broker."""
+"""Pure parts of the wire layer: config translation, the fetcher's batch handling and aborted-transaction filter,
+and the writer's stamping and retry/sequence logic against a scripted fake broker."""
 
 from __future__ import annotations
 
@@ -10,15 +10,11 @@ import crc32c
 import kafka.errors as Errors
 import pytest
 from kafka.protocol.producer import InitProducerIdRequest
+from kafka.record.default_records import DefaultRecordBatch
 
+from mirror_core.batch_codec import parse_batch, walk_batches
 from mirror_core.errors import ConfigError, CorruptBatchError
-from mirror_core.fetcher import (
-    AbortedTransaction,
-    RawBatchFetcher,
-    control_record_type,
-    select_committed,
-    walk_raw_batches,
-)
+from mirror_core.fetcher import AbortedTransaction, RawBatchFetcher, select_committed
 from mirror_core.kafka_wire import kafka_python_kwargs
 from mirror_core.writer import (
     AmbiguousWriteError,
@@ -26,7 +22,6 @@ from mirror_core.writer import (
     BatchWriter,
     OutgoingBatch,
     next_sequence,
-    stamp_producer_fields,
 )
 
 pytestmark = pytest.mark.unit
@@ -72,7 +67,7 @@ def make_batch(base_offset: int, count: int = 1, *, producer_id: int = -1, trans
 
 
 def batches_of(*raw: bytes):
-    batches, tail = walk_raw_batches(b"".join(raw))
+    batches, tail = walk_batches(b"".join(raw))
     assert tail == 0
     return batches
 
@@ -134,29 +129,6 @@ def test_config_errors_never_echo_a_password():
         kafka_python_kwargs({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
                              "sasl.mechanism": "OAUTHBEARER", "sasl.username": "u", "sasl.password": "hunter22"})
     assert "hunter22" not in str(info.value)
-
-
-# -- batch walking ------------------------------------------------------------------------------------------
-
-def test_walk_splits_whole_batches_and_reports_the_cut_tail():
-    first, second, third = make_batch(0, 3), make_batch(3, 2), make_batch(5, 4)
-    buf = first + second + third[:40]
-    batches, tail = walk_raw_batches(buf)
-    assert [(b.base_offset, b.next_offset, b.records_count) for b in batches] == [(0, 3, 3), (3, 5, 2)]
-    assert tail == 40
-    assert bytes(batches[1].data) == second
-
-
-def test_walk_rejects_an_impossible_length():
-    bad = bytearray(make_batch(7))
-    struct.pack_into(">i", bad, 8, 10)
-    with pytest.raises(CorruptBatchError, match="offset 7"):
-        walk_raw_batches(bytes(bad))
-
-
-def test_control_record_type_reads_commit_and_abort():
-    commit, abort = batches_of(make_batch(4, control=1, producer_id=9), make_batch(5, control=0, producer_id=9))
-    assert (control_record_type(commit), control_record_type(abort)) == (1, 0)
 
 
 # -- aborted-transaction filter -----------------------------------------------------------------------------
@@ -252,6 +224,22 @@ def test_fetch_keeps_the_position_at_the_last_whole_batch_when_the_tail_is_cut()
     assert fetcher.position == 2
 
 
+def test_fetch_yields_zero_copy_views_of_the_response():
+    first, second = make_batch(0, 3), make_batch(3, 2)
+    response = _response(first, second, make_batch(5, 4)[:40])
+    result = _fetcher(0)._accept(response)
+    assert [(b.base_offset, b.next_offset, b.records_count) for b in result.batches] == [(0, 3, 3), (3, 5, 2)]
+    assert bytes(result.batches[1].buffer) == second
+    assert result.batches[1].buffer.obj is response.records
+
+
+def test_fetch_rejects_an_impossible_length_naming_the_offset():
+    bad = bytearray(make_batch(7))
+    struct.pack_into(">i", bad, 8, 10)
+    with pytest.raises(CorruptBatchError, match="offset 7"):
+        _fetcher(7)._accept(_response(bytes(bad)))
+
+
 def test_fetch_moves_past_markers_and_aborted_batches_and_stops_at_the_end():
     fetcher = _fetcher(0, end=5)
     result = fetcher._accept(_response(
@@ -261,20 +249,7 @@ def test_fetch_moves_past_markers_and_aborted_batches_and_stops_at_the_end():
     assert fetcher.position == 7 and fetcher.done
 
 
-# -- header stamping ----------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("transactional", [False, True])
-def test_stamp_writes_producer_fields_and_a_valid_crc(transactional):
-    source = make_batch(1234, 3, producer_id=55, transactional=True)
-    out = stamp_producer_fields(memoryview(source), 901, 3, 17, transactional=transactional)
-    base_offset, leader_epoch = struct.unpack_from(">qi", out, 0)[0], struct.unpack_from(">i", out, 12)[0]
-    (attributes,) = struct.unpack_from(">h", out, 21)
-    assert (base_offset, leader_epoch) == (0, -1)
-    assert bool(attributes & 0x10) is transactional
-    assert struct.unpack_from(">qhi", out, 43) == (901, 3, 17)
-    assert struct.unpack_from(">I", out, 17)[0] == crc32c.crc32c(bytes(out[21:]))
-    assert out[61:] == source[61:]
-
+# -- writer ------------------------------------------------------------------------------------------------
 
 def test_sequences_wrap_like_kafka():
     assert next_sequence(10, 5) == 15
@@ -318,7 +293,7 @@ class ScriptedTarget:
             base = -1
             if code == 0:
                 base = self.next_offset.get((topic, partition), 0)
-                self.next_offset[(topic, partition)] = base + struct.unpack_from(">i", data, 57)[0]
+                self.next_offset[(topic, partition)] = base + parse_batch(data).records_count
             responses.append(SimpleNamespace(name=topic, partition_responses=[SimpleNamespace(
                 index=partition, error_code=code, base_offset=base, error_message=None)]))
         return SimpleNamespace(responses=responses)
@@ -340,7 +315,7 @@ def test_writer_sends_one_batch_per_partition_per_request_with_growing_sequences
     assert len(target.sent) == 2
     for _, payload in target.sent:
         assert sorted(payload) == [("t", 0), ("t", 1)]
-    seqs = [struct.unpack_from(">i", target.sent[i][1][("t", 0)], 53)[0] for i in range(2)]
+    seqs = [parse_batch(target.sent[i][1][("t", 0)]).base_sequence for i in range(2)]
     assert seqs == [0, 2]
 
 
@@ -363,8 +338,28 @@ def test_writer_reinitialises_the_producer_on_lost_state():
     writer = _writer(target)
     writer.write([_out("t", 0, 0), _out("t", 0, 2)])
     assert target.init_calls == 2
-    last = target.sent[-1][1][("t", 0)]
-    assert struct.unpack_from(">qhi", last, 43) == (502, 0, 0)
+    last = parse_batch(target.sent[-1][1][("t", 0)])
+    assert (last.producer_id, last.producer_epoch, last.base_sequence) == (502, 0, 0)
+
+
+def test_writer_stamps_the_batch_it_owns_in_place():
+    data = bytearray(make_batch(0, 2))
+    batch = OutgoingBatch("t", 0, data, source_offset=0)
+    assert batch.data is data                                     # a bytearray is taken over, not copied
+    target = ScriptedTarget()
+    _writer(target).write([batch])
+    stamped = parse_batch(data)
+    assert (stamped.producer_id, stamped.producer_epoch, stamped.base_sequence) == (501, 0, 0)
+    assert target.sent[0][1][("t", 0)] == bytes(data)
+    assert DefaultRecordBatch(bytes(data)).validate_crc()
+
+
+def test_outgoing_batch_copies_anything_but_a_bytearray_once():
+    source = make_batch(0, 2)
+    batch = OutgoingBatch("t", 0, memoryview(source), source_offset=0)
+    assert isinstance(batch.data, bytearray) and batch.data == source
+    _writer(ScriptedTarget()).write([batch])
+    assert parse_batch(source).producer_id == -1                  # the caller's bytes are left alone
 
 
 def test_writer_refuses_to_guess_after_an_unanswered_send_and_lost_state():
