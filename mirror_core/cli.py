@@ -55,6 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("cluster", help="sandbox cluster name")
     pr.add_argument("--secure", action="store_true", help="use the SASL_SSL/SCRAM listener")
 
+    cp = sub.add_parser("copy", help="copy an offset range of a topic from one cluster to another, as raw batches")
+    cp.add_argument("--source", required=True, metavar="CLUSTER",
+                    help="a sandbox cluster name, a YAML/JSON file with librdkafka settings, or host:port")
+    cp.add_argument("--target", required=True, metavar="CLUSTER", help="same forms as --source")
+    cp.add_argument("--topic", required=True)
+    cp.add_argument("--target-topic", help="name on the target (default: the same)")
+    cp.add_argument("--partitions", help="e.g. 0,2,4-6 (default: all)")
+    cp.add_argument("--from", dest="start", default="earliest", help="earliest | OFFSET | ISO time (default earliest)")
+    cp.add_argument("--to", dest="end", default="latest", help="latest | OFFSET | ISO time (default latest)")
+    cp.add_argument("--exact-bounds", action="store_true",
+                    help="trim batches that straddle the bounds (default: copy whole batches, report the real end)")
+    cp.add_argument("--producer-timestamps", action="store_true",
+                    help="for LogAppendTime sources, keep the producers' create times instead of the broker's")
+    cp.add_argument("--accept-loss", action="store_true",
+                    help="start at the log start when --from is already deleted (the loss is reported)")
+
     demo = sub.add_parser("demo", help="the main job on the local embedded default (see README)")
     demo.add_argument("--records", type=int, default=20_000, help="order events to produce (default 20000)")
     demo.add_argument("--partitions", type=int, default=3, help="partitions of the demo topic (default 3)")
@@ -72,6 +88,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return _sandbox(args, sandbox_from_environ(environ), console)
         if args.command == "probe":
             return _probe(args, sandbox_from_environ(environ), console)
+        if args.command == "copy":
+            return _copy(args, sandbox_from_environ(environ), console)
         if args.command == "demo":
             from mirror_core.demo_job import run_demo
 
@@ -83,6 +101,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except MirrorError as exc:
         err.print(f"[bold red]shoal: error:[/] {exc}", highlight=False, markup=True)
         return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one readable line, never a stack trace
+        if type(exc).__module__.startswith("kafka"):
+            err.print(f"[bold red]shoal: error:[/] Kafka error not handled more specifically: {exc!r}")
+            return EXIT_FAILURE
+        raise
     except KeyboardInterrupt:
         err.print("shoal: interrupted")
         return 130
@@ -129,6 +152,46 @@ def _print_status(console, statuses) -> None:
     for s in statuses:
         console.print(f"{s.name}: cluster id {s.cluster_id or '-'}, log {s.log_file}", highlight=False,
                       soft_wrap=True)
+
+
+def resolve_cluster(spec: str, sandbox, *, role: str):
+    """A cluster from a sandbox name, a YAML/JSON settings file, or a bare ``host:port`` bootstrap."""
+    from mirror_core.cluster import ClusterConfig
+    from mirror_core.sandbox import CLUSTERS
+
+    path = Path(spec)
+    if path.is_file():
+        import yaml
+
+        try:
+            settings = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--{role} {spec}: not valid YAML/JSON ({exc})") from None
+        if not isinstance(settings, dict):
+            raise ConfigError(f"--{role} {spec}: expected a mapping of librdkafka settings")
+        return ClusterConfig(path.stem, {str(k): str(v) for k, v in settings.items()})
+    if spec in CLUSTERS:
+        return ClusterConfig(spec, sandbox.client_config(spec))
+    if ":" in spec:
+        return ClusterConfig(role, {"bootstrap.servers": spec})
+    raise ConfigError(f"--{role} {spec!r} is neither a settings file, a sandbox cluster ({', '.join(CLUSTERS)}) "
+                      "nor host:port")
+
+
+def _copy(args: argparse.Namespace, sandbox, console) -> int:
+    from mirror_core.copier import CopyOptions
+    from mirror_core.copy_command import CopyCommand, run_copy
+    from mirror_core.positions import parse_position
+
+    cmd = CopyCommand(
+        source=resolve_cluster(args.source, sandbox, role="source"),
+        target=resolve_cluster(args.target, sandbox, role="target"),
+        topic=args.topic, target_topic=args.target_topic or args.topic, partitions=args.partitions,
+        start=parse_position(args.start, what="--from"), end=parse_position(args.end, what="--to"),
+        options=CopyOptions(exact_bounds=args.exact_bounds, preserve_log_append_time=not args.producer_timestamps),
+        accept_loss=args.accept_loss)
+    run_copy(cmd, console)
+    return 0
 
 
 def _probe(args: argparse.Namespace, sandbox, console) -> int:

@@ -1,0 +1,83 @@
+"""``shoal copy``: copy a bounded offset range of one topic between two clusters, with progress and a summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mirror_core.cluster import ClusterConfig
+from mirror_core.copier import CopyOptions, CopyResult, PartitionRange, RangeCopier
+from mirror_core.errors import ConfigError
+from mirror_core.kafka_wire import WireClient
+from mirror_core.positions import PositionSpec, parse_partitions
+from mirror_core.ranges import resolve_range
+
+
+@dataclass(frozen=True)
+class CopyCommand:
+    source: ClusterConfig
+    target: ClusterConfig
+    topic: str
+    target_topic: str
+    partitions: str | None
+    start: PositionSpec
+    end: PositionSpec
+    options: CopyOptions
+    accept_loss: bool = False
+
+
+def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mirror_core.preflight import run_preflight
+
+    with WireClient.for_cluster(cmd.source) as source, WireClient.for_cluster(cmd.target) as target:
+        meta = topic_metadata_or_error(source, cmd.topic)
+        partitions = parse_partitions(cmd.partitions, len(meta.partitions), cmd.topic)
+        ranges = []
+        for p in partitions:
+            lo, hi = resolve_range(source, cmd.topic, p, cmd.start, cmd.end, accept_loss=cmd.accept_loss)
+            ranges.append(PartitionRange(cmd.topic, p, lo, hi, cmd.target_topic, p))
+        report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,
+                               start_offsets={r.partition: r.start for r in ranges})
+        for finding in report.findings:
+            console.print(f"[yellow]preflight {finding.severity.name}[/]: {finding.message}", highlight=False)
+        report.raise_if_refused()
+        copier = RangeCopier(source, target, options=cmd.options)
+        results = []
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as bar:
+            for rng in ranges:
+                task = bar.add_task(f"{rng.topic}-{rng.partition}", total=max(rng.end - rng.start, 1))
+                results.append(copier.copy(rng, progress=lambda r, t=task, g=rng: bar.update(
+                    t, completed=min(r.source_end, g.end) - g.start)))
+        _summary(console, cmd, results)
+        return results
+
+
+def topic_metadata_or_error(client: WireClient, topic: str):
+    """Topic metadata, or a one-line ConfigError naming cluster and topic when it does not exist."""
+    import kafka.errors as Errors
+
+    try:
+        return client.topic_metadata(topic, refresh=True)
+    except Errors.UnknownTopicOrPartitionError:
+        raise ConfigError(f"topic {topic!r} does not exist on cluster {client.cluster_name!r}") from None
+    except Errors.TopicAuthorizationFailedError:
+        raise ConfigError(f"not authorized to describe topic {topic!r} on cluster {client.cluster_name!r}") from None
+
+
+def _summary(console, cmd: CopyCommand, results: list[CopyResult]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{cmd.source.name}/{cmd.topic} → {cmd.target.name}/{cmd.target_topic}")
+    for col in ("partition", "source range", "target range", "records", "batches", "MB", "deep", "MB/s"):
+        table.add_column(col, justify="right" if col not in ("source range", "target range") else "left")
+    for r in results:
+        target = "-" if r.first_target_offset is None else f"[{r.first_target_offset}, {r.next_target_offset})"
+        rate = r.bytes / 1e6 / r.seconds if r.seconds > 0 else 0.0
+        table.add_row(str(r.range.partition), f"[{r.source_start}, {r.source_end})", target, str(r.records),
+                      str(r.batches), f"{r.bytes / 1e6:.2f}", str(r.deep_batches), f"{rate:.1f}")
+    console.print(table)
+    total = sum(r.records for r in results)
+    console.print(f"copied {total} records in {sum(r.batches for r in results)} batches "
+                  f"({sum(r.deep_batches for r in results)} deep)")

@@ -1,0 +1,57 @@
+"""``shoal copy`` as an operator runs it: a summary on success, one line naming the cluster on failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def shoal(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mirror_core.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "COLUMNS": "200"}, timeout=300)
+
+
+def test_copy_prints_a_summary_and_the_target_matches(source_cluster, target_cluster, unique_name):
+    topic = unique_name()
+    source_cluster.create_topic(topic, partitions=3)
+    source_cluster.produce(topic, [(b"k%d" % i, b"v%d" % i) for i in range(300)], **{"compression.type": "zstd"})
+    result = shoal("copy", "--source", "source", "--target", "target", "--topic", topic,
+                   "--target-topic", f"dr.{topic}", "--partitions", "0-2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "copied 300 records" in result.stdout and "(0 deep)" in result.stdout
+    src, tgt = source_cluster.read_all(topic), target_cluster.read_all(f"dr.{topic}")
+    assert [(r.partition, r.offset, r.content()) for r in tgt] == [(r.partition, r.offset, r.content()) for r in src]
+
+
+def test_wrong_password_is_one_line_naming_the_cluster(sandbox, tmp_path):
+    secure = json.loads((sandbox.broker("source").info_file).read_text())["secure"]
+    settings = {"bootstrap.servers": secure["bootstrap"], "security.protocol": "SASL_SSL",
+                "sasl.mechanism": secure["sasl.mechanism"], "sasl.username": "shoal",
+                "sasl.password": "definitely-wrong", "ssl.ca.location": secure["ssl.ca.location"]}
+    config = tmp_path / "prod-eu.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    result = shoal("copy", "--source", str(config), "--target", "target", "--topic", "anything")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "cluster 'prod-eu'" in result.stderr and "authentication failed" in result.stderr
+    assert "definitely-wrong" not in result.stderr + result.stdout
+
+
+def test_bad_arguments_are_one_line_errors(source_cluster, unique_name):
+    topic = unique_name()
+    source_cluster.create_topic(topic)
+    for args, expected in [
+        (("--topic", "no.such.topic"), "topic 'no.such.topic' does not exist on cluster 'source'"),
+        (("--topic", topic, "--from", "yesterday"), "--from 'yesterday' is not earliest, latest"),
+        (("--topic", topic, "--partitions", "7"), "no partition 7"),
+    ]:
+        result = shoal("copy", "--source", "source", "--target", "target", *args)
+        assert result.returncode == 2, result.stderr
+        assert expected in result.stderr.replace("\n", " ") and "Traceback" not in result.stderr
