@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import ClusterUnavailableError
 from mirror_core.probe import probe_cluster
 
-RECORDS = [(f"k{i}".encode(), f"value-{i}".encode(), [("h", f"{i}".encode())], 1_700_000_000_000 + i)
+# Recent timestamps: the sandbox checks retention every second, so week-old records would vanish mid-test.
+NOW = int(time.time() * 1000)
+RECORDS = [(f"k{i}".encode(), f"value-{i}".encode(), [("h", f"{i}".encode())], NOW - 60_000 + i)
            for i in range(50)]
 
 
