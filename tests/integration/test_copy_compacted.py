@@ -79,7 +79,7 @@ def test_cleaned_compacted_topic_with_holes_empty_and_horizon_batches(source_clu
     holes = [b for b in batches if b.has_offset_holes and b.classify() is BatchKind.DATA]
     empty = [b for b in batches if b.classify() is BatchKind.EMPTY]
     horizon = [b for b in batches if b.delete_horizon]
-    layout = _describe(batches)
+    layout = _describe(batches); print("\nSRC", layout)
     assert [(b.base_offset, b.next_offset, b.records_count) for b in holes] == [(0, 5, 2), (5, 8, 2)], layout
     assert [(b.base_offset, b.next_offset) for b in empty] == [(8, 9)], layout
     assert [(b.base_offset, b.records_count) for b in horizon] == [(9, 5)], layout
@@ -104,6 +104,6 @@ def test_cleaned_compacted_topic_with_holes_empty_and_horizon_batches(source_clu
     assert all(result.offset_runs.translate(o) is None for o in range(15) if o not in copied), \
         f"holes and the empty batch were never copied: {result.offset_runs}"
 
-    target_raw = raw_batches(target_cluster, topic)
+    target_raw = raw_batches(target_cluster, topic); print("TGT", _describe(target_raw)); print(result); print([r.content() for r in tgt])
     assert not any(b.has_offset_holes or b.delete_horizon or b.classify() is not BatchKind.DATA
                    for b in target_raw), _describe(target_raw)
