@@ -250,3 +250,47 @@ def logical_digest(views: Iterable[BatchView], *, log_append_time_to_max: bool =
             digest.update(struct.pack(">qI", record.timestamp, len(record.tail)))
             digest.update(record.tail)
     return digest.hexdigest()
+
+
+def encode_record_tail(key: bytes | None, value: bytes | None,
+                       headers: Sequence[tuple[str, bytes | None]] = ()) -> bytes:
+    """The key/value/headers part of a v2 record (what :class:`SourceRecord` calls its tail)."""
+    out = bytearray()
+    for field in (key, value):
+        if field is None:
+            encode_varint(-1, out.append)
+        else:
+            encode_varint(len(field), out.append)
+            out += field
+    encode_varint(len(headers), out.append)
+    for name, header_value in headers:
+        raw = name.encode()
+        encode_varint(len(raw), out.append)
+        out += raw
+        if header_value is None:
+            encode_varint(-1, out.append)
+        else:
+            encode_varint(len(header_value), out.append)
+            out += header_value
+    return bytes(out)
+
+
+def decode_record_tail(tail: bytes | memoryview) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    """Inverse of :func:`encode_record_tail`: (key, value, headers)."""
+    data = bytes(tail)
+
+    def field(pos: int) -> tuple[bytes | None, int]:
+        length, pos = decode_varint(data, pos)
+        if length < 0:
+            return None, pos
+        return data[pos:pos + length], pos + length
+
+    key, pos = field(0)
+    value, pos = field(pos)
+    count, pos = decode_varint(data, pos)
+    headers = []
+    for _ in range(count):
+        name, pos = field(pos)
+        header_value, pos = field(pos)
+        headers.append(((name or b"").decode(), header_value))
+    return key, value, headers

@@ -70,6 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="for LogAppendTime sources, keep the producers' create times instead of the broker's")
     cp.add_argument("--accept-loss", action="store_true",
                     help="start at the log start when --from is already deleted (the loss is reported)")
+    cp.add_argument("--mode", choices=("exactly-once", "at-least-once", "none"), default="exactly-once",
+                    help="exactly-once (default): data and checkpoint in one target transaction, a rerun resumes; "
+                         "at-least-once: for targets without transactions; none: a one-off copy, no checkpoint")
+    cp.add_argument("--pipeline", help="checkpoint name (default copy.<topic>.<target topic>)")
+    cp.add_argument("--commit-interval-ms", type=int, default=1000, help="commit at least this often (default 1000)")
+    cp.add_argument("--commit-bytes", type=int, default=4 * 1024 * 1024,
+                    help="commit after this many bytes (default 4 MiB)")
+    cp.add_argument("--fetch-max-bytes", type=int, default=4 * 1024 * 1024, help=argparse.SUPPRESS)
+    cp.add_argument("--throttle-mbps", type=float, help="limit the copy to this many MB/s (protects a busy source)")
 
     demo = sub.add_parser("demo", help="the main job on the local embedded default (see README)")
     demo.add_argument("--records", type=int, default=20_000, help="order events to produce (default 20000)")
@@ -188,8 +197,11 @@ def _copy(args: argparse.Namespace, sandbox, console) -> int:
         target=resolve_cluster(args.target, sandbox, role="target"),
         topic=args.topic, target_topic=args.target_topic or args.topic, partitions=args.partitions,
         start=parse_position(args.start, what="--from"), end=parse_position(args.end, what="--to"),
-        options=CopyOptions(exact_bounds=args.exact_bounds, preserve_log_append_time=not args.producer_timestamps),
-        accept_loss=args.accept_loss)
+        options=CopyOptions(exact_bounds=args.exact_bounds, preserve_log_append_time=not args.producer_timestamps,
+                            fetch_max_bytes=args.fetch_max_bytes,
+                            throttle_bytes_per_s=args.throttle_mbps * 1e6 if args.throttle_mbps else None),
+        accept_loss=args.accept_loss, mode=args.mode, pipeline=args.pipeline,
+        commit_interval_ms=args.commit_interval_ms, commit_bytes=args.commit_bytes)
     run_copy(cmd, console)
     return 0
 

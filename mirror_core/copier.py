@@ -9,9 +9,10 @@ Range bounds: by default whole batches are copied, so a batch that straddles ``e
 actual end (the next offset after it) is reported; the next range or the daemon starts there. With
 ``exact_bounds`` straddling batches are trimmed (a deep case).
 
-Invariants: batches reach the target in source order; the target offsets a partition receives are contiguous
-(one writer per target partition — a gap or jump means someone else wrote to it, and the copy halts);
-``CopyResult.source_end`` never passes what the target acknowledged.
+Delivery: the copier itself only writes; a :class:`FlushListener` (see :mod:`mirror_core.checkpointed`) turns
+flushes into transactions and checkpoints. Invariants: batches reach the target in source order; within a session
+the target offsets a partition receives are contiguous except for one transaction marker per commit (a jump means
+someone else wrote to it, and the copy halts); ``CopyResult.source_end`` never passes what the target acknowledged.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from mirror_core.batch_codec import PreparedBatch, prepare_for_target
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.fetcher import RawBatchFetcher
 from mirror_core.kafka_wire import WireClient
 from mirror_core.offset_map import OffsetRuns
+from mirror_core.throttle import Throttle
 from mirror_core.writer import BatchWriter, OutgoingBatch
 
 RECORDS_SECTION = 61  # RecordBatch v2 header size: the digest covers what follows it
@@ -58,6 +61,7 @@ class CopyOptions:
     fetch_max_bytes: int = 4 * 1024 * 1024
     max_inflight_bytes: int = 8 * 1024 * 1024
     stall_timeout_s: float = 30.0  # no progress while the source has nothing more to give: the range is wrong
+    throttle_bytes_per_s: float | None = None  # shared by every range this copier copies
 
     def __post_init__(self) -> None:
         if self.fetch_max_bytes <= 0 or self.max_inflight_bytes <= 0:
@@ -80,6 +84,7 @@ class CopyResult:
     offset_runs: OffsetRuns = field(default_factory=OffsetRuns)
     records_digest: str = ""
     seconds: float = 0.0
+    commits: int = 0
 
     @property
     def last_target_offset(self) -> int | None:
@@ -89,24 +94,35 @@ class CopyResult:
 Progress = Callable[[CopyResult], None]
 
 
+class FlushListener(Protocol):
+    """Told after every acknowledged flush and at the end; returns how many transaction markers it added to the
+    target partition (each commit writes one), so the contiguity check can allow for them."""
+
+    def flushed(self, result: CopyResult, *, final: bool) -> int: ...
+
+
 class RangeCopier:
     """Copies :class:`PartitionRange` s from one source cluster to one target cluster through a shared writer."""
 
     def __init__(self, source: WireClient, target: WireClient, writer: BatchWriter | None = None,
-                 options: CopyOptions | None = None):
+                 options: CopyOptions | None = None, listener: FlushListener | None = None):
         self.source = source
         self.target = target
         self.writer = writer or BatchWriter(target)
         self.options = options or CopyOptions()
+        self.listener = listener
+        self.throttle = Throttle(self.options.throttle_bytes_per_s) if self.options.throttle_bytes_per_s else None
 
-    def copy(self, rng: PartitionRange, progress: Progress | None = None) -> CopyResult:
+    def copy(self, rng: PartitionRange, progress: Progress | None = None, *,
+             offset_runs: OffsetRuns | None = None) -> CopyResult:
+        """Copy ``rng``; ``offset_runs`` continues an earlier map of this partition (a resumed copy)."""
         opts = self.options
         started = time.monotonic()
-        result = CopyResult(rng, source_start=rng.start, source_end=rng.start)
-        digest = hashlib.blake2b(digest_size=16)
+        result = CopyResult(rng, source_start=rng.start, source_end=rng.start,
+                            offset_runs=offset_runs if offset_runs is not None else OffsetRuns())
+        session = _Session(hashlib.blake2b(digest_size=16))
         if rng.start == rng.end:
-            result.records_digest = digest.hexdigest()
-            return result
+            return self._finish(result, session, started, progress)
         fetcher = RawBatchFetcher(self.source, rng.topic, rng.partition, rng.start, rng.end,
                                   max_bytes=opts.fetch_max_bytes)
         bounds = (rng.start, rng.end) if opts.exact_bounds else None
@@ -116,6 +132,8 @@ class RangeCopier:
         last_progress = time.monotonic()
         while not fetcher.done:
             fetched = fetcher.fetch()
+            if self.throttle is not None and fetched.batches:
+                self.throttle.consume(sum(view.size for view in fetched.batches))
             for view in fetched.batches:
                 if first_fetched and not opts.exact_bounds:
                     result.source_start = min(rng.start, view.base_offset)
@@ -127,7 +145,7 @@ class RangeCopier:
                 pending.append(prepared)
                 pending_bytes += len(prepared.data)
                 if pending_bytes >= opts.max_inflight_bytes:
-                    self._flush(rng, pending, result, digest)
+                    self._flush(rng, pending, result, session)
                     pending, pending_bytes = [], 0
             if fetched.batches or fetcher.position > result.source_end:
                 last_progress = time.monotonic()
@@ -144,9 +162,14 @@ class RangeCopier:
             if progress is not None:
                 progress(result)
         if pending:
-            self._flush(rng, pending, result, digest)
+            self._flush(rng, pending, result, session)
         result.source_end = max(result.source_end, self._reachable_end(fetcher, rng))
-        result.records_digest = digest.hexdigest()
+        return self._finish(result, session, started, progress)
+
+    def _finish(self, result: CopyResult, session: _Session, started: float, progress: Progress | None):
+        if self.listener is not None:
+            self.listener.flushed(result, final=True)
+        result.records_digest = session.digest.hexdigest()
         result.seconds = time.monotonic() - started
         if progress is not None:
             progress(result)
@@ -155,22 +178,13 @@ class RangeCopier:
     def _reachable_end(self, fetcher: RawBatchFetcher, rng: PartitionRange) -> int:
         return fetcher.position if not self.options.exact_bounds else min(fetcher.position, rng.end)
 
-    def _flush(self, rng: PartitionRange, pending: list[PreparedBatch], result: CopyResult, digest) -> None:
+    def _flush(self, rng: PartitionRange, pending: list[PreparedBatch], result: CopyResult,
+               session: _Session) -> None:
         outgoing = [OutgoingBatch(rng.target_topic, rng.target_partition, p.data, p.source_first_offset)
                     for p in pending]
         bases = self.writer.write(outgoing)
         for prepared, base in zip(pending, bases, strict=True):
-            expected = result.next_target_offset
-            if base < 0:  # the broker answered "duplicate" without an offset: it is where we expected it
-                if expected is None:
-                    raise MirrorError(f"cluster {self.target.cluster_name!r} {rng.target_topic}-"
-                                      f"{rng.target_partition}: first batch acknowledged without an offset")
-                base = expected
-            elif expected is not None and base != expected:
-                raise MirrorError(
-                    f"cluster {self.target.cluster_name!r} {rng.target_topic}-{rng.target_partition}: the batch "
-                    f"from source offset {prepared.source_first_offset} landed at {base}, expected {expected}; "
-                    "another writer is producing to this partition, so the offset map would be wrong")
+            base = session.check_landing(self.target.cluster_name, rng, prepared, base)
             if result.first_target_offset is None:
                 result.first_target_offset = base
             result.next_target_offset = base + prepared.record_count
@@ -181,5 +195,30 @@ class RangeCopier:
             result.deep_batches += prepared.deep
             result.source_end = max(result.source_end, prepared.source_next_offset)
             section = memoryview(prepared.data)[RECORDS_SECTION:]
-            digest.update(len(section).to_bytes(4, "big"))
-            digest.update(section)
+            session.digest.update(len(section).to_bytes(4, "big"))
+            session.digest.update(section)
+        if self.listener is not None:
+            session.markers_allowed += self.listener.flushed(result, final=False)
+
+
+@dataclass
+class _Session:
+    """Per-copy bookkeeping of where the next batch must land on the target."""
+
+    digest: object
+    expected: int | None = None
+    markers_allowed: int = 0
+
+    def check_landing(self, cluster: str, rng: PartitionRange, prepared: PreparedBatch, base: int) -> int:
+        where = f"cluster {cluster!r} {rng.target_topic}-{rng.target_partition}"
+        if base < 0:  # the broker answered "duplicate" without an offset: it is where we expected it
+            if self.expected is None:
+                raise MirrorError(f"{where}: first batch acknowledged without an offset")
+            base = self.expected
+        elif self.expected is not None and not self.expected <= base <= self.expected + self.markers_allowed:
+            raise MirrorError(
+                f"{where}: the batch from source offset {prepared.source_first_offset} landed at {base}, expected "
+                f"{self.expected}; another writer is producing to this partition, so the offset map would be wrong")
+        self.expected = base + prepared.record_count
+        self.markers_allowed = 0
+        return base

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mirror_core.cluster import ClusterConfig
 from mirror_core.copier import CopyOptions, CopyResult, PartitionRange, RangeCopier
@@ -23,6 +23,10 @@ class CopyCommand:
     end: PositionSpec
     options: CopyOptions
     accept_loss: bool = False
+    mode: str = "exactly-once"  # exactly-once | at-least-once | none (no checkpoints: a one-off copy)
+    pipeline: str | None = None  # default: copy.<source topic>.<target topic>
+    commit_interval_ms: int = 1000
+    commit_bytes: int = 4 * 1024 * 1024
 
 
 def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
@@ -42,16 +46,31 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
         for finding in report.findings:
             console.print(f"[yellow]preflight {finding.severity.name}[/]: {finding.message}", highlight=False)
         report.raise_if_refused()
-        copier = RangeCopier(source, target, options=cmd.options)
+        copy = _copier(cmd, source, target)
         results = []
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
             for rng in ranges:
                 task = bar.add_task(f"{rng.topic}-{rng.partition}", total=max(rng.end - rng.start, 1))
-                results.append(copier.copy(rng, progress=lambda r, t=task, g=rng: bar.update(
+                results.append(copy(rng, progress=lambda r, t=task, g=rng: bar.update(
                     t, completed=min(r.source_end, g.end) - g.start)))
         _summary(console, cmd, results)
         return results
+
+
+def _copier(cmd: CopyCommand, source: WireClient, target: WireClient):
+    """The copy function for the chosen delivery mode."""
+    if cmd.mode == "none":
+        return RangeCopier(source, target, options=cmd.options).copy
+    from mirror_core.checkpoint import CheckpointStore
+    from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
+
+    store = CheckpointStore(cmd.target, target)
+    store.ensure_topic()
+    policy = CommitPolicy(commit_bytes=cmd.commit_bytes, commit_interval_ms=cmd.commit_interval_ms)
+    options = replace(cmd.options, max_inflight_bytes=min(cmd.options.max_inflight_bytes, cmd.commit_bytes))
+    return CheckpointedCopier(source, target, store, pipeline=cmd.pipeline or f"copy.{cmd.topic}.{cmd.target_topic}",
+                              mode=DeliveryMode(cmd.mode), options=options, policy=policy).copy
 
 
 def topic_metadata_or_error(client: WireClient, topic: str):
