@@ -184,8 +184,13 @@ class RawBatchFetcher:
         aborted = [AbortedTransaction(t.producer_id, t.first_offset) for t in (data.aborted_transactions or ())]
         committed = select_committed(batches, aborted)
         start = self.position
-        if batches:
-            self.position = max(self.position, batches[-1].next_offset)
+        # Advance only over batches inside the range: a batch starting at or after ``end`` belongs to the next
+        # range, and moving past it would make that range start too late (silent loss of the batches between).
+        ours = [b for b in batches if self.end is None or b.base_offset < self.end]
+        reached = ours[-1].next_offset if ours else self.position
+        if len(ours) < len(batches):  # the response went past the end: every offset before it was seen
+            reached = max(reached, self.end)
+        self.position = max(self.position, reached)
         kept = [b for b in committed
                 if b.next_offset > start and (self.end is None or b.base_offset < self.end)]
         return FetchResult(kept, self.position, data.high_watermark, data.last_stable_offset,

@@ -168,3 +168,18 @@ def test_copy_never_decompresses_when_every_decompressor_raises(monkeypatch, sou
         results = copy_topic(source_cluster, target_cluster, topic)
         assert results[0].records == 200 and results[0].deep_batches == 0
         assert_same_records(source_cluster, target_cluster, topic)
+
+
+def test_consecutive_ranges_meeting_at_a_batch_boundary_copy_everything(source_cluster, target_cluster,
+                                                                         unique_name):
+    """Regression: a range ending exactly at a batch boundary must not advance past the next batch."""
+    topic = unique_name()
+    source_cluster.create_topic(topic)
+    for chunk in range(4):  # four batches of five records
+        source_cluster.produce(topic, [(b"k", b"v%d" % (chunk * 5 + i)) for i in range(5)],
+                               **{"linger.ms": 100, "batch.size": 1_000_000})
+    assert [b.base_offset for b in raw_batches(source_cluster, topic)] == [0, 5, 10, 15]
+    first = copy_topic(source_cluster, target_cluster, topic, start=0, end=5)[0]
+    assert first.source_end == 5
+    copy_topic(source_cluster, target_cluster, topic, start=first.source_end, end=20, preflight=False)
+    assert [r.value for r in target_cluster.read_all(topic)] == [b"v%d" % i for i in range(20)]

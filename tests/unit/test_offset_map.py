@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import random
+import zlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mirror_core.offset_map import OffsetRun, OffsetRuns
+from mirror_core.offset_map import OffsetMap, OffsetRun, OffsetRuns
 
 
 def test_contiguous_batches_merge_into_one_run():
@@ -51,3 +55,133 @@ def test_translation_is_exact_for_every_copied_offset(batches):
     assert all(runs.translate(s) is None for s in range(source + 5) if s not in expected)
     shifts = [r.shift for r in runs]
     assert shifts == sorted(shifts, reverse=True) and len(set(shifts)) == len(shifts), "merged: one run per shift"
+
+
+# -- OffsetMap: what a consumer group committed at a source offset resumes from on the target ------------------
+
+def _transactions_map() -> OffsetMap:
+    """Source: txn records 100..104, commit marker 105, aborted 106..109 + abort marker 110, records 111..112,
+    commit marker 113; the copy position is 114. Target (dense, non-transactional) starts at 0."""
+    m = OffsetMap(position=100, target_next=0)
+    m.add_batch(0, [(100, 0, 5)])
+    m.add_batch(5, [(111, 0, 2)])
+    m.advance(114)
+    return m
+
+
+def test_translate_copied_gap_position_and_beyond():
+    m = _transactions_map()
+    assert m.as_tuples() == [(100, 105, 0), (111, 113, 5)]
+    assert [m.translate(s) for s in (100, 104, 111, 112)] == [0, 4, 5, 6], "copied records: exact"
+    assert m.translate(105) == 5 and m.translate(108) == 5 and m.translate(110) == 5, "gap: next copied record"
+    assert m.translate(113) == 7, "trailing commit marker below the position: target_next"
+    assert m.translate(114) == 7 == m.target_next, "a caught-up group commits exactly target_next"
+    assert m.translate(115) is None, "not copied yet: decline, never guess"
+    assert m.translate(99) is None, "before the copy began: decline"
+
+
+def test_gap_before_the_first_copied_record_belongs_to_the_map_from_its_start():
+    m = OffsetMap(position=50, target_next=1000)  # the range starts on a commit marker
+    m.add_batch(1000, [(51, 0, 3)])
+    assert m.start == 50 and m.translate(50) == 1000 and m.translate(51) == 1000 and m.translate(53) == 1002
+    assert m.translate(54) == 1003 and m.translate(49) is None
+
+
+def test_inverse_maps_target_records_back_and_target_next_to_position():
+    m = _transactions_map()
+    assert [m.inverse(t) for t in range(7)] == [100, 101, 102, 103, 104, 111, 112]
+    assert m.inverse(7) == 114 and m.inverse(8) is None and m.inverse(-1) is None
+
+
+def test_inverse_of_the_mirrors_own_transaction_markers_is_the_next_copied_record():
+    m = OffsetMap(position=0, target_next=0)
+    m.add_batch(0, [(0, 0, 3)])
+    m.advance(4, target_next=4)  # source commit marker at 3, our own commit marker at target 3
+    m.add_batch(4, [(4, 0, 2)])
+    m.advance(7, target_next=7)
+    assert m.as_tuples() == [(0, 3, 0), (4, 6, 4)]
+    assert m.inverse(3) == 4 and m.inverse(6) == 7 and m.inverse(7) == 7
+    assert m.translate(3) == 4 and m.translate(6) == 7
+
+
+def test_add_batch_with_holes_and_source_next_moves_over_a_trailing_hole():
+    m = OffsetMap(position=100, target_next=0)
+    m.add_batch(0, [(102, 0, 2), (105, 2, 1)], source_next=108)  # compacted batch 100..107, re-encoded densely
+    assert m.as_tuples() == [(102, 104, 0), (105, 106, 2)] and (m.position, m.target_next) == (108, 3)
+    assert [m.translate(s) for s in range(100, 110)] == [0, 0, 0, 1, 2, 2, 3, 3, 3, None]
+
+
+def test_a_map_refuses_runs_that_would_re_answer_offsets_and_going_backwards():
+    m = _transactions_map()
+    with pytest.raises(ValueError):
+        m.add_batch(7, [(113, 0, 1)])  # 113 was already answered as a gap
+    with pytest.raises(ValueError):
+        m.add_batch(6, [(114, 0, 1)])  # target 6 is taken
+    with pytest.raises(ValueError):
+        m.advance(113)
+    with pytest.raises(ValueError):
+        m.advance(115, target_next=6)
+    with pytest.raises(ValueError):
+        OffsetMap(position=10, target_next=0, runs=[OffsetRun(5, 12, 0)])
+    with pytest.raises(ValueError):
+        OffsetMap(position=20, target_next=3, runs=[OffsetRun(5, 12, 0)])
+    assert m == _transactions_map(), "a refused change leaves the map as it was"
+
+
+def test_extend_appends_a_later_copy_result():
+    first = OffsetRuns()
+    first.add_batch(0, [(0, 0, 10)])
+    m = OffsetMap.from_runs(first, start=0, position=11, target_next=10)
+    later = OffsetRuns()
+    later.add_batch(10, [(11, 0, 5)])
+    m.extend(later, position=17, target_next=15)
+    assert m.as_tuples() == [(0, 10, 0), (11, 16, 10)] and (m.position, m.target_next) == (17, 15)
+    assert len(first) == 1, "the caller's runs are not aliased"
+
+
+def test_prune_drops_runs_below_keeps_a_straddling_run_and_declines_below():
+    m = _transactions_map()
+    assert m.prune(103) == 0 and m.start == 100, "run (100, 105) straddles 103: kept whole"
+    assert m.translate(100) == 0
+    assert m.prune(107) == 1 and m.start == 107 and m.as_tuples() == [(111, 113, 5)]
+    assert m.translate(106) is None and m.translate(107) == 5 and m.translate(114) == 7
+    assert m.prune(10_000) == 1 and m.start == m.position == 114 and len(m) == 0
+    assert m.translate(114) == 7 and m.translate(113) is None
+
+
+def test_checkpoint_encodings_round_trip_and_reject_garbage():
+    m = _transactions_map()
+    assert OffsetMap.from_bytes(m.to_bytes()) == m
+    assert OffsetMap.from_dict(json.loads(json.dumps(m.as_dict()))) == m
+    empty = OffsetMap(position=7, target_next=3)
+    assert OffsetMap.from_bytes(empty.to_bytes()) == empty
+    data = m.to_bytes()
+    with pytest.raises(ValueError, match="version 9"):
+        OffsetMap.from_bytes(b"\x09" + data[1:])
+    with pytest.raises(ValueError):
+        OffsetMap.from_bytes(data[:-3])
+    with pytest.raises(ValueError):
+        OffsetMap.from_bytes(data[:1] + zlib.compress(zlib.decompress(data[1:]) + b"\x00"))
+    with pytest.raises(ValueError):
+        OffsetMap.from_bytes(b"")
+
+
+def _ten_thousand_transactions(transactional_target: bool) -> OffsetMap:
+    """10,000 source transactions of 1..50 records (seeded), each followed by its commit marker."""
+    rng = random.Random(20240607)
+    m = OffsetMap(position=0, target_next=0)
+    for _ in range(10_000):
+        size = rng.randint(1, 50)
+        m.add_batch(m.target_next, [(m.position, 0, size)])
+        m.advance(m.position + 1, target_next=m.target_next + transactional_target)
+    return m
+
+
+@pytest.mark.parametrize("transactional_target", [False, True], ids=["dense-target", "transactional-target"])
+def test_ten_thousand_transactions_encode_well_under_100_kib(transactional_target):
+    m = _ten_thousand_transactions(transactional_target)
+    assert len(m) == 10_000
+    encoded = m.to_bytes()
+    print(f"10,000 runs ({transactional_target=}): {len(encoded)} bytes")
+    assert len(encoded) < 16 * 1024, f"{len(encoded)} bytes"  # budget: 100 KiB; this pattern takes ~7 KiB
+    assert OffsetMap.from_bytes(encoded) == m
