@@ -15,10 +15,11 @@ so a checkpoint of an aborted transaction is never seen.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from mirror_core.batch_codec import Codec
@@ -27,11 +28,12 @@ from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import MirrorError
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import WireClient
+from mirror_core.offset_map import OffsetMap
 from mirror_core.writer import OutgoingBatch
 
 CHECKPOINT_TOPIC = "__shoal_checkpoints"
 CHECKPOINT_PARTITIONS = 8
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: offset map in OffsetMap's binary encoding
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Checkpoint:
     target_next: int | None  # the target's next offset after our last committed batch (None: nothing written)
     owner: str  # "backfill:<run id>", "daemon", "copy"
     owner_epoch: int
-    offset_runs: tuple[tuple[int, int, int], ...] = ()  # (source_start, source_end, target_start)
+    offset_map: OffsetMap | None = None  # None until something was written
     updated_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     @property
@@ -55,8 +57,10 @@ class Checkpoint:
         return checkpoint_key(self.pipeline, self.topic, self.partition)
 
     def to_value(self) -> bytes:
-        body = asdict(self)
-        body["offset_runs"] = [list(r) for r in self.offset_runs]
+        """JSON; the offset map in its compact binary encoding (base64), so the value stays small."""
+        body = {f.name: getattr(self, f.name) for f in fields(self)}
+        body["offset_map"] = None if self.offset_map is None else \
+            base64.b64encode(self.offset_map.to_bytes()).decode()
         body["v"] = FORMAT_VERSION
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -66,8 +70,8 @@ class Checkpoint:
         version = body.pop("v", None)
         if version != FORMAT_VERSION:
             raise MirrorError(f"checkpoint format {version!r} is not supported (this Shoal reads {FORMAT_VERSION})")
-        body["offset_runs"] = tuple(tuple(r) for r in body["offset_runs"])
-        return cls(**body)
+        encoded = body.pop("offset_map")
+        return cls(**body, offset_map=None if encoded is None else OffsetMap.from_bytes(base64.b64decode(encoded)))
 
 
 def checkpoint_key(pipeline: str, topic: str, partition: int) -> bytes:
@@ -114,11 +118,13 @@ class CheckpointStore:
         for partition in range(self.partitions):
             for key, value in self._read_partition(partition):
                 ident = tuple(json.loads(key))
+                if pipeline is not None and ident[0] != pipeline:
+                    continue  # decode only what was asked for: other pipelines may be another Shoal's format
                 if value is None:
                     out.pop(ident, None)
                 else:
                     out[ident] = Checkpoint.from_value(value)
-        return {k: v for k, v in out.items() if pipeline is None or k[0] == pipeline}
+        return out
 
     def read(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:
         key = checkpoint_key(pipeline, topic, partition)
@@ -147,9 +153,11 @@ class CheckpointStore:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        rows = [asdict(cp) for cp in self.read_all(pipeline).values()]
-        for row in rows:
-            row["offset_runs"] = [list(r) for r in row["offset_runs"]]
+        rows = []
+        for cp in self.read_all(pipeline).values():
+            row = {f.name: getattr(cp, f.name) for f in fields(cp) if f.name != "offset_map"}
+            row["offset_runs"] = [] if cp.offset_map is None else [list(r) for r in cp.offset_map.as_tuples()]
+            rows.append(row)
         schema = pa.schema([("pipeline", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                             ("position", pa.int64()), ("target_topic", pa.string()),
                             ("target_partition", pa.int32()), ("target_next", pa.int64()), ("owner", pa.string()),

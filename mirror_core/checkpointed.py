@@ -22,7 +22,7 @@ from mirror_core.checkpoint import Checkpoint, CheckpointStore
 from mirror_core.copier import CopyOptions, CopyResult, PartitionRange, Progress, RangeCopier
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka_wire import WireClient
-from mirror_core.offset_map import OffsetRun, OffsetRuns
+from mirror_core.offset_map import OffsetMap, OffsetRuns
 from mirror_core.writer import BatchWriter
 
 
@@ -83,10 +83,10 @@ class CheckpointedCopier:
                     f"pipeline {self.pipeline!r} copied {rng.topic}-{rng.partition} to {previous.target_topic}-"
                     f"{previous.target_partition} before; it cannot continue into {rng.target_topic}-"
                     f"{rng.target_partition} (use another pipeline name)")
-            runs = OffsetRuns(OffsetRun(*r) for r in previous.offset_runs)
+            if previous.offset_map is not None:
+                runs = OffsetRuns(previous.offset_map.runs)
             start = min(max(rng.start, previous.position), rng.end)
-        listener = _CheckpointCommitter(self, writer, rng, exactly_once,
-                                        previous_target_next=previous.target_next if previous else None)
+        listener = _CheckpointCommitter(self, writer, rng, exactly_once, previous=previous, start=start)
         if exactly_once:
             writer.begin_transaction()
         copier = RangeCopier(self.source, self.target, writer, self.options, listener=listener)
@@ -100,9 +100,12 @@ class _CheckpointCommitter:
     """Turns the copier's flushes into checkpoints (and, exactly-once, commits of the open transaction)."""
 
     def __init__(self, owner: CheckpointedCopier, writer: BatchWriter, rng: PartitionRange, exactly_once: bool, *,
-                 previous_target_next: int | None):
+                 previous: Checkpoint | None, start: int):
         self.owner = owner
-        self.previous_target_next = previous_target_next
+        self.previous_target_next = previous.target_next if previous is not None else None
+        # the lowest source offset the map answers for: where this partition's copy began (or was pruned to)
+        self.map_start = previous.offset_map.start if previous is not None and previous.offset_map is not None \
+            else start
         self.writer = writer
         self.rng = rng
         self.exactly_once = exactly_once
@@ -118,11 +121,14 @@ class _CheckpointCommitter:
             return 0
         target_next = result.next_target_offset if result.next_target_offset is not None else \
             self.previous_target_next
+        offset_map = None if target_next is None else OffsetMap.from_runs(
+            result.offset_runs, start=min(self.map_start, result.source_end), position=result.source_end,
+            target_next=target_next)
         checkpoint = Checkpoint(
             pipeline=self.owner.pipeline, topic=self.rng.topic, partition=self.rng.partition,
             position=result.source_end, target_topic=self.rng.target_topic,
             target_partition=self.rng.target_partition, target_next=target_next, owner=self.owner.owner,
-            owner_epoch=self.owner.owner_epoch, offset_runs=tuple(result.offset_runs.as_tuples()))
+            owner_epoch=self.owner.owner_epoch, offset_map=offset_map)
         self.writer.write([self.owner.store.checkpoint_batch(checkpoint)])
         markers = 0
         if self.exactly_once:

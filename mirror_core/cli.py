@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--commit-bytes", type=int, default=4 * 1024 * 1024,
                     help="commit after this many bytes (default 4 MiB)")
     cp.add_argument("--fetch-max-bytes", type=int, default=4 * 1024 * 1024, help=argparse.SUPPRESS)
+    cp.add_argument("--max-inflight-bytes", type=int, default=8 * 1024 * 1024, help=argparse.SUPPRESS)
     cp.add_argument("--throttle-mbps", type=float, help="limit the copy to this many MB/s (protects a busy source)")
 
     demo = sub.add_parser("demo", help="the main job on the local embedded default (see README)")
@@ -198,7 +199,7 @@ def _copy(args: argparse.Namespace, sandbox, console) -> int:
         topic=args.topic, target_topic=args.target_topic or args.topic, partitions=args.partitions,
         start=parse_position(args.start, what="--from"), end=parse_position(args.end, what="--to"),
         options=CopyOptions(exact_bounds=args.exact_bounds, preserve_log_append_time=not args.producer_timestamps,
-                            fetch_max_bytes=args.fetch_max_bytes,
+                            fetch_max_bytes=args.fetch_max_bytes, max_inflight_bytes=args.max_inflight_bytes,
                             throttle_bytes_per_s=args.throttle_mbps * 1e6 if args.throttle_mbps else None),
         accept_loss=args.accept_loss, mode=args.mode, pipeline=args.pipeline,
         commit_interval_ms=args.commit_interval_ms, commit_bytes=args.commit_bytes)
