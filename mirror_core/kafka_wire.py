@@ -239,6 +239,21 @@ class WireClient:
         except _AUTH_ERRORS as exc:
             raise self._unavailable(exc) from None
 
+    def send_async(self, node_id: int, request, timeout_ms: int | None = None):
+        """Queue ``request`` for ``node_id`` and return a kafka-python Future at once (several may be in flight);
+        :meth:`wait` drives the network loop on this thread until a given one is answered."""
+        if self._closed:
+            raise MirrorError(f"wire client for cluster {self.cluster_name!r} is closed")
+        return self._net.call_soon_with_future(self._manager.send, request, node_id, timeout_ms)
+
+    def wait(self, future) -> None:
+        """Drive the network loop until ``future`` is resolved; authentication failures become
+        :class:`ClusterUnavailableError`, other errors stay on the future."""
+        if not future.is_done:
+            self._net.poll(future=future)
+        if future.failed() and isinstance(future.exception, _AUTH_ERRORS):
+            raise self._unavailable(future.exception) from None
+
     def _first_contact(self, timeout_ms: int) -> BaseException | None:
         """Connect once to the first bootstrap address so a refused login fails fast.
 

@@ -8,6 +8,13 @@ stamped into the batch's own buffer with the CRC resealed (:func:`mirror_core.ba
 A batch is stamped once per producer identity and sequence, and every retry resends the identical bytes, so the
 broker's idempotence check turns a retry of a batch that did land into a duplicate acknowledgement, not a second copy.
 
+Produce requests are pipelined: up to ``MAX_IN_FLIGHT`` (5, the most for which Kafka's idempotence keeps order)
+per broker, with sequences assigned in send order. Answers are taken in send order; when a batch fails, the
+partition's later batches in flight are resent after it with their original bytes (the broker rejects those it did
+not write as out of sequence and acknowledges those it did as duplicates), so a partition's order never changes.
+One copy path runs one partition, so one Produce round trip per batch was the limit without this (see
+``docs/performance.md``).
+
 Transactions use the classic protocol kafka-python speaks: InitProducerId(transactional_id) on the transaction
 coordinator, AddPartitionsToTxn before the first write to a partition, EndTxn; Produce is capped at v11 and the
 transaction requests at v3/v4 so a Kafka 4 broker never takes us for a "transaction version 2" client.
@@ -21,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import kafka.errors as Errors
+from kafka.future import Future
 from kafka.protocol.metadata import CoordinatorType
 from kafka.protocol.producer import (
     AddPartitionsToTxnRequest,
@@ -44,6 +52,9 @@ log = logging.getLogger(__name__)
 
 _MAX_SEQUENCE = 2**31 - 1
 PRODUCE_MAX_VERSION = 11
+# Produce requests in flight per broker connection (so per partition too): the broker keeps the idempotence
+# state of the last 5 batches per producer and partition, and kafka-python pauses a connection at 5 in flight.
+MAX_IN_FLIGHT = 5
 # The target refuses these for good: resending the same bytes cannot help.
 _REJECTIONS = (
     Errors.MessageSizeTooLargeError, Errors.CorruptRecordError, Errors.InvalidRecordError,
@@ -85,11 +96,12 @@ class OutgoingBatch:
 
 
 class _Pending:
-    __slots__ = ("index", "batch", "stamped_for", "ambiguous")
+    __slots__ = ("index", "batch", "records", "stamped_for", "ambiguous")
 
     def __init__(self, index: int, batch: OutgoingBatch):
         self.index = index
         self.batch = batch
+        self.records = batch.records_count
         self.stamped_for: tuple[int, int, int, bool] | None = None  # (producer id, epoch, sequence, transactional)
         self.ambiguous = False
 
@@ -97,16 +109,18 @@ class _Pending:
 class BatchWriter:
     """Writes raw batches to target partitions with broker-enforced idempotence.
 
-    Invariants: per partition at most one batch is in flight and batches land in the order given; a batch's
-    bytes never change between retries within one producer epoch; ``_next_seq[tp]`` is the sequence of the next
-    batch and moves only when the broker acknowledged one; a non-retriable rejection stops the write with the
-    partition and source offset named. Synchronous: one request at a time; batches are stamped in their own
-    buffers, so the writer holds no copies.
+    Invariants: per partition at most ``MAX_IN_FLIGHT`` batches are in flight and batches land in the order given;
+    a batch's bytes never change between retries within one producer epoch; ``_next_seq[tp]`` is the sequence of
+    the next unacknowledged batch and moves only when the broker acknowledged one; a non-retriable rejection stops
+    the write with the partition and source offset named. Pipelined but single-threaded: :meth:`write` returns
+    when every batch is acknowledged; batches are stamped in their own buffers, and the encoded requests in
+    flight stay under ``max_inflight_bytes``.
     """
 
     def __init__(self, client: WireClient, *, transactional_id: str | None = None,
                  transaction_timeout_ms: int = 60_000, acks: int = -1, timeout_ms: int = 30_000,
-                 max_request_bytes: int = 16 * 1024 * 1024, retry_timeout_s: float = 120.0):
+                 max_request_bytes: int = 16 * 1024 * 1024, max_inflight_bytes: int = 8 * 1024 * 1024,
+                 retry_timeout_s: float = 120.0):
         if acks != -1:
             raise ValueError("idempotent writes need acks=all (-1)")
         self.client = client
@@ -115,6 +129,7 @@ class BatchWriter:
         self.acks = acks
         self.timeout_ms = timeout_ms
         self.max_request_bytes = max_request_bytes
+        self.max_inflight_bytes = max_inflight_bytes
         self.retry_timeout_s = retry_timeout_s
         self.producer_id = -1
         self.producer_epoch = -1
@@ -225,8 +240,9 @@ class BatchWriter:
     def write(self, batches: Sequence[OutgoingBatch]) -> list[int]:
         """Write ``batches`` (in order per partition) and return the base offset the target gave each one.
 
-        Batches of different partitions share Produce requests (one batch per partition per request); a base
-        offset of -1 means the broker reported the batch as an already-written duplicate without its offset.
+        Batches of different partitions share Produce requests (one batch per partition per request) and up to
+        ``MAX_IN_FLIGHT`` requests per broker are in flight at once; a base offset of -1 means the broker
+        reported the batch as an already-written duplicate without its offset.
         """
         for batch in batches:
             _check_ready(batch)
@@ -235,99 +251,43 @@ class BatchWriter:
         if self._in_txn:
             self._add_partitions([(b.topic, b.partition) for b in batches])
         results: list[int] = [-1] * len(batches)
-        queues: dict[tuple[str, int], collections.deque] = collections.defaultdict(collections.deque)
-        for index, batch in enumerate(batches):
-            queues[(batch.topic, batch.partition)].append(index)
-        while queues:
-            round_ = [queue.popleft() for queue in queues.values()]
-            queues = {tp: q for tp, q in queues.items() if q}
-            for chunk in self._chunks(round_, batches):
-                self._write_round({(batches[i].topic, batches[i].partition): _Pending(i, batches[i])
-                                   for i in chunk}, results)
+        if batches:
+            _Pipeline(self, batches, results).run()
         return results
 
-    def _chunks(self, indices: list[int], batches: Sequence[OutgoingBatch]):
-        chunk, size = [], 0
-        for index in indices:
-            length = len(batches[index].data)
-            if chunk and size + length > self.max_request_bytes:
-                yield chunk
-                chunk, size = [], 0
-            chunk.append(index)
-            size += length
-        if chunk:
-            yield chunk
+    def _stamp(self, p: _Pending, sequence: int) -> None:
+        stamp = (self.producer_id, self.producer_epoch, sequence, self._in_txn)
+        if p.stamped_for != stamp:
+            stamp_producer_in_place(p.batch.data, producer_id=stamp[0], producer_epoch=stamp[1],
+                                    base_sequence=stamp[2], transactional=stamp[3])
+            p.stamped_for = stamp
+            p.ambiguous = False
 
-    def _write_round(self, pending: dict[tuple[str, int], _Pending], results: list[int]) -> None:
-        backoff = Backoff(give_up_after=self.retry_timeout_s)
-        last_error = "no leader"
-        while pending:
-            self._stamp_all(pending)
-            reinit = False
-            for node, tps in self._by_leader(pending).items():
-                outcome = self._send(node, {tp: pending[tp] for tp in tps})
-                for tp, (error, base_offset) in outcome.items():
-                    p = pending[tp]
-                    if error is Errors.NoError or error is Errors.DuplicateSequenceNumberError:
-                        results[p.index] = base_offset
-                        self._next_seq[tp] = next_sequence(self._next_seq[tp], p.batch.records_count)
-                        del pending[tp]
-                    elif error in _STATE_LOST:
-                        reinit = True
-                        self._on_state_lost(p, error)
-                    else:
-                        last_error = error.__name__
-                        self.client.invalidate(tp[0])
-            if reinit:
-                self.init_producer_id()
-            elif pending and not backoff.wait():
-                p = next(iter(pending.values()))
-                raise PartitionUnavailableError(self.client.cluster_name, p.batch.topic, p.batch.partition,
-                                                f"write failed: {last_error}", offset=p.batch.source_offset)
-
-    def _stamp_all(self, pending: dict[tuple[str, int], _Pending]) -> None:
-        for tp, p in pending.items():
-            stamp = (self.producer_id, self.producer_epoch, self._next_seq[tp], self._in_txn)
-            if p.stamped_for != stamp:
-                stamp_producer_in_place(p.batch.data, producer_id=stamp[0], producer_epoch=stamp[1],
-                                        base_sequence=stamp[2], transactional=stamp[3])
-                p.stamped_for = stamp
-                p.ambiguous = False
-
-    def _by_leader(self, pending: dict[tuple[str, int], _Pending]) -> dict[int, list[tuple[str, int]]]:
-        groups: dict[int, list[tuple[str, int]]] = collections.defaultdict(list)
-        for tp in pending:
-            try:
-                leader, _ = self.client.leader_for(*tp)
-            except Errors.KafkaError as exc:
-                self._raise_if_final(pending[tp], type(exc), None)
-                self.client.invalidate(tp[0])
-                continue
-            groups[leader].append(tp)
-        return groups
-
-    def _send(self, node: int, items: dict[tuple[str, int], _Pending]) -> dict[tuple[str, int], tuple]:
-        """One Produce request; returns {tp: (error type, base offset)} for the partitions that got an answer."""
+    def _produce_request(self, items: dict[tuple[str, int], _Pending]) -> ProduceRequest:
         Topic = ProduceRequest.TopicProduceData
         by_topic = collections.defaultdict(list)
         for (topic, partition), p in items.items():
             by_topic[topic].append(Topic.PartitionProduceData(index=partition, records=p.batch.data))
-        request = ProduceRequest(
+        return ProduceRequest(
             transactional_id=self.transactional_id if self._in_txn else None, acks=self.acks,
             timeout_ms=self.timeout_ms, topic_data=[Topic(name=t, partition_data=ps) for t, ps in by_topic.items()],
             min_version=3, max_version=PRODUCE_MAX_VERSION)
-        try:
-            response = self.client.send(node, request, timeout_ms=self.timeout_ms + 5_000)
-        except Errors.KafkaError as exc:
+
+    def _outcome(self, node: int, items: dict[tuple[str, int], _Pending], future) -> dict[tuple[str, int], tuple]:
+        """{tp: (error type, base offset)} for the partitions a finished request got an answer for."""
+        if future.failed():
+            exc = future.exception
+            if not isinstance(exc, Errors.KafkaError):
+                raise exc
             for p in items.values():
                 self._raise_if_final(p, type(exc), None)
                 p.ambiguous = True
-            for topic in by_topic:
+            for topic in {tp[0] for tp in items}:
                 self.client.invalidate(topic)
             log.info("produce to node %s on %r: %s; retrying", node, self.client.cluster_name, type(exc).__name__)
             return {}
         outcome = {}
-        for topic_response in response.responses:
+        for topic_response in future.value.responses:
             for part in topic_response.partition_responses:
                 tp = (topic_response.name, part.index)
                 if tp not in items:
@@ -354,6 +314,196 @@ class BatchWriter:
                                       _error_name(error))
         log.warning("target %r %s-%s: %s; re-initialising the producer id", self.client.cluster_name,
                     batch.topic, batch.partition, _error_name(error))
+
+
+class _Request:
+    __slots__ = ("node", "items", "size", "future")
+
+    def __init__(self, node: int, items: dict[tuple[str, int], _Pending], size: int, future):
+        self.node = node
+        self.items = items
+        self.size = size
+        self.future = future
+
+
+class _Pipeline:
+    """One :meth:`BatchWriter.write` call: keeps up to ``MAX_IN_FLIGHT`` Produce requests in flight per broker.
+
+    Invariants: per partition the batches in flight are the leading ones of ``unacked[tp]``, sent in order, and
+    only the first ``sent[tp]`` of them; a batch's sequence is ``_next_seq[tp]`` plus the records of the unacked
+    batches before it, so a resend carries the same sequence and identical bytes (same producer epoch);
+    acknowledgements are taken in send order and a partition's batches behind a failed one are resent after it,
+    whatever their own answer was (the broker dedupes those that landed), so order on the target is the given
+    order; a failure stops new sends until every request in flight has been answered, then retries after a
+    backoff (or re-initialises the producer id when the broker lost our state); unacknowledged request bytes stay
+    under ``max_inflight_bytes`` (one request may exceed it alone).
+    """
+
+    def __init__(self, writer: BatchWriter, batches: Sequence[OutgoingBatch], results: list[int]):
+        self.writer = writer
+        self.results = results
+        self.unacked: dict[tuple[str, int], collections.deque[_Pending]] = collections.defaultdict(collections.deque)
+        for index, batch in enumerate(batches):
+            self.unacked[(batch.topic, batch.partition)].append(_Pending(index, batch))
+        self.sent: dict[tuple[str, int], int] = dict.fromkeys(self.unacked, 0)
+        self.send_seq: dict[tuple[str, int], int] = {}
+        self.inflight: collections.deque[_Request] = collections.deque()
+        self.node_load: dict[int, int] = collections.defaultdict(int)
+        self.inflight_bytes = 0
+        self.failed: dict[tuple[str, int], tuple[_Pending, type | None]] = {}  # first failure per partition
+        self.draining = False
+        self.last_error = "no leader"
+        self.backoff = Backoff(give_up_after=writer.retry_timeout_s)
+        self.transport = _Transport(writer.client)
+
+    def run(self) -> None:
+        try:
+            while self.unacked:
+                if not self.draining:
+                    self._fill()
+                if self.inflight:
+                    self._complete(self.inflight.popleft())
+                else:
+                    self._retry()
+        except BaseException:
+            self._abandon()
+            raise
+
+    # -- sending ---------------------------------------------------------------------------------------------
+
+    def _fill(self) -> None:
+        """Send requests, one batch per partition each, until a limit is hit or nothing is left to send."""
+        while True:
+            groups: dict[int, dict[tuple[str, int], _Pending]] = collections.defaultdict(dict)
+            sizes: dict[int, int] = collections.defaultdict(int)
+            for tp, queue in self.unacked.items():
+                if self.sent[tp] >= len(queue):
+                    continue
+                node = self._leader(tp)
+                if node is None or self.node_load[node] >= MAX_IN_FLIGHT:
+                    continue
+                size = len(queue[self.sent[tp]].batch.data)
+                if groups[node] and sizes[node] + size > self.writer.max_request_bytes:
+                    continue
+                busy = self.inflight or any(groups.values())
+                if busy and self.inflight_bytes + sum(sizes.values()) + size > self.writer.max_inflight_bytes:
+                    continue
+                groups[node][tp] = queue[self.sent[tp]]
+                sizes[node] += size
+            groups = {node: items for node, items in groups.items() if items}
+            if not groups:
+                return
+            for node, items in groups.items():
+                self._send(node, items, sizes[node])
+
+    def _leader(self, tp: tuple[str, int]) -> int | None:
+        try:
+            return self.writer.client.leader_for(*tp)[0]
+        except Errors.KafkaError as exc:
+            queue = self.unacked[tp]
+            self.writer._raise_if_final(queue[self.sent[tp]], type(exc), None)
+            self.writer.client.invalidate(tp[0])
+            self.last_error = type(exc).__name__
+            return None
+
+    def _send(self, node: int, items: dict[tuple[str, int], _Pending], size: int) -> None:
+        writer = self.writer
+        for tp, p in items.items():
+            if self.sent[tp] == 0:
+                self.send_seq[tp] = writer._next_seq[tp]
+            writer._stamp(p, self.send_seq[tp])
+            self.send_seq[tp] = next_sequence(self.send_seq[tp], p.records)
+            self.sent[tp] += 1
+        future = self.transport.send(node, writer._produce_request(items), writer.timeout_ms + 5_000)
+        self.inflight.append(_Request(node, items, size, future))
+        self.node_load[node] += 1
+        self.inflight_bytes += size
+
+    # -- answers ---------------------------------------------------------------------------------------------
+
+    def _complete(self, request: _Request) -> None:
+        """Take the answer of the oldest request in flight: acknowledge in order, or note the first failure."""
+        self.transport.wait(request.future)
+        self.node_load[request.node] -= 1
+        self.inflight_bytes -= request.size
+        outcome = self.writer._outcome(request.node, request.items, request.future)
+        for tp, p in request.items.items():
+            if tp in self.failed:
+                continue                      # behind a failed batch: resent after it, whatever its answer
+            error, base_offset = outcome.get(tp, (None, -1))
+            if error is Errors.NoError or error is Errors.DuplicateSequenceNumberError:
+                self._acknowledge(tp, p, base_offset)
+            else:
+                self.failed[tp] = (p, error)
+                self.draining = True
+                if error is not None:
+                    self.last_error = error.__name__
+                    if error not in _STATE_LOST:
+                        self.writer.client.invalidate(tp[0])
+
+    def _acknowledge(self, tp: tuple[str, int], p: _Pending, base_offset: int) -> None:
+        queue = self.unacked[tp]
+        if queue[0] is not p:                 # cannot happen while answers come in send order
+            raise MirrorError(f"{tp[0]}-{tp[1]}: acknowledgement out of order at source offset "
+                              f"{p.batch.source_offset}")
+        queue.popleft()
+        self.sent[tp] -= 1
+        self.results[p.index] = base_offset
+        self.writer._next_seq[tp] = next_sequence(self.writer._next_seq[tp], p.records)
+        if not queue:
+            del self.unacked[tp], self.sent[tp]
+        self.backoff.reset()
+
+    def _retry(self) -> None:
+        """Nothing in flight and batches left: every unacked batch is resent, after a backoff or a new producer id."""
+        for tp in self.sent:
+            self.sent[tp] = 0
+        lost = [(p, error) for p, error in self.failed.values() if error in _STATE_LOST]
+        self.failed.clear()
+        self.draining = False
+        if lost:
+            for p, error in lost:
+                self.writer._on_state_lost(p, error)
+            self.writer.init_producer_id()
+        elif not self.backoff.wait():
+            p = next(iter(self.unacked.values()))[0]
+            raise PartitionUnavailableError(self.writer.client.cluster_name, p.batch.topic, p.batch.partition,
+                                            f"write failed: {self.last_error}", offset=p.batch.source_offset)
+
+    def _abandon(self) -> None:
+        """On the way out with an error: let the requests in flight finish so none lands behind our back later."""
+        while self.inflight:
+            try:
+                self.transport.wait(self.inflight.popleft().future)
+            except Exception:  # noqa: BLE001 - the error being raised is the one to report
+                log.debug("abandoned produce request failed", exc_info=True)
+
+
+class _Transport:
+    """Several requests in flight on one target client: ``send`` returns a kafka-python Future at once, ``wait``
+    drives the client's network loop on this thread until a given one is answered.
+
+    A client offering ``send_async(node, request, timeout_ms)`` / ``wait(future)`` (:class:`WireClient`) is used
+    through them; any other client (test fakes) synchronously through ``send``, its futures coming back resolved.
+    """
+
+    def __init__(self, client):
+        self.client = client
+        self._native = hasattr(client, "send_async") and hasattr(client, "wait")
+
+    def send(self, node: int, request, timeout_ms: int) -> Future:
+        if self._native:
+            return self.client.send_async(node, request, timeout_ms)
+        future = Future()
+        try:
+            future.success(self.client.send(node, request, timeout_ms=timeout_ms))
+        except Errors.KafkaError as exc:
+            future.failure(exc)
+        return future
+
+    def wait(self, future: Future) -> None:
+        if self._native:
+            self.client.wait(future)
 
 
 def _error_name(error: type) -> str:

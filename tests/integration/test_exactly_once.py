@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORD_BYTES = 400
 
 
-def _fill(cluster, topic: str, partitions: int = 2, records: int = 12_000) -> None:
+def _fill(cluster, topic: str, partitions: int = 2, records: int = 20_000) -> None:
     """Plain batches plus committed and aborted source transactions, so markers and aborted data are in the way."""
     from confluent_kafka import Producer
 
@@ -52,7 +52,7 @@ def _copy_cmd(topic: str, target_topic: str, mode: str, *extra: str) -> list[str
             "--topic", topic, "--target-topic", target_topic, "--mode", mode, "--pipeline", f"p.{target_topic}",
             "--commit-interval-ms", "1500", "--commit-bytes", "262144", "--fetch-max-bytes", "32768",
             "--max-inflight-bytes", "32768",
-            "--throttle-mbps", "0.25", *extra]
+            "--throttle-mbps", "0.3", *extra]
 
 
 def _open_transaction(target_cluster, topic: str, partitions: int) -> bool:
@@ -78,7 +78,7 @@ def _kill_and_rerun(cmd: list[str], *, kills: int, seed: int, on_kill=None) -> i
     while done < kills:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            proc.wait(timeout=rng.uniform(2.0, 4.0))
+            proc.wait(timeout=rng.uniform(2.0, 3.2))
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.wait()

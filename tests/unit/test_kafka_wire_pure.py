@@ -386,3 +386,157 @@ def test_writer_refuses_batches_with_offset_holes():
     struct.pack_into(">i", holed, 23, 5)
     with pytest.raises(ValueError, match="re-encode"):
         _writer(ScriptedTarget()).write([OutgoingBatch("t", 0, bytes(holed), 0)])
+
+
+# -- pipelined writer against an idempotent fake broker -----------------------------------------------------
+
+class PipelinedBroker:
+    """Fake target with requests in flight: ``send_async`` queues, ``wait`` answers in send order.
+
+    Each partition keeps Kafka's idempotence state for the current producer id: the next expected sequence and
+    the base offsets of its last 5 batches (a resent one of those is acknowledged again with its first offset; any
+    other sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER). ``script[tp]`` lists, per batch received, 0 (normal),
+    an error code (answered without appending) or ``"drop"`` (appended, then the connection dies: the requests
+    still queued are processed too, but every one of them is answered with a connection error).
+    """
+
+    cluster_name = "target"
+
+    def __init__(self, script: dict | None = None):
+        self.script = script or {}
+        self.queue: list = []
+        self.received: list[dict] = []             # every request's {tp: bytes}, in send order
+        self.log: dict = {}                         # tp -> [(base offset, source-like first offset key)]
+        self.state: dict = {}                       # tp -> (producer id, next sequence, {sequence: base offset})
+        self.max_in_flight = 0
+        self.max_in_flight_bytes = 0
+        self.init_calls = 0
+
+    def leader_for(self, topic, partition, refresh=False):
+        return 1, 0
+
+    def invalidate(self, topic):
+        pass
+
+    def send(self, node, request, timeout_ms=None):
+        assert isinstance(request, InitProducerIdRequest)
+        self.init_calls += 1
+        return SimpleNamespace(error_code=0, producer_id=700 + self.init_calls, producer_epoch=0)
+
+    def send_async(self, node, request, timeout_ms):
+        from kafka.future import Future
+
+        payload = {(t.name, p.index): bytes(p.records) for t in request.topic_data for p in t.partition_data}
+        self.received.append(payload)
+        future = Future()
+        self.queue.append((payload, future))
+        self.max_in_flight = max(self.max_in_flight, len(self.queue))
+        self.max_in_flight_bytes = max(self.max_in_flight_bytes,
+                                       sum(len(b) for pl, _ in self.queue for b in pl.values()))
+        return future
+
+    def wait(self, future):
+        while not future.is_done:
+            payload, head = self.queue.pop(0)
+            codes = {tp: self._answer(tp, data) for tp, data in payload.items()}
+            if "drop" in codes.values():
+                for payload_, fut in [(payload, head)] + self.queue:
+                    if fut is not head:
+                        for tp, data in payload_.items():
+                            self._answer(tp, data)
+                    fut.failure(Errors.KafkaConnectionError("connection reset"))
+                self.queue.clear()
+                continue
+            head.success(SimpleNamespace(responses=[SimpleNamespace(name=tp[0], partition_responses=[
+                SimpleNamespace(index=tp[1], error_code=code, base_offset=base, error_message=None)])
+                for tp, (code, base) in codes.items()]))
+
+    def _answer(self, tp, data):
+        view = parse_batch(data)
+        action = self.script.get(tp, []).pop(0) if self.script.get(tp) else 0
+        if action not in (0, "drop"):
+            return action, -1
+        pid, expected, recent = self.state.get(tp, (None, 0, {}))
+        if pid != view.producer_id:
+            pid, expected, recent = view.producer_id, 0, {}
+        if view.base_sequence in recent:
+            return (0, recent[view.base_sequence]) if action == 0 else "drop"
+        if view.base_sequence != expected:
+            return Errors.OutOfOrderSequenceNumberError.errno, -1
+        entries = self.log.setdefault(tp, [])
+        base = len(entries)
+        entries.extend(view.base_offset + i for i in range(view.records_count))  # fake "source" identity per record
+        recent = dict(list({**recent, view.base_sequence: base}.items())[-5:])
+        self.state[tp] = (pid, next_sequence(expected, view.records_count), recent)
+        return (0, base) if action == 0 else "drop"
+
+
+def _batches(tp, n, count=2):
+    return [OutgoingBatch(tp[0], tp[1], make_batch(i * count, count), source_offset=i * count) for i in range(n)]
+
+
+def test_pipelined_writer_keeps_five_requests_in_flight_and_sequences_in_order():
+    broker = PipelinedBroker()
+    batches = _batches(("t", 0), 12)
+    offsets_ = _writer(broker).write(batches)
+    assert offsets_ == [2 * i for i in range(12)]
+    assert broker.max_in_flight == 5
+    assert [parse_batch(r[("t", 0)]).base_sequence for r in broker.received] == [2 * i for i in range(12)]
+    assert broker.log[("t", 0)] == list(range(24))
+
+
+def test_a_failed_batch_and_the_ones_in_flight_behind_it_are_resent_in_order_with_identical_bytes():
+    broker = PipelinedBroker(script={("t", 0): [0, Errors.NotLeaderForPartitionError.errno]})
+    batches = _batches(("t", 0), 8)
+    offsets_ = _writer(broker).write(batches)
+    assert offsets_ == [2 * i for i in range(8)]
+    assert broker.log[("t", 0)] == list(range(16))                   # each record once, in order
+    assert broker.init_calls == 1                                     # out-of-sequence behind a failure is expected
+    sent = [r[("t", 0)] for r in broker.received]
+    first = {parse_batch(b).base_offset: b for b in reversed(sent)}
+    assert all(b == first[parse_batch(b).base_offset] for b in sent)  # every resend is byte-identical
+    # batch 1 failed while 2..5 were in flight: they are resent after it, in order
+    assert [parse_batch(b).base_offset for b in sent] == [0, 2, 4, 6, 8, 10, 2, 4, 6, 8, 10, 12, 14]
+
+
+def test_batches_that_landed_behind_an_unanswered_request_are_acknowledged_not_duplicated():
+    broker = PipelinedBroker(script={("t", 0): [0, "drop"]})
+    offsets_ = _writer(broker).write(_batches(("t", 0), 7))
+    assert offsets_ == [2 * i for i in range(7)]
+    assert broker.log[("t", 0)] == list(range(14))
+    assert broker.init_calls == 1
+
+
+def test_out_of_sequence_on_the_first_unacknowledged_batch_reinitialises_the_producer():
+    broker = PipelinedBroker(script={("t", 0): [0, Errors.UnknownProducerIdError.errno]})
+    writer = _writer(broker)
+    writer.write(_batches(("t", 0), 4))
+    assert broker.init_calls == 2
+    last = parse_batch(broker.received[-1][("t", 0)])
+    assert (last.producer_id, last.base_sequence) == (702, 4)          # batches 1..3 restamped from sequence 0
+
+
+def test_partitions_are_pipelined_independently_and_a_failure_in_one_keeps_the_others_in_order():
+    broker = PipelinedBroker(script={("t", 1): [0, 0, Errors.NotEnoughReplicasError.errno]})
+    batches = [b for pair in zip(_batches(("t", 0), 6), _batches(("t", 1), 6), strict=True) for b in pair]
+    offsets_ = _writer(broker).write(batches)
+    assert offsets_ == [2 * (i // 2) for i in range(12)]
+    assert broker.log[("t", 0)] == list(range(12)) and broker.log[("t", 1)] == list(range(12))
+    assert all(len(r) <= 2 for r in broker.received)                  # one batch per partition per request
+
+
+def test_pipelined_writer_bounds_the_bytes_in_flight():
+    broker = PipelinedBroker()
+    batches = _batches(("t", 0), 10)
+    size = len(batches[0].data)
+    writer = BatchWriter(broker, retry_timeout_s=5, max_inflight_bytes=2 * size)
+    writer.write(batches)
+    assert broker.max_in_flight == 2 and broker.max_in_flight_bytes <= 2 * size
+
+
+def test_a_rejection_behind_requests_in_flight_names_its_batch_and_lets_the_others_finish():
+    broker = PipelinedBroker(script={("t", 0): [0, 0, Errors.InvalidRecordError.errno]})
+    with pytest.raises(BatchRejectedError) as info:
+        _writer(broker).write(_batches(("t", 0), 6))
+    assert info.value.source_offset == 4
+    assert broker.queue == []                                         # nothing left unanswered behind our back

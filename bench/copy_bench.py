@@ -1,0 +1,458 @@
+"""Copy benchmark: Shoal's shallow copy against a deep consume → produce baseline and a null copy, same data.
+
+For each case the same generated data on the sandbox's source cluster is mirrored to fresh topics on the target
+cluster by three mirrors, each in its own process (so CPU time and peak RSS are per mirror):
+
+- ``shallow``: Shoal's :class:`~mirror_core.copier.RangeCopier` (raw Fetch → header rewrite → raw Produce).
+- ``deep``: a MirrorMaker-1-style loop on confluent-kafka: Consumer (read_committed) → Producer (idempotent,
+  acks=all) with the compression.type / batch.size / linger.ms / batch.num.messages the source was written with,
+  flushed at the end. Every record is decompressed and re-compressed. The consumer keeps librdkafka's fetch and
+  queue defaults (64 MiB pre-fetch queue): tighter queues (``--deep-consumer-conf``) made it latency-bound
+  (``fetch.queue.backoff.ms``), which would flatter Shoal.
+- ``null``: the ceiling for producing raw batches: every batch is fetched and prepared into memory first, then only
+  producing them back with :class:`~mirror_core.writer.BatchWriter` is timed.
+
+Measured per mirror: wall seconds and CPU seconds (user + system, all threads) of the copy phase (clients
+connected, imports done), MB/s and CPU-s per GB over the source's on-disk batch bytes, the whole process's CPU
+(``RUSAGE_CHILDREN`` in the parent, interpreter start-up included) and peak RSS (``VmHWM``) next to the RSS at
+the start of the copy phase (the interpreter + library baseline).
+
+Pinning: the mirror process runs on core 1 (``os.sched_setaffinity``) and, unless ``--no-pin``, every thread of the
+source and target broker JVMs (``.sandbox/{source,target}/broker.pid``) on core 0 with ``taskset -a``; their
+original masks are restored afterwards, also on failure. Data is generated before pinning.
+
+Run ``.venv/bin/python -m bench.copy_bench --help``; results go to ``bench/results/*.json`` and a table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+MIRROR_CORE, BROKER_CORE = 1, 0
+MIRRORS = ("shallow", "deep", "null")
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Case:
+    """One data shape: how the source topic is written (and the deep baseline re-writes it)."""
+
+    name: str
+    codec: str                # compression.type
+    records: int
+    record_bytes: int = 1024  # value size; keys are 12 bytes
+    batch_size: int = 64 * 1024   # producer batch.size (bytes before compression)
+    batch_records: int = 10_000   # producer batch.num.messages (1: one record per batch)
+    linger_ms: int = 20
+
+
+def default_cases(scale: float) -> list[Case]:
+    return [
+        Case("zstd-1KiB", "zstd", int(250_000 * scale)),
+        Case("lz4-1KiB", "lz4", int(250_000 * scale)),
+        Case("lz4-1-record-batches", "lz4", int(20_000 * scale), batch_records=1, linger_ms=0),
+    ]
+
+
+# -- data ---------------------------------------------------------------------------------------------------
+
+def _values(record_bytes: int, count: int = 2048, seed: int = 7) -> list[bytes]:
+    """Text-like 1 KiB values (log lines of words and numbers): compress about like real JSON/log payloads."""
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 10)))
+             for _ in range(400)]
+    out = []
+    for _ in range(count):
+        parts = []
+        while sum(len(p) + 1 for p in parts) < record_bytes:
+            parts.append(rng.choice(words) if rng.random() < 0.7 else str(rng.randint(0, 10**9)))
+        out.append(" ".join(parts).encode()[:record_bytes])
+    return out
+
+
+def generate(case: Case, source_conf: dict, topic: str) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({**source_conf, "log_level": 0, "enable.idempotence": True, "acks": "all",
+                         "compression.type": case.codec, "batch.size": case.batch_size,
+                         "batch.num.messages": case.batch_records, "linger.ms": case.linger_ms})
+    errors: list[str] = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            errors.append(err.str())
+
+    values = _values(case.record_bytes)
+    for i in range(case.records):
+        while True:
+            try:
+                producer.produce(topic, key=b"key-%08d" % i, value=values[i % len(values)], partition=0,
+                                 on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(120) or errors:
+        raise RuntimeError(f"generating {topic}: {errors[:3]}")
+
+
+def describe_source(source_conf: dict, topic: str) -> dict:
+    """Offsets and on-disk batch statistics of partition 0, read with Shoal's raw fetcher."""
+    from mirror_core.fetcher import RawBatchFetcher, list_offsets
+    from mirror_core.kafka_wire import WireClient
+
+    with WireClient("source", source_conf) as client:
+        start = list_offsets(client, topic, 0, "earliest")
+        end = list_offsets(client, topic, 0, "last_stable")
+        sizes, records = [], 0
+        for view in RawBatchFetcher(client, topic, 0, start, end):
+            sizes.append(view.size)
+            records += view.records_count
+    return {"start": start, "end": end, "records": records, "batches": len(sizes), "bytes": sum(sizes),
+            "batch_bytes_min": min(sizes), "batch_bytes_avg": round(sum(sizes) / len(sizes)),
+            "batch_bytes_max": max(sizes)}
+
+
+# -- pinning ------------------------------------------------------------------------------------------------
+
+def _broker_pids() -> list[int]:
+    pids = []
+    for name in ("source", "target"):
+        path = ROOT / ".sandbox" / name / "broker.pid"
+        if path.exists():
+            pids.append(int(path.read_text().split()[0]))
+    return pids
+
+
+@contextmanager
+def pinned_brokers(enabled: bool):
+    """Pin every thread of the source and target JVMs to BROKER_CORE; restore their masks afterwards."""
+    saved: dict[int, str] = {}
+    note = "not pinned (--no-pin)"
+    if enabled and (os.cpu_count() or 1) >= 2:
+        try:
+            for pid in _broker_pids():
+                out = subprocess.run(["taskset", "-p", str(pid)], check=True, capture_output=True, text=True)
+                saved[pid] = out.stdout.strip().rsplit(":", 1)[1].strip()
+                subprocess.run(["taskset", "-a", "-p", f"{1 << BROKER_CORE:x}", str(pid)], check=True,
+                               capture_output=True)
+            note = f"brokers {sorted(saved)} on core {BROKER_CORE}, mirror on core {MIRROR_CORE}"
+        except (OSError, subprocess.CalledProcessError) as exc:
+            note = f"broker pinning failed ({exc}); mirror on core {MIRROR_CORE}"
+    elif enabled:
+        note = "one core only: nothing pinned"
+    try:
+        yield note
+    finally:
+        for pid, mask in saved.items():
+            subprocess.run(["taskset", "-a", "-p", mask, str(pid)], check=False, capture_output=True)
+
+
+# -- the mirrors (each runs in a child process) ----------------------------------------------------------------
+
+def _status_kib(field: str) -> int:
+    """A /proc/self/status memory figure. VmHWM (peak RSS) starts afresh at exec, unlike ``ru_maxrss``, which
+    Linux carries over from the forking parent."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class _Phase:
+    """Wall and CPU time of the copy phase, and the RSS when it started."""
+
+    def __enter__(self):
+        self.rss_start_kib = _status_kib("VmRSS")
+        self.wall, self.cpu = time.monotonic(), _cpu()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.monotonic() - self.wall, _cpu() - self.cpu
+
+    def report(self, **extra) -> dict:
+        return {"seconds": self.wall, "cpu_seconds": self.cpu, "rss_start_kib": self.rss_start_kib,
+                "peak_rss_kib": _status_kib("VmHWM"), **extra}
+
+
+def child_shallow(spec: dict) -> dict:
+    from mirror_core.copier import CopyOptions, PartitionRange, RangeCopier
+    from mirror_core.kafka_wire import WireClient
+    from mirror_core.writer import BatchWriter
+
+    with WireClient("source", spec["source"]) as source, WireClient("target", spec["target"]) as target:
+        writer = BatchWriter(target)
+        writer.init_producer_id()
+        copier = RangeCopier(source, target, writer, CopyOptions(fetch_max_bytes=spec["fetch_max_bytes"],
+                                                                 max_inflight_bytes=spec["max_inflight_bytes"]))
+        rng = PartitionRange(spec["src_topic"], 0, spec["start"], spec["end"], spec["dst_topic"], 0)
+        with _Phase() as phase:
+            result = copier.copy(rng)
+    return phase.report(records=result.records, batches=result.batches, bytes=result.bytes)
+
+
+def child_deep(spec: dict) -> dict:
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+    case = spec["case"]
+    consumer = Consumer({**spec["source"], "log_level": 0, "group.id": f"shoal-bench-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": True, **spec.get("deep_consumer_conf", {})})
+    producer = Producer({**spec["target"], "log_level": 0, "enable.idempotence": True, "acks": "all",
+                         "compression.type": case["codec"], "batch.size": case["batch_size"],
+                         "batch.num.messages": case["batch_records"], "linger.ms": case["linger_ms"]})
+    errors: list[str] = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            errors.append(err.str())
+
+    dst, end, records = spec["dst_topic"], spec["end"], 0
+    consumer.assign([TopicPartition(spec["src_topic"], 0, spec["start"])])
+    with _Phase() as phase:
+        position = spec["start"]
+        while position < end:
+            for msg in consumer.consume(1000, 1.0):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise RuntimeError(f"consume: {err}")
+                while True:
+                    try:
+                        producer.produce(dst, value=msg.value(), key=msg.key(), headers=msg.headers(),
+                                         timestamp=msg.timestamp()[1], partition=0, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                records += 1
+                position = msg.offset() + 1
+            producer.poll(0)
+        left = producer.flush(120)
+    consumer.close()
+    if left or errors:
+        raise RuntimeError(f"deep produce: {left} unflushed, errors {errors[:3]}")
+    return phase.report(records=records)
+
+
+def child_null(spec: dict) -> dict:
+    from mirror_core.batch_codec import prepare_for_target
+    from mirror_core.fetcher import RawBatchFetcher
+    from mirror_core.kafka_wire import WireClient
+    from mirror_core.writer import BatchWriter, OutgoingBatch
+
+    with WireClient("source", spec["source"]) as source, WireClient("target", spec["target"]) as target:
+        batches = []
+        fetcher = RawBatchFetcher(source, spec["src_topic"], 0, spec["start"], spec["end"],
+                                  max_bytes=spec["fetch_max_bytes"])
+        for view in fetcher:
+            prepared = prepare_for_target(view)
+            if prepared is not None:
+                batches.append(OutgoingBatch(spec["dst_topic"], 0, prepared.data, prepared.source_first_offset))
+        writer = BatchWriter(target)
+        writer.init_producer_id()
+        records = sum(b.records_count for b in batches)
+        total = sum(len(b.data) for b in batches)
+        with _Phase() as phase:
+            chunk, size = [], 0
+            for batch in batches:
+                chunk.append(batch)
+                size += len(batch.data)
+                if size >= spec["max_inflight_bytes"]:
+                    writer.write(chunk)
+                    chunk, size = [], 0
+            if chunk:
+                writer.write(chunk)
+    return phase.report(records=records, batches=len(batches), bytes=total)
+
+
+CHILDREN = {"shallow": child_shallow, "deep": child_deep, "null": child_null}
+
+
+def run_child(mirror: str, spec: dict) -> dict:
+    """Run one mirror in its own process pinned to MIRROR_CORE; returns its report plus whole-process CPU."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "bench.copy_bench", "--child", mirror],
+                          input=json.dumps(spec), capture_output=True, text=True, cwd=ROOT, timeout=900)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mirror} mirror failed:\n{proc.stderr[-3000:]}")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report["process_cpu_seconds"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    report["process_seconds"] = time.monotonic() - started
+    return report
+
+
+def child_main(mirror: str) -> None:
+    if (os.cpu_count() or 1) >= 2:
+        os.sched_setaffinity(0, {MIRROR_CORE})
+    spec = json.loads(sys.stdin.read())
+    report = CHILDREN[mirror](spec)
+    report["affinity"] = sorted(os.sched_getaffinity(0))
+    print(json.dumps(report))
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+
+def target_end(target_conf: dict, topic: str) -> int:
+    from mirror_core.fetcher import list_offsets
+    from mirror_core.kafka_wire import WireClient
+
+    with WireClient("target", target_conf) as client:
+        return list_offsets(client, topic, 0, "latest")
+
+
+def run(args) -> dict:
+    from mirror_core.cli import sandbox_from_environ
+    from mirror_core.cluster import ClusterConfig
+    from mirror_core.topics import TopicAdmin
+
+    sandbox = sandbox_from_environ(os.environ)
+    source_conf, target_conf = sandbox.client_config("source"), sandbox.client_config("target")
+    source_admin = TopicAdmin(ClusterConfig("source", source_conf))
+    target_admin = TopicAdmin(ClusterConfig("target", target_conf))
+    cases = [c for c in default_cases(args.scale) if not args.cases or c.name in args.cases]
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    out = {"run_id": run_id, "machine": _machine(), "fetch_max_bytes": args.fetch_max_bytes,
+           "deep_consumer_conf": dict(args.deep_consumer_conf),
+           "max_inflight_bytes": args.max_inflight_bytes, "cases": []}
+    created: list[tuple[TopicAdmin, str]] = []
+    try:
+        for case in cases:
+            src = f"bench-{case.name}-{run_id}"
+            source_admin.create(src, 1)
+            created.append((source_admin, src))
+            t0 = time.monotonic()
+            generate(case, source_conf, src)
+            data = describe_source(source_conf, src)
+            data["generate_seconds"] = time.monotonic() - t0
+            entry = {"case": asdict(case), "source": data, "runs": []}
+            out["cases"].append(entry)
+            print(f"{case.name}: {data['records']} records, {data['bytes'] / MIB:.1f} MiB in {data['batches']} "
+                  f"batches (avg {data['batch_bytes_avg']} B)", flush=True)
+            with pinned_brokers(not args.no_pin) as note:
+                out["pinning"] = note
+                for rep in range(args.repeat):
+                    for mirror in args.mirrors:
+                        dst = f"{src}-{mirror}-{rep}"
+                        target_admin.create(dst, 1)
+                        created.append((target_admin, dst))
+                        spec = {"source": source_conf, "target": target_conf, "src_topic": src, "dst_topic": dst,
+                                "start": data["start"], "end": data["end"], "case": asdict(case),
+                                "fetch_max_bytes": args.fetch_max_bytes,
+                                "max_inflight_bytes": args.max_inflight_bytes,
+                                "deep_consumer_conf": dict(args.deep_consumer_conf)}
+                        report = run_child(mirror, spec)
+                        landed = target_end(target_conf, dst)
+                        if landed != data["records"]:
+                            raise RuntimeError(f"{mirror} on {case.name}: target holds {landed} records, "
+                                               f"expected {data['records']}")
+                        report.update(_derived(report, data), mirror=mirror, repeat=rep)
+                        entry["runs"].append(report)
+                        print("  " + _row(case.name, report), flush=True)
+    finally:
+        if not args.keep_topics:
+            for admin, topic in created:
+                admin.delete(topic)
+    return out
+
+
+def _derived(report: dict, data: dict) -> dict:
+    gb = data["bytes"] / 1e9
+    return {"mb_per_s": data["bytes"] / 1e6 / report["seconds"],
+            "records_per_s": data["records"] / report["seconds"],
+            "cpu_s_per_gb": report["cpu_seconds"] / gb,
+            "process_cpu_s_per_gb": report["process_cpu_seconds"] / gb,
+            "rss_growth_mib": (report["peak_rss_kib"] - report["rss_start_kib"]) / 1024}
+
+
+def _machine() -> dict:
+    import confluent_kafka
+    import kafka
+
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "cpu_model": _cpu_model(), "confluent_kafka": confluent_kafka.version()[0],
+            "librdkafka": confluent_kafka.libversion()[0], "kafka_python": kafka.__version__}
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+HEADER = (f"{'case':<22} {'mirror':<8} {'MB/s':>7} {'rec/s':>8} {'wall s':>7} {'CPU s':>6} {'CPU s/GB':>9} "
+          f"{'proc CPU s/GB':>13} {'peak RSS MiB':>12} {'start RSS':>9} {'growth':>7}")
+
+
+def _row(case: str, r: dict) -> str:
+    return (f"{case:<22} {r['mirror']:<8} {r['mb_per_s']:>7.1f} {r['records_per_s']:>8.0f} {r['seconds']:>7.2f} "
+            f"{r['cpu_seconds']:>6.2f} {r['cpu_s_per_gb']:>9.1f} {r['process_cpu_s_per_gb']:>13.1f} "
+            f"{r['peak_rss_kib'] / 1024:>12.1f} {r['rss_start_kib'] / 1024:>9.1f} {r['rss_growth_mib']:>7.1f}")
+
+
+def print_table(out: dict) -> None:
+    print(f"\npinning: {out.get('pinning')}; MB = 10^6 bytes of source batches (compressed, as stored)")
+    print(HEADER)
+    for entry in out["cases"]:
+        for r in entry["runs"]:
+            print(_row(entry["case"]["name"], r))
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.copy_bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="*", help="case names (default: all of " +
+                        ", ".join(c.name for c in default_cases(1)) + ")")
+    parser.add_argument("--mirrors", nargs="*", default=list(MIRRORS), choices=MIRRORS)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every case's record count")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each mirror per case")
+    parser.add_argument("--fetch-max-bytes", type=int, default=4 * MIB)
+    parser.add_argument("--max-inflight-bytes", type=int, default=8 * MIB)
+    parser.add_argument("--deep-consumer-conf", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                        help="extra librdkafka consumer setting for the deep baseline (repeatable)")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin the broker JVMs to core 0")
+    parser.add_argument("--keep-topics", action="store_true", help="leave the bench topics on both clusters")
+    parser.add_argument("--out", type=Path, help="result JSON (default: bench/results/copy-<time>.json)")
+    parser.add_argument("--child", choices=MIRRORS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child_main(args.child)
+        return
+    out = run(args)
+    path = args.out or RESULTS / f"copy-{out['run_id']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    print_table(out)
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()
