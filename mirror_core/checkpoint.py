@@ -50,6 +50,7 @@ class Checkpoint:
     owner: str  # "backfill:<run id>", "daemon", "copy"
     owner_epoch: int
     offset_map: OffsetMap | None = None  # None until something was written
+    source_topic_id: str | None = None  # a different id later means the source topic was recreated
     updated_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     @property

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from mirror_core.checkpoint import Checkpoint, CheckpointStore
 from mirror_core.copier import CopyOptions, CopyResult, PartitionRange, Progress, RangeCopier
-from mirror_core.errors import ConfigError, MirrorError
+from mirror_core.errors import ConfigError, MirrorError, TopicRecreatedError
 from mirror_core.kafka_wire import WireClient
 from mirror_core.offset_map import OffsetMap, OffsetRuns
 from mirror_core.writer import BatchWriter
@@ -75,9 +75,12 @@ class CheckpointedCopier:
                              if exactly_once else None)
         writer.init_producer_id()  # exactly-once: fences older writers of the lane and aborts their transaction
         previous = self.store.read(self.pipeline, rng.topic, rng.partition)
+        topic_id = self.source.topic_metadata(rng.topic, refresh=True).topic_id
         runs = OffsetRuns()
         start = rng.start
         if previous is not None:
+            if previous.source_topic_id and topic_id and previous.source_topic_id != str(topic_id):
+                raise TopicRecreatedError(self.source.cluster_name, rng.topic, previous.source_topic_id, topic_id)
             if (previous.target_topic, previous.target_partition) != (rng.target_topic, rng.target_partition):
                 raise MirrorError(
                     f"pipeline {self.pipeline!r} copied {rng.topic}-{rng.partition} to {previous.target_topic}-"
@@ -86,7 +89,8 @@ class CheckpointedCopier:
             if previous.offset_map is not None:
                 runs = OffsetRuns(previous.offset_map.runs)
             start = min(max(rng.start, previous.position), rng.end)
-        listener = _CheckpointCommitter(self, writer, rng, exactly_once, previous=previous, start=start)
+        listener = _CheckpointCommitter(self, writer, rng, exactly_once, previous=previous, start=start,
+                                        source_topic_id=str(topic_id) if topic_id else None)
         if exactly_once:
             writer.begin_transaction()
         copier = RangeCopier(self.source, self.target, writer, self.options, listener=listener)
@@ -100,8 +104,9 @@ class _CheckpointCommitter:
     """Turns the copier's flushes into checkpoints (and, exactly-once, commits of the open transaction)."""
 
     def __init__(self, owner: CheckpointedCopier, writer: BatchWriter, rng: PartitionRange, exactly_once: bool, *,
-                 previous: Checkpoint | None, start: int):
+                 previous: Checkpoint | None, start: int, source_topic_id: str | None):
         self.owner = owner
+        self.source_topic_id = source_topic_id
         self.previous_target_next = previous.target_next if previous is not None else None
         # the lowest source offset the map answers for: where this partition's copy began (or was pruned to)
         self.map_start = previous.offset_map.start if previous is not None and previous.offset_map is not None \
@@ -128,7 +133,7 @@ class _CheckpointCommitter:
             pipeline=self.owner.pipeline, topic=self.rng.topic, partition=self.rng.partition,
             position=result.source_end, target_topic=self.rng.target_topic,
             target_partition=self.rng.target_partition, target_next=target_next, owner=self.owner.owner,
-            owner_epoch=self.owner.owner_epoch, offset_map=offset_map)
+            owner_epoch=self.owner.owner_epoch, offset_map=offset_map, source_topic_id=self.source_topic_id)
         self.writer.write([self.owner.store.checkpoint_batch(checkpoint)])
         markers = 0
         if self.exactly_once:

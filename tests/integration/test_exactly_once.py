@@ -200,3 +200,22 @@ def test_checkpoints_are_readable_and_export_to_parquet(source_cluster, target_c
         assert cp.offset_map.position == cp.position
     table = pq.read_table(tmp_path / "cp.parquet")
     assert rows == 2 and sorted(table.column("position").to_pylist()) == sorted(ends.values())
+
+
+def test_recreated_source_topic_halts_instead_of_resuming(source_cluster, target_cluster, unique_name):
+    from mirror_core.errors import TopicRecreatedError
+
+    topic = unique_name()
+    _fill(source_cluster, topic, partitions=1, records=500)
+    with WireClient.for_cluster(source_cluster.config) as source, \
+            WireClient.for_cluster(target_cluster.config) as target:
+        store = CheckpointStore(target_cluster.config, target)
+        store.ensure_topic()
+        run_preflight(source_cluster.config, target_cluster.config, topic, target_topic=f"{topic}.dr")
+        copier = CheckpointedCopier(source, target, store, pipeline=f"p.{topic}")
+        end = list_offsets(source, topic, 0, "last_stable")
+        copier.copy(PartitionRange(topic, 0, 0, end, f"{topic}.dr", 0))
+        source_cluster.admin.recreate(topic, 1)
+        source_cluster.produce(topic, [(b"k", b"new data") for _ in range(10)])
+        with pytest.raises(TopicRecreatedError, match="recreated"):
+            copier.copy(PartitionRange(topic, 0, 0, 10, f"{topic}.dr", 0))
