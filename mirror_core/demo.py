@@ -80,3 +80,22 @@ def end_offsets(cluster: ClusterConfig, topic: str) -> dict[int, int]:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
     finally:
         consumer.close()
+
+
+def produce_demo_transactions(cluster: ClusterConfig, topic: str, *, transactions: int = 6) -> None:
+    """Order corrections written transactionally: every other transaction is aborted (its records must never be
+    copied), so the demo exercises markers and aborted data as real traffic does."""
+    from confluent_kafka import Producer
+
+    producer = Producer(cluster.confluent(**{"transactional.id": f"shoal-demo-{topic}"}))
+    producer.init_transactions(30)
+    for n in range(transactions):
+        producer.begin_transaction()
+        for i in range(25):
+            producer.produce(topic, key=f"customer-{i:04d}".encode(),
+                             value=json.dumps({"correction": n, "line": i, "aborted": n % 2 == 1}).encode())
+        producer.flush(30)
+        if n % 2:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
