@@ -81,6 +81,19 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--max-inflight-bytes", type=int, default=8 * 1024 * 1024, help=argparse.SUPPRESS)
     cp.add_argument("--throttle-mbps", type=float, help="limit the copy to this many MB/s (protects a busy source)")
 
+    bf = sub.add_parser("backfill", help="bounded offset-range copies as a PySpark job")
+    bf_sub = bf.add_subparsers(dest="action", required=True, metavar="ACTION")
+    bf_run = bf_sub.add_parser("run", help="run a plan with spark-submit (local[N] or --master)")
+    bf_run.add_argument("--plan", required=True, type=Path, help="plan JSON written by `shoal backfill plan`")
+    bf_run.add_argument("--clusters", type=Path,
+                        help="YAML/JSON {cluster name: librdkafka settings}; default: the sandbox clusters")
+    bf_run.add_argument("--ledger", type=Path, default=Path("ledger"), help="ledger directory (default ./ledger)")
+    bf_run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    bf_run.add_argument("--run-id", help="default: <plan id>-<unix time>")
+    bf_status = bf_sub.add_parser("status", help="show the ledger")
+    bf_status.add_argument("--ledger", type=Path, default=Path("ledger"))
+    bf_status.add_argument("--run-id")
+
     demo = sub.add_parser("demo", help="the main job on the local embedded default (see README)")
     demo.add_argument("--records", type=int, default=20_000, help="order events to produce (default 20000)")
     demo.add_argument("--partitions", type=int, default=3, help="partitions of the demo topic (default 3)")
@@ -100,6 +113,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return _probe(args, sandbox_from_environ(environ), console)
         if args.command == "copy":
             return _copy(args, sandbox_from_environ(environ), console)
+        if args.command == "backfill":
+            return _backfill(args, sandbox_from_environ(environ), console)
         if args.command == "demo":
             from mirror_core.demo_job import run_demo
 
@@ -205,6 +220,16 @@ def _copy(args: argparse.Namespace, sandbox, console) -> int:
         commit_interval_ms=args.commit_interval_ms, commit_bytes=args.commit_bytes)
     run_copy(cmd, console)
     return 0
+
+
+def _backfill(args: argparse.Namespace, sandbox, console) -> int:
+    from mirror_core.backfill_command import run_backfill, show_status
+
+    if args.action == "status":
+        return show_status(args.ledger, args.run_id, console)
+    clusters = args.clusters or sandbox.write_clusters_file()
+    return run_backfill(plan=args.plan, clusters=clusters, ledger=args.ledger, master=args.master,
+                        run_id=args.run_id, console=console)
 
 
 def _probe(args: argparse.Namespace, sandbox, console) -> int:

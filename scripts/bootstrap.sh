@@ -28,5 +28,6 @@ echo "shoal: creating $venv from requirements.lock" >&2
 [ -x "$venv/bin/python" ] || "$uv_bin" venv --quiet --python "$py" "$venv"
 # --no-deps: the lock is the complete tree (see scripts/lock.sh for the one package left out on purpose)
 "$uv_bin" pip install --quiet --python "$venv/bin/python" --no-deps -r requirements.lock
-"$uv_bin" pip install --quiet --python "$venv/bin/python" --no-deps -e .
+# compat mode: a path entry for the checkout, so packages added later import without reinstalling
+"$uv_bin" pip install --quiet --python "$venv/bin/python" --no-deps --config-settings editable_mode=compat -e .
 echo "$want" > "$stamp"

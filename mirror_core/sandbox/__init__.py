@@ -55,6 +55,22 @@ class Sandbox:
     def status(self, names: Iterable[str] | None = None) -> list[BrokerStatus]:
         return [self.broker(n).status() for n in (names or CLUSTERS)]
 
+    def write_clusters_file(self) -> Path:
+        """``<sandbox>/clusters.yaml``: every running cluster's PLAINTEXT settings (and ``source-secure``), in the
+        clusters-file format the backfill job reads. Private to the user (0600): it holds the SCRAM password."""
+        import yaml
+
+        clusters: dict[str, dict[str, str]] = {}
+        for status in self.status():
+            if status.running:
+                clusters[status.name] = self.client_config(status.name)
+                if status.secure_bootstrap:
+                    clusters[f"{status.name}-secure"] = self.client_config(status.name, secure=True)
+        path = self.sandbox_dir / "clusters.yaml"
+        path.touch(mode=0o600, exist_ok=True)
+        path.write_text(yaml.safe_dump(clusters))
+        return path
+
     def client_config(self, name: str, *, secure: bool = False, user: str = "shoal") -> dict[str, str]:
         """A librdkafka-style client config for cluster ``name`` (the format of Airflow's ``kafka`` connection)."""
         info = self.broker(name).info()

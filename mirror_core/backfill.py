@@ -1,0 +1,115 @@
+"""Executes a backfill plan's work units lane by lane; the Spark job maps one task to each lane.
+
+A lane is one target partition (DESIGN.md §3): its units run in order inside one task, exactly once through
+:class:`~mirror_core.checkpointed.CheckpointedCopier` with the lane's transactional.id, so a retried, speculative
+or zombie task for the same lane is fenced by the broker. A unit whose checkpoint already reaches its end is
+reported ``skipped`` (a resumed plan skips finished work); a failing unit is reported ``failed`` with its error and
+the lane stops there (later units of the lane would break the lane's order).
+
+No pyspark here: the same function runs inside Spark tasks, from the CLI, and in tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from mirror_core.checkpoint import CheckpointStore
+from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
+from mirror_core.cluster import ClusterConfig
+from mirror_core.copier import CopyOptions, PartitionRange
+from mirror_core.errors import ConfigError, MirrorError
+from mirror_core.kafka_wire import WireClient
+from mirror_core.ledger import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, LedgerRow
+
+
+@dataclass(frozen=True)
+class LaneJob:
+    """Everything one task needs: the plan's settings, the lane's units and the clusters' client settings."""
+
+    run_id: str
+    pipeline: str
+    mode: str
+    exact_bounds: bool
+    throttle_bytes_per_s: float | None
+    source: ClusterConfig
+    target: ClusterConfig
+    units: tuple[Mapping, ...]  # WorkUnit dicts of one lane, in plan order
+
+
+def lanes_of(units: Iterable[Mapping]) -> list[list[Mapping]]:
+    """Units grouped by lane, lanes ordered by their most urgent deadline, then by size (largest first), so the
+    scheduler starts the lanes that matter first and the long ones early."""
+    grouped: dict[str, list[Mapping]] = {}
+    for unit in units:
+        grouped.setdefault(unit["lane"], []).append(unit)
+
+    def urgency(lane: list[Mapping]):
+        deadlines = [u["deadline_ms"] for u in lane if u.get("deadline_ms") is not None]
+        return (min(deadlines) if deadlines else float("inf"), -sum(u.get("bytes_estimate", 0) for u in lane))
+
+    return sorted(grouped.values(), key=urgency)
+
+
+def cluster_from_settings(clusters: Mapping[str, Mapping[str, str]], name: str) -> ClusterConfig:
+    if name not in clusters:
+        raise ConfigError(f"cluster {name!r} is not in the clusters file (it has: {', '.join(sorted(clusters))})")
+    return ClusterConfig(name, {str(k): str(v) for k, v in clusters[name].items()})
+
+
+def run_lane(job: LaneJob) -> list[LedgerRow]:
+    """Copy the lane's units in order; one ledger row per unit (failed, skipped or ok)."""
+    rows: list[LedgerRow] = []
+    options = CopyOptions(exact_bounds=job.exact_bounds, throttle_bytes_per_s=job.throttle_bytes_per_s,
+                          max_inflight_bytes=CommitPolicy().commit_bytes)
+    with WireClient.for_cluster(job.source) as source, WireClient.for_cluster(job.target) as target:
+        store = CheckpointStore(job.target, target)
+        copier = CheckpointedCopier(source, target, store, pipeline=job.pipeline, mode=DeliveryMode(job.mode),
+                                    owner=f"backfill:{job.run_id}", options=options)
+        for index, unit in enumerate(job.units):
+            started = time.monotonic()
+            rng = PartitionRange(unit["topic"], unit["partition"], unit["start"], unit["end"], unit["target_topic"],
+                                 unit["target_partition"])
+            try:
+                result = copier.copy(rng, lane=unit["lane"])
+            except MirrorError as exc:
+                rows.append(_row(job, unit, None, time.monotonic() - started, STATUS_FAILED, str(exc)))
+                rows.extend(_row(job, later, None, 0.0, STATUS_FAILED,
+                                 f"not attempted: unit {unit['unit_id']} of the same lane failed before it")
+                            for later in job.units[index + 1:])
+                break
+            finished_before = result.source_start >= unit["end"]  # the checkpoint already covered the unit
+            status = STATUS_SKIPPED if finished_before else STATUS_OK
+            rows.append(_row(job, unit, result, time.monotonic() - started, status, None))
+    return rows
+
+
+def _row(job: LaneJob, unit: Mapping, result, duration: float, status: str, error: str | None) -> LedgerRow:
+    return LedgerRow(
+        run_id=job.run_id, unit_id=unit["unit_id"], pipeline=job.pipeline, source_topic=unit["topic"],
+        source_partition=unit["partition"], target_topic=unit["target_topic"],
+        target_partition=unit["target_partition"], planned_start=unit["start"], planned_end=unit["end"],
+        source_start=result.source_start if result else None, source_end=result.source_end if result else None,
+        target_start=result.first_target_offset if result else None,
+        target_end=result.next_target_offset if result else None, records=result.records if result else 0,
+        batches=result.batches if result else 0, bytes=result.bytes if result else 0,
+        deep_batches=result.deep_batches if result else 0, records_digest=result.records_digest if result else "",
+        duration_s=round(duration, 3), status=status, error=error)
+
+
+def lane_jobs(plan: Mapping, clusters: Mapping[str, Mapping[str, str]], run_id: str, *,
+              parallelism: int) -> list[LaneJob]:
+    """One :class:`LaneJob` per lane; the run's throttle is split evenly over the lanes that run at once."""
+    source = cluster_from_settings(clusters, plan["source_cluster"])
+    target = cluster_from_settings(clusters, plan["target_cluster"])
+    lanes = lanes_of(plan["units"])
+    throttle = plan.get("throttle_mb_s")
+    concurrent = max(1, min(parallelism, len(lanes)))
+    per_task = throttle * 1e6 / concurrent if throttle else None
+    return [LaneJob(run_id, plan["pipeline"], plan["mode"], plan["exact_bounds"], per_task, source, target,
+                    tuple(lane)) for lane in lanes]
+
+
+def failed_units(rows: Sequence[LedgerRow]) -> list[LedgerRow]:
+    return [r for r in rows if r.status == STATUS_FAILED]

@@ -1,0 +1,67 @@
+"""``shoal backfill run|status``: run a plan as a PySpark job (``spark-submit``, local[N] or ``--master``) and read
+the ledger it writes. (``plan`` lives in :mod:`mirror_core.plan_command`.)"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from mirror_core.errors import ConfigError, MirrorError
+from mirror_core.ledger import STATUS_FAILED, read_ledger
+
+# Spark's own log lines ("26/11/23 01:32:07 INFO SparkContext: ..."): shown only at ERROR
+SPARK_LOG = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN) ")
+SPARK_BANNER = ("Using Spark's default log4j", "To adjust logging level", "Setting default log level")
+
+
+def spark_submit_command(master: str, job_args: list[str]) -> list[str]:
+    """The spark-submit invocation of the backfill job (credentials travel in the clusters file, never here)."""
+    import pyspark
+
+    import spark_apps
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    job = Path(spark_apps.__file__).parent / "backfill_job.py"
+    return [str(submit), "--master", master, "--conf", "spark.speculation=false",
+            "--conf", "spark.ui.showConsoleProgress=false", str(job), *job_args]
+
+
+def run_backfill(*, plan: Path, clusters: Path, ledger: Path, master: str, run_id: str | None, console) -> int:
+    if not plan.is_file():
+        raise ConfigError(f"plan file {plan} does not exist (make one with `shoal backfill plan`)")
+    if not clusters.is_file():
+        raise ConfigError(f"clusters file {clusters} does not exist")
+    args = ["--plan", str(plan), "--clusters", str(clusters), "--ledger", str(ledger)]
+    if run_id:
+        args += ["--run-id", run_id]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    with subprocess.Popen(spark_submit_command(master, args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, env=env) as proc:
+        for line in proc.stdout:
+            if not SPARK_LOG.match(line) and not line.startswith(SPARK_BANNER):
+                console.print(line.rstrip(), highlight=False, markup=False)
+    return proc.returncode
+
+
+def show_status(ledger: Path, run_id: str | None, console) -> int:
+    from rich.table import Table
+
+    rows = read_ledger(ledger, run_id)
+    if not rows:
+        raise MirrorError(f"no ledger rows in {ledger}" + (f" for run {run_id!r}" if run_id else ""))
+    table = Table(title=f"backfill ledger {ledger}")
+    for col in ("run", "unit", "status", "records", "source range", "target range", "deep", "s", "error"):
+        table.add_column(col)
+    for r in rows:
+        status = f"[red]{r.status}[/]" if r.status == STATUS_FAILED else r.status
+        src = "-" if r.source_start is None else f"[{r.source_start}, {r.source_end})"
+        tgt = "-" if r.target_start is None else f"[{r.target_start}, {r.target_end})"
+        table.add_row(r.run_id, r.unit_id, status, str(r.records), src, tgt, str(r.deep_batches),
+                      f"{r.duration_s:.1f}", r.error or "")
+    console.print(table)
+    failed = [r for r in rows if r.status == STATUS_FAILED]
+    console.print(f"{len(rows)} unit rows, {sum(r.records for r in rows)} records, {len(failed)} failed")
+    return 1 if failed else 0

@@ -1,0 +1,74 @@
+"""The backfill ledger: one row per work unit and run, as Parquet.
+
+Written by the Spark job's driver after every run; read by ``shoal backfill status``, the verify step and the DAGs.
+A run's rows live in ``<ledger dir>/run=<run id>/ledger.parquet``, so runs never overwrite each other and the
+directory reads as one partitioned dataset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+STATUS_OK, STATUS_SKIPPED, STATUS_FAILED = "ok", "skipped", "failed"
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    run_id: str
+    unit_id: str
+    pipeline: str
+    source_topic: str
+    source_partition: int
+    target_topic: str
+    target_partition: int
+    planned_start: int
+    planned_end: int
+    source_start: int | None  # where this run actually began (a resumed unit begins at its checkpoint)
+    source_end: int | None
+    target_start: int | None
+    target_end: int | None
+    records: int
+    batches: int
+    bytes: int
+    deep_batches: int
+    records_digest: str
+    duration_s: float
+    status: str  # ok | skipped (already complete) | failed
+    error: str | None
+
+
+def _schema():
+    import pyarrow as pa
+
+    types = {int: pa.int64(), float: pa.float64(), str: pa.string()}
+    cols = []
+    for f in fields(LedgerRow):
+        base = f.type.split(" | ")[0] if isinstance(f.type, str) else f.type
+        py = {"int": int, "float": float, "str": str}.get(base, base)
+        cols.append((f.name, types[py]))
+    return pa.schema(cols)
+
+
+def write_ledger(ledger_dir: Path, run_id: str, rows: list[LedgerRow]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(ledger_dir) / f"run={run_id}" / "ledger.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist([asdict(r) for r in rows], schema=_schema())
+    pq.write_table(table, path)
+    return path
+
+
+def read_ledger(ledger_dir: Path, run_id: str | None = None) -> list[LedgerRow]:
+    """Rows of one run, or of every run (oldest run directories first)."""
+    import pyarrow.parquet as pq
+
+    base = Path(ledger_dir)
+    paths = [base / f"run={run_id}" / "ledger.parquet"] if run_id else sorted(base.glob("run=*/ledger.parquet"))
+    rows: list[LedgerRow] = []
+    for path in paths:
+        if path.exists():
+            rows.extend(LedgerRow(**r) for r in pq.read_table(path, schema=_schema()).to_pylist())
+    return rows
