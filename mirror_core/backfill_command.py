@@ -3,10 +3,11 @@ the ledger it writes. (``plan`` lives in :mod:`mirror_core.plan_command`.)"""
 
 from __future__ import annotations
 
-import os
+import importlib.util
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from mirror_core.errors import ConfigError, MirrorError
@@ -18,18 +19,22 @@ SPARK_BANNER = ("Using Spark's default log4j", "To adjust logging level", "Setti
 
 
 def spark_submit_command(master: str, job_args: list[str]) -> list[str]:
-    """The spark-submit invocation of the backfill job (credentials travel in the clusters file, never here)."""
-    import pyspark
+    """The spark-submit invocation of the backfill job (credentials travel in the clusters file, never here).
 
-    import spark_apps
-
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    job = Path(spark_apps.__file__).parent / "backfill_job.py"
+    pyspark and spark_apps are located, not imported: mirror_core stays importable without Spark."""
+    pyspark, apps = importlib.util.find_spec("pyspark"), importlib.util.find_spec("spark_apps")
+    if pyspark is None or pyspark.origin is None:
+        raise ConfigError("pyspark is not installed; `shoal backfill run` needs it (run scripts/bootstrap.sh)")
+    if apps is None or apps.origin is None:
+        raise ConfigError("the spark_apps package is not installed next to mirror_core")
+    submit = Path(pyspark.origin).parent / "bin" / "spark-submit"
+    job = Path(apps.origin).parent / "backfill_job.py"
     return [str(submit), "--master", master, "--conf", "spark.speculation=false",
             "--conf", "spark.ui.showConsoleProgress=false", str(job), *job_args]
 
 
-def run_backfill(*, plan: Path, clusters: Path, ledger: Path, master: str, run_id: str | None, console) -> int:
+def run_backfill(*, plan: Path, clusters: Path, ledger: Path, master: str, run_id: str | None, console,
+                 environ: Mapping[str, str]) -> int:
     if not plan.is_file():
         raise ConfigError(f"plan file {plan} does not exist (make one with `shoal backfill plan`)")
     if not clusters.is_file():
@@ -37,7 +42,7 @@ def run_backfill(*, plan: Path, clusters: Path, ledger: Path, master: str, run_i
     args = ["--plan", str(plan), "--clusters", str(clusters), "--ledger", str(ledger)]
     if run_id:
         args += ["--run-id", run_id]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {**environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     with subprocess.Popen(spark_submit_command(master, args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, env=env) as proc:
         for line in proc.stdout:

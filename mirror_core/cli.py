@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from mirror_core import deadlines_command
 from mirror_core.errors import ConfigError, MirrorError
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
@@ -94,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     bf_status.add_argument("--ledger", type=Path, default=Path("ledger"))
     bf_status.add_argument("--run-id")
 
+    deadlines_command.add_parser(sub)
+
     demo = sub.add_parser("demo", help="the main job on the local embedded default (see README)")
     demo.add_argument("--records", type=int, default=20_000, help="order events to produce (default 20000)")
     demo.add_argument("--partitions", type=int, default=3, help="partitions of the demo topic (default 3)")
@@ -114,7 +117,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "copy":
             return _copy(args, sandbox_from_environ(environ), console)
         if args.command == "backfill":
-            return _backfill(args, sandbox_from_environ(environ), console)
+            return _backfill(args, sandbox_from_environ(environ), console, environ)
+        if args.command == "deadlines":
+            return deadlines_command.run(args, sandbox_from_environ(environ), console)
         if args.command == "demo":
             from mirror_core.demo_job import run_demo
 
@@ -222,14 +227,14 @@ def _copy(args: argparse.Namespace, sandbox, console) -> int:
     return 0
 
 
-def _backfill(args: argparse.Namespace, sandbox, console) -> int:
+def _backfill(args: argparse.Namespace, sandbox, console, environ: Mapping[str, str]) -> int:
     from mirror_core.backfill_command import run_backfill, show_status
 
     if args.action == "status":
         return show_status(args.ledger, args.run_id, console)
     clusters = args.clusters or sandbox.write_clusters_file()
     return run_backfill(plan=args.plan, clusters=clusters, ledger=args.ledger, master=args.master,
-                        run_id=args.run_id, console=console)
+                        run_id=args.run_id, console=console, environ=environ)
 
 
 def _probe(args: argparse.Namespace, sandbox, console) -> int:

@@ -1,0 +1,148 @@
+"""shoal deadlines: per partition, how long until the source deletes what has not been copied, against how long the
+copy needs (model: mirror_core.retention; inputs: mirror_core.retention_inputs).
+
+Mirror positions come from --positions FILE, JSON {"topic": {"partition": offset}} (what a checkpoint store or a
+plan exports). Without it, or for a partition it does not list, the position is the source's log start: nothing
+mirrored yet, the worst case. Copy throughput per partition is --throughput (measured), or estimated from the round
+trip to the source (and --target, when given), the fetch size and the link bandwidth.
+Exit status: 0, or 3 when a partition is at or beyond --fail-on (for scripts and guards); 2 for bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from mirror_core.errors import ConfigError
+from mirror_core.retention import CopyCapacity, Status, assess_partitions
+
+EXIT_DEADLINE = 3
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
+
+
+def parse_duration(text: str, *, what: str) -> float:
+    """``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``1w`` → seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ConfigError(f"{what} {text!r} is not a duration like 90s, 15m, 2h or 1d")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def load_positions(path: str | Path) -> dict[tuple[str, int], int]:
+    """``{"topic": {"partition": offset}}`` → ``{(topic, partition): offset}``, refusing anything else by name."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"--positions {path}: cannot read it ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--positions {path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f'--positions {path}: expected {{"topic": {{"partition": offset}}}}')
+    out: dict[tuple[str, int], int] = {}
+    for topic, parts in data.items():
+        if not isinstance(parts, dict):
+            raise ConfigError(f"--positions {path}: topic {topic!r} must map partitions to offsets")
+        for part, offset in parts.items():
+            if not str(part).isdigit() or not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+                raise ConfigError(f"--positions {path}: {topic}[{part!r}] = {offset!r} is not partition -> offset "
+                                  "(non-negative integers)")
+            out[(str(topic), int(part))] = offset
+    return out
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    dl = subparsers.add_parser("deadlines", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                               help="time until the source deletes what has not been copied, per partition")
+    dl.add_argument("--source", required=True, metavar="CLUSTER",
+                    help="a sandbox cluster name, a YAML/JSON file with librdkafka settings, or host:port")
+    dl.add_argument("--topic", action="append", default=[], help="topic to assess (repeatable; default: the "
+                    "topics in --positions)")
+    dl.add_argument("--partitions", help="e.g. 0,2,4-6 (default: all; only with a single --topic)")
+    dl.add_argument("--positions", metavar="FILE", help='mirror positions, JSON {"topic": {"partition": offset}}; '
+                    "default: the log start (nothing mirrored)")
+    dl.add_argument("--target", metavar="CLUSTER", help="target cluster, to include its round trip in the estimate")
+    dl.add_argument("--throughput", type=float, metavar="MB/s", help="measured copy throughput per partition stream "
+                    "(default: estimated from round trip, fetch size and bandwidth)")
+    dl.add_argument("--bandwidth", type=float, default=100.0, metavar="MB/s",
+                    help="link bandwidth for the estimate and the ceiling for more streams (default 100)")
+    dl.add_argument("--fetch-bytes", type=int, default=4 * 1024 * 1024, help="fetch size for the estimate "
+                    "(default 4 MiB, the copier's)")
+    dl.add_argument("--at-risk-below", default="1h", metavar="DURATION",
+                    help="a margin below this is AT_RISK (default 1h)")
+    dl.add_argument("--sample-seconds", type=float, default=5.0,
+                    help="measure ingest over this many seconds (default 5; 0: estimate from the retained log)")
+    dl.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    dl.add_argument("--chart", action="append", default=[], metavar="PATH",
+                    help="write the chart: PATH.png or PATH.html (repeatable)")
+    dl.add_argument("--fail-on", choices=[s.value for s in Status], metavar="STATUS",
+                    help=f"exit {EXIT_DEADLINE} when a partition is at or beyond STATUS (AT_RISK, LOSING, LOST)")
+    return dl
+
+
+def run(args: argparse.Namespace, sandbox, console) -> int:
+    from mirror_core.cli import resolve_cluster
+    from mirror_core.copy_command import topic_metadata_or_error
+    from mirror_core.deadlines_report import (
+        render_chart_html,
+        render_chart_png,
+        render_table,
+        report_to_dict,
+    )
+    from mirror_core.kafka_wire import WireClient
+    from mirror_core.positions import parse_partitions
+    from mirror_core.retention_inputs import gather_inputs, measure_rtt
+
+    threshold = parse_duration(args.at_risk_below, what="--at-risk-below")
+    for chart in args.chart:
+        if Path(chart).suffix.lower() not in (".png", ".html", ".htm"):
+            raise ConfigError(f"--chart {chart}: the file name must end in .png or .html")
+    if args.sample_seconds < 0 or args.bandwidth <= 0 or args.fetch_bytes <= 0 or (args.throughput or 1) <= 0:
+        raise ConfigError("--sample-seconds must be >= 0; --bandwidth, --fetch-bytes and --throughput positive")
+    positions = load_positions(args.positions) if args.positions else {}
+    topics = list(dict.fromkeys(args.topic or sorted({t for t, _ in positions})))
+    if not topics:
+        raise ConfigError("name at least one --topic (or give --positions)")
+    if args.partitions and len(topics) != 1:
+        raise ConfigError("--partitions needs exactly one --topic")
+    source = resolve_cluster(args.source, sandbox, role="source")
+    with WireClient.for_cluster(source) as client:
+        wanted = {}
+        for topic in topics:
+            count = len(topic_metadata_or_error(client, topic).partitions)
+            wanted[topic] = parse_partitions(args.partitions, count, topic) if args.partitions else None
+        rtt = measure_rtt(client)
+    if args.throughput:
+        copy = CopyCapacity(args.throughput * 1e6, args.bandwidth * 1e6, how=f"measured {args.throughput} MB/s")
+    else:
+        if args.target:
+            with WireClient.for_cluster(resolve_cluster(args.target, sandbox, role="target")) as target:
+                rtt += measure_rtt(target)
+        copy = CopyCapacity.estimate(bandwidth_bytes_per_s=args.bandwidth * 1e6, rtt_s=rtt,
+                                     fetch_bytes=args.fetch_bytes)
+    with console.status(f"reading {source.name}: configs, offsets, sizes"
+                        f"{f', sampling ingest for {args.sample_seconds:g}s' if args.sample_seconds else ''}…"):
+        inputs = gather_inputs(source, wanted, positions, sample_s=args.sample_seconds)
+    statuses = assess_partitions(inputs.snapshots, inputs.topics, copy, at_risk_below_s=threshold,
+                                 check_interval_ms=inputs.check_interval_ms)
+    for chart in args.chart:
+        render = render_chart_png if Path(chart).suffix.lower() == ".png" else render_chart_html
+        render(statuses, chart, at_risk_below_s=threshold)
+    if args.json:
+        console.print_json(json.dumps(report_to_dict(source.name, statuses, at_risk_below_s=threshold,
+                                                     copy_how=copy.how)))
+    else:
+        console.print(render_table(statuses, title=f"retention deadlines on {source.name}"))
+        counts = ", ".join(f"{sum(s.status is st for s in statuses)} {st.value}" for st in Status)
+        console.print(f"{counts}; copy throughput {copy.bytes_per_s / 1e6:.3g} MB/s per stream ({copy.how}); "
+                      f"AT_RISK below {threshold:g}s", highlight=False)
+        if not args.positions:
+            console.print("[dim]no --positions: every partition is taken as not mirrored (position = log start)[/]")
+        for chart in args.chart:
+            console.print(f"chart written to {chart}", highlight=False)
+    if args.fail_on:
+        bar = Status(args.fail_on).severity
+        if any(s.status.severity >= bar for s in statuses):
+            return EXIT_DEADLINE
+    return 0

@@ -1,0 +1,256 @@
+"""Gather the retention model's inputs from a source cluster (Kafka I/O; the model is :mod:`mirror_core.retention`).
+
+Per topic: DescribeConfigs (cleanup policy, retention, segment and compaction settings) and the leader's
+``log.retention.check.interval.ms``. Per partition: ListOffsets (log start, log end, and the newest timestamp via
+``MAX_TIMESTAMP``), DescribeLogDirs on the leader (partition size), and one Fetch "probe" at the mirror position
+(READ_UNCOMMITTED: retention deletes aborted and committed batches alike) whose batches give the oldest unmirrored
+timestamp and, because a Fetch never crosses a segment boundary, a lower bound on that segment's largest
+timestamp — exact when the probe stops short of its byte limit before the high watermark.
+
+Positions come from the caller (checkpoint store, plan or a positions file); a partition without one is taken as
+not mirrored at all (position = log start). The ingest rate is measured by sampling the log end twice
+``sample_s`` apart, or, with ``sample_s == 0``, estimated as the retained bytes over the age of the oldest
+retained record. Copy throughput is measured by the caller, or estimated from :func:`measure_rtt`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import kafka.errors as Errors
+from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsRequest, OffsetSpec
+
+from mirror_core.batch_codec import walk_batches
+from mirror_core.cluster import ClusterConfig
+from mirror_core.errors import ConfigError, FetchError, PartitionUnavailableError
+from mirror_core.fetcher import list_offsets
+from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
+from mirror_core.retention import DEFAULT_CHECK_INTERVAL_MS, PartitionSnapshot, TopicRetention
+from mirror_core.topics import TopicAdmin
+
+DEFAULT_PROBE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RetentionInputs:
+    """Everything :func:`mirror_core.retention.assess_partitions` needs about one cluster."""
+
+    cluster: str
+    topics: dict[str, TopicRetention]
+    snapshots: list[PartitionSnapshot]
+    check_interval_ms: int
+
+
+@dataclass(frozen=True)
+class PositionProbe:
+    """One Fetch at ``offset``: the batches it returned all lie in ``offset``'s segment."""
+
+    position_ts: int | None        # max timestamp of the batch holding ``offset``
+    max_ts: int | None             # largest timestamp among the returned batches
+    bytes_from_position: int       # bytes of the returned batches that end after ``offset``
+    reached_segment_end: bool      # stopped short of max_bytes before the high watermark: the segment ended
+    next_offset: int | None = None  # the offset after the last returned batch
+
+
+def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | None],
+                  positions: Mapping[tuple[str, int], int] | None = None, *, probe_bytes: int = DEFAULT_PROBE_BYTES,
+                  sample_s: float = 0.0, clock: Callable[[], float] = time.time,
+                  sleep: Callable[[float], None] = time.sleep) -> RetentionInputs:
+    """Snapshots of ``topics`` (topic → partitions, None for all) on ``cluster`` at the given mirror positions."""
+    positions = positions or {}
+    admin = TopicAdmin(cluster)
+    with WireClient.for_cluster(cluster) as client:
+        chosen: dict[str, list[int]] = {}
+        leaders: dict[tuple[str, int], int] = {}
+        for topic, parts in topics.items():
+            meta = _topic_metadata(client, topic)
+            chosen[topic] = sorted(meta.partitions) if parts is None else list(parts)
+            for p in chosen[topic]:
+                if p not in meta.partitions:
+                    raise ConfigError(f"topic {topic!r} on cluster {cluster.name!r} has no partition {p}")
+                leaders[(topic, p)] = meta.partitions[p].leader
+        configs = {topic: TopicRetention.from_configs(admin.configs(topic)) for topic in chosen}
+        check_interval_ms = read_check_interval_ms(cluster, next(iter(leaders.values()), None))
+        ends0 = {tp: list_offsets(client, *tp, "latest") for tp in leaders} if sample_s > 0 else {}
+        t0 = clock()
+        if sample_s > 0:
+            sleep(sample_s)
+        sizes = partition_sizes(cluster, leaders)
+        snapshots = []
+        for (topic, p) in leaders:
+            snapshots.append(_snapshot(client, cluster.name, topic, p, positions.get((topic, p)), sizes,
+                                       probe_bytes, ends0, t0, clock))
+    return RetentionInputs(cluster.name, configs, snapshots, check_interval_ms)
+
+
+def _snapshot(client: WireClient, cluster: str, topic: str, p: int, position: int | None,
+              sizes: Mapping[tuple[str, int], int], probe_bytes: int, ends0: Mapping[tuple[str, int], int],
+              t0: float, clock: Callable[[], float]) -> PartitionSnapshot:
+    log_start = list_offsets(client, topic, p, "earliest")
+    log_end = list_offsets(client, topic, p, "latest")
+    position = log_start if position is None else position
+    if position > log_end:
+        raise ConfigError(f"cluster {cluster!r} {topic}-{p}: mirror position {position} is past the log end "
+                          f"{log_end} (topic truncated or recreated, or a wrong positions file)")
+    effective = max(position, log_start)
+    probe = probe_position(client, topic, p, effective, probe_bytes) if effective < log_end else None
+    newest_ts = newest_timestamp(client, topic, p) if log_end > log_start else None
+    now = clock()
+    size = sizes.get((topic, p))
+    if size is None:   # the leader did not report it (e.g. not authorized): extrapolate from the probe
+        size = _size_from_probe(probe, effective, log_start, log_end)
+    if (topic, p) in ends0:
+        per_offset = size / (log_end - log_start) if log_end > log_start else 0.0
+        ingest = (log_end - ends0[(topic, p)]) * per_offset / max(now - t0, 1e-3)
+    else:
+        ingest = _ingest_from_log(client, topic, p, log_start, log_end, size, now, probe_bytes)
+    return PartitionSnapshot(
+        topic=topic, partition=p, position=position, log_start=log_start, log_end=log_end, size_bytes=size,
+        observed_at_ms=int(now * 1000), ingest_bytes_per_s=ingest,
+        position_ts=probe.position_ts if probe else None, probe_max_ts=probe.max_ts if probe else None,
+        probe_bytes=probe.bytes_from_position if probe else 0,
+        probe_reached_segment_end=probe.reached_segment_end if probe else False, newest_ts=newest_ts)
+
+
+def _size_from_probe(probe: PositionProbe | None, offset: int, log_start: int, log_end: int) -> int:
+    if probe is None or probe.next_offset is None or probe.next_offset <= offset:
+        return 0
+    return round(probe.bytes_from_position / (probe.next_offset - offset) * (log_end - log_start))
+
+
+def _ingest_from_log(client: WireClient, topic: str, p: int, log_start: int, log_end: int, size: int, now: float,
+                     probe_bytes: int) -> float:
+    """Retained bytes over the age of the oldest retained record (an average that a burst does not inflate)."""
+    if log_end <= log_start or size <= 0:
+        return 0.0
+    oldest = probe_position(client, topic, p, log_start, min(probe_bytes, 64 * 1024)).position_ts
+    if oldest is None or oldest < 0:
+        return 0.0
+    return size / max(now - oldest / 1000, 1.0)
+
+
+def _topic_metadata(client: WireClient, topic: str):
+    try:
+        return client.topic_metadata(topic, refresh=True)
+    except Errors.UnknownTopicOrPartitionError:
+        raise ConfigError(f"topic {topic!r} does not exist on cluster {client.cluster_name!r}") from None
+
+
+def read_check_interval_ms(cluster: ClusterConfig, broker_id: int | None) -> int:
+    """The broker's ``log.retention.check.interval.ms`` (Kafka's default when it cannot be read)."""
+    if broker_id is None or broker_id < 0:
+        return DEFAULT_CHECK_INTERVAL_MS
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient(cluster.confluent())
+    resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+    try:
+        entries = admin.describe_configs([resource])[resource].result(timeout=30)
+        value = entries.get("log.retention.check.interval.ms")
+        return int(value.value) if value is not None and value.value is not None else DEFAULT_CHECK_INTERVAL_MS
+    except Exception:  # noqa: BLE001 - not authorized to describe broker configs: the documented default applies
+        return DEFAULT_CHECK_INTERVAL_MS
+
+
+def partition_sizes(cluster: ClusterConfig, leaders: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """Partition size in bytes on its leader (DescribeLogDirs through kafka-python's admin client)."""
+    from kafka.admin import KafkaAdminClient
+
+    wanted: dict[str, list[int]] = {}
+    for topic, p in leaders:
+        wanted.setdefault(topic, []).append(p)
+    admin = KafkaAdminClient(**cluster.kafka_python())
+    try:
+        brokers = sorted({b for b in leaders.values() if b >= 0})
+        answers = admin.describe_log_dirs(wanted, brokers=brokers)
+    finally:
+        admin.close()
+    sizes: dict[tuple[str, int], int] = {}
+    for answer in answers:
+        for log_dir in answer["log_dirs"]:
+            if log_dir.get("error_code"):
+                continue
+            for t in log_dir["topics"]:
+                for part in t["partitions"]:
+                    tp = (t["name"], part["partition_index"])
+                    if leaders.get(tp) == answer["broker"] and not part.get("is_future_key"):
+                        sizes[tp] = sizes.get(tp, 0) + int(part["partition_size"])
+    return sizes
+
+
+def measure_rtt(client: WireClient, *, samples: int = 5) -> float:
+    """Median seconds of a minimal Metadata round trip to the cluster."""
+    times = []
+    for _ in range(max(1, samples)):
+        t = time.perf_counter()
+        client.metadata([])
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def probe_position(client: WireClient, topic: str, partition: int, offset: int, max_bytes: int, *,
+                   retry_timeout_s: float = 30.0) -> PositionProbe:
+    """One READ_UNCOMMITTED Fetch at ``offset`` (retrying leader moves); see :class:`PositionProbe`."""
+    backoff = Backoff(give_up_after=retry_timeout_s)
+    while True:
+        try:
+            return _probe_once(client, topic, partition, offset, max_bytes)
+        except Errors.KafkaError as exc:
+            if not is_retriable(type(exc)):
+                raise FetchError(client.cluster_name, topic, partition, offset, type(exc).__name__) from None
+            client.invalidate(topic)
+            if not backoff.wait():
+                raise PartitionUnavailableError(client.cluster_name, topic, partition, type(exc).__name__,
+                                                offset=offset) from None
+
+
+def _probe_once(client: WireClient, topic: str, partition: int, offset: int, max_bytes: int) -> PositionProbe:
+    leader, epoch = client.leader_for(topic, partition)
+    part = FetchRequest.FetchTopic.FetchPartition(
+        partition=partition, current_leader_epoch=epoch, fetch_offset=offset, last_fetched_epoch=-1,
+        log_start_offset=-1, partition_max_bytes=max_bytes)
+    request = FetchRequest(
+        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
+        isolation_level=int(IsolationLevel.READ_UNCOMMITTED), session_id=0, session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=topic, topic_id=None, partitions=[part])], forgotten_topics_data=[],
+        rack_id="", min_version=4, max_version=12)
+    response = client.send(leader, request)
+    if response.error_code:
+        raise Errors.for_code(response.error_code)()
+    data = response.responses[0].partitions[0]
+    error = Errors.for_code(data.error_code)
+    if error is Errors.OffsetOutOfRangeError:
+        return PositionProbe(None, None, 0, False)   # deleted meanwhile: the caller sees it in the log start
+    if error is not Errors.NoError:
+        raise error()
+    records = data.records or b""
+    batches, tail = walk_batches(records)
+    batches = [b for b in batches if b.next_offset > offset]
+    if not batches:
+        return PositionProbe(None, None, 0, False)
+    stamps = [b.max_timestamp for b in batches if b.max_timestamp >= 0]
+    reached_end = tail == 0 and len(records) < max_bytes and batches[-1].next_offset < data.high_watermark
+    return PositionProbe(position_ts=batches[0].max_timestamp if batches[0].max_timestamp >= 0 else None,
+                         max_ts=max(stamps) if stamps else None, bytes_from_position=sum(b.size for b in batches),
+                         reached_segment_end=reached_end, next_offset=batches[-1].next_offset)
+
+
+def newest_timestamp(client: WireClient, topic: str, partition: int) -> int | None:
+    """The largest record timestamp in the partition (ListOffsets MAX_TIMESTAMP, Kafka 3.0+); None if unknown."""
+    Topic = ListOffsetsRequest.ListOffsetsTopic
+    try:
+        leader, epoch = client.leader_for(topic, partition)
+        request = ListOffsetsRequest(
+            replica_id=-1, isolation_level=int(IsolationLevel.READ_UNCOMMITTED), timeout_ms=client.request_timeout_ms,
+            topics=[Topic(name=topic, partitions=[Topic.ListOffsetsPartition(
+                partition_index=partition, current_leader_epoch=epoch, timestamp=int(OffsetSpec.MAX_TIMESTAMP))])],
+            min_version=7)
+        data = client.send(leader, request).topics[0].partitions[0]
+    except Errors.KafkaError:
+        return None
+    if data.error_code or data.timestamp is None or data.timestamp < 0:
+        return None
+    return int(data.timestamp)
