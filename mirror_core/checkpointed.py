@@ -69,33 +69,79 @@ class CheckpointedCopier:
 
     def copy(self, rng: PartitionRange, progress: Progress | None = None, *, lane: int | str | None = None
              ) -> CopyResult:
-        exactly_once = self.mode is DeliveryMode.EXACTLY_ONCE
-        lane = rng.target_partition if lane is None else lane
-        writer = BatchWriter(self.target, transactional_id=lane_transactional_id(self.pipeline, lane)
-                             if exactly_once else None)
-        writer.init_producer_id()  # exactly-once: fences older writers of the lane and aborts their transaction
-        previous = self.store.read(self.pipeline, rng.topic, rng.partition)
-        topic_id = self.source.topic_metadata(rng.topic, refresh=True).topic_id
-        runs = OffsetRuns()
-        start = rng.start
+        """Open the lane (fencing older writers), resume from its checkpoint and copy up to ``rng.end``."""
+        session = self.open_lane(rng.topic, rng.partition, rng.target_topic, rng.target_partition, lane=lane)
+        return session.copy(rng.start, rng.end, progress)
+
+    def open_lane(self, topic: str, partition: int, target_topic: str, target_partition: int, *,
+                  lane: int | str | None = None) -> LaneSession:
+        return LaneSession(self, topic, partition, target_topic, target_partition,
+                           target_partition if lane is None else lane)
+
+
+class OwnershipError(MirrorError):
+    """The partition's checkpoint belongs to a newer owner (a handoff happened): this writer must stop."""
+
+    def __init__(self, pipeline: str, topic: str, partition: int, owner: str, epoch: int, stored: Checkpoint):
+        super().__init__(
+            f"pipeline {pipeline!r} {topic}-{partition}: owned by {stored.owner!r} at epoch {stored.owner_epoch}, "
+            f"newer than this writer ({owner!r}, epoch {epoch}); it was handed off, so this writer stops")
+
+
+class LaneSession:
+    """An open lane of one source partition: the writer holds the lane's transactional.id (every older writer is
+    fenced, its open transaction aborted), the checkpoint has been read, and ranges can be copied repeatedly (the
+    daemon calls :meth:`copy` in a loop).
+
+    Invariants: ``checkpoint`` is the last one committed by this session or found at open; ranges resume at its
+    position, so nothing below it is copied twice; the stored owner epoch is never newer than ours.
+    """
+
+    def __init__(self, owner: CheckpointedCopier, topic: str, partition: int, target_topic: str,
+                 target_partition: int, lane: int | str):
+        self.owner = owner
+        self.topic, self.partition = topic, partition
+        self.target_topic, self.target_partition = target_topic, target_partition
+        self.exactly_once = owner.mode is DeliveryMode.EXACTLY_ONCE
+        self.writer = BatchWriter(owner.target, transactional_id=lane_transactional_id(owner.pipeline, lane)
+                                  if self.exactly_once else None)
+        self.writer.init_producer_id()  # exactly-once: fences older writers of the lane and aborts their transaction
+        self.checkpoint = owner.store.read(owner.pipeline, topic, partition)
+        topic_id = owner.source.topic_metadata(topic, refresh=True).topic_id
+        self.source_topic_id = str(topic_id) if topic_id else None
+        self._check_resumable(self.checkpoint)
+
+    def _check_resumable(self, previous: Checkpoint | None) -> None:
+        if previous is None:
+            return
+        owner = self.owner
+        if previous.source_topic_id and self.source_topic_id and previous.source_topic_id != self.source_topic_id:
+            raise TopicRecreatedError(owner.source.cluster_name, self.topic, previous.source_topic_id,
+                                      self.source_topic_id)
+        if (previous.target_topic, previous.target_partition) != (self.target_topic, self.target_partition):
+            raise MirrorError(
+                f"pipeline {owner.pipeline!r} copied {self.topic}-{self.partition} to {previous.target_topic}-"
+                f"{previous.target_partition} before; it cannot continue into {self.target_topic}-"
+                f"{self.target_partition} (use another pipeline name)")
+        if previous.owner_epoch > owner.owner_epoch:
+            raise OwnershipError(owner.pipeline, self.topic, self.partition, owner.owner, owner.owner_epoch, previous)
+
+    @property
+    def position(self) -> int | None:
+        return None if self.checkpoint is None else self.checkpoint.position
+
+    def copy(self, start: int, end: int, progress: Progress | None = None) -> CopyResult:
+        """Copy ``[start, end)`` (resuming at the checkpoint when it is further), committing as the policy says."""
+        owner, previous = self.owner, self.checkpoint
+        runs = OffsetRuns(previous.offset_map.runs) if previous is not None and previous.offset_map else OffsetRuns()
         if previous is not None:
-            if previous.source_topic_id and topic_id and previous.source_topic_id != str(topic_id):
-                raise TopicRecreatedError(self.source.cluster_name, rng.topic, previous.source_topic_id, topic_id)
-            if (previous.target_topic, previous.target_partition) != (rng.target_topic, rng.target_partition):
-                raise MirrorError(
-                    f"pipeline {self.pipeline!r} copied {rng.topic}-{rng.partition} to {previous.target_topic}-"
-                    f"{previous.target_partition} before; it cannot continue into {rng.target_topic}-"
-                    f"{rng.target_partition} (use another pipeline name)")
-            if previous.offset_map is not None:
-                runs = OffsetRuns(previous.offset_map.runs)
-            start = min(max(rng.start, previous.position), rng.end)
-        listener = _CheckpointCommitter(self, writer, rng, exactly_once, previous=previous, start=start,
-                                        source_topic_id=str(topic_id) if topic_id else None)
-        if exactly_once:
-            writer.begin_transaction()
-        copier = RangeCopier(self.source, self.target, writer, self.options, listener=listener)
-        resumed = PartitionRange(rng.topic, rng.partition, start, rng.end, rng.target_topic, rng.target_partition)
-        result = copier.copy(resumed, progress, offset_runs=runs)
+            start = min(max(start, previous.position), end)
+        listener = _CheckpointCommitter(self, start=start)
+        if self.exactly_once:
+            self.writer.begin_transaction()
+        copier = RangeCopier(owner.source, owner.target, self.writer, owner.options, listener=listener)
+        rng = PartitionRange(self.topic, self.partition, start, end, self.target_topic, self.target_partition)
+        result = copier.copy(rng, progress, offset_runs=runs)
         result.commits = listener.commits
         return result
 
@@ -103,17 +149,16 @@ class CheckpointedCopier:
 class _CheckpointCommitter:
     """Turns the copier's flushes into checkpoints (and, exactly-once, commits of the open transaction)."""
 
-    def __init__(self, owner: CheckpointedCopier, writer: BatchWriter, rng: PartitionRange, exactly_once: bool, *,
-                 previous: Checkpoint | None, start: int, source_topic_id: str | None):
-        self.owner = owner
-        self.source_topic_id = source_topic_id
+    def __init__(self, session: LaneSession, *, start: int):
+        self.session = session
+        self.owner = session.owner
+        previous = session.checkpoint
         self.previous_target_next = previous.target_next if previous is not None else None
         # the lowest source offset the map answers for: where this partition's copy began (or was pruned to)
         self.map_start = previous.offset_map.start if previous is not None and previous.offset_map is not None \
             else start
-        self.writer = writer
-        self.rng = rng
-        self.exactly_once = exactly_once
+        self.writer = session.writer
+        self.exactly_once = session.exactly_once
         self.commits = 0
         self._bytes_at_commit = 0
         self._last_commit = time.monotonic()
@@ -129,11 +174,12 @@ class _CheckpointCommitter:
         offset_map = None if target_next is None else OffsetMap.from_runs(
             result.offset_runs, start=min(self.map_start, result.source_end), position=result.source_end,
             target_next=target_next)
+        session = self.session
         checkpoint = Checkpoint(
-            pipeline=self.owner.pipeline, topic=self.rng.topic, partition=self.rng.partition,
-            position=result.source_end, target_topic=self.rng.target_topic,
-            target_partition=self.rng.target_partition, target_next=target_next, owner=self.owner.owner,
-            owner_epoch=self.owner.owner_epoch, offset_map=offset_map, source_topic_id=self.source_topic_id)
+            pipeline=self.owner.pipeline, topic=session.topic, partition=session.partition,
+            position=result.source_end, target_topic=session.target_topic,
+            target_partition=session.target_partition, target_next=target_next, owner=self.owner.owner,
+            owner_epoch=self.owner.owner_epoch, offset_map=offset_map, source_topic_id=session.source_topic_id)
         self.writer.write([self.owner.store.checkpoint_batch(checkpoint)])
         markers = 0
         if self.exactly_once:
@@ -141,6 +187,7 @@ class _CheckpointCommitter:
             markers = 1
             if not final:
                 self.writer.begin_transaction()
+        session.checkpoint = checkpoint  # what a later copy of this session resumes from
         self.commits += 1
         self._bytes_at_commit = result.bytes
         self._last_commit = time.monotonic()
