@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mirror_core import deadlines_command
+from mirror_core import deadlines_command, plan_command
 from mirror_core.errors import ConfigError, MirrorError
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bf = sub.add_parser("backfill", help="bounded offset-range copies as a PySpark job")
     bf_sub = bf.add_subparsers(dest="action", required=True, metavar="ACTION")
+    plan_command.add_arguments(bf_sub.add_parser("plan", help="plan ranges per partition, ordered by deadline"))
     bf_run = bf_sub.add_parser("run", help="run a plan with spark-submit (local[N] or --master)")
     bf_run.add_argument("--plan", required=True, type=Path, help="plan JSON written by `shoal backfill plan`")
     bf_run.add_argument("--clusters", type=Path,
@@ -232,6 +233,9 @@ def _backfill(args: argparse.Namespace, sandbox, console, environ: Mapping[str, 
 
     if args.action == "status":
         return show_status(args.ledger, args.run_id, console)
+    if args.action == "plan":
+        return plan_command.run(args, resolve_cluster(args.source, sandbox, role="source"),
+                                resolve_cluster(args.target, sandbox, role="target"), console)
     clusters = args.clusters or sandbox.write_clusters_file()
     return run_backfill(plan=args.plan, clusters=clusters, ledger=args.ledger, master=args.master,
                         run_id=args.run_id, console=console, environ=environ)
