@@ -51,6 +51,7 @@ class Checkpoint:
     owner_epoch: int
     offset_map: OffsetMap | None = None  # None until something was written
     source_topic_id: str | None = None  # a different id later means the source topic was recreated
+    handoff_position: int | None = None  # where ownership passed to the daemon (the seam `shoal verify seam` checks)
     updated_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     @property
@@ -118,7 +119,10 @@ class CheckpointStore:
         out: dict[tuple[str, str, int], Checkpoint] = {}
         for partition in range(self.partitions):
             for key, value in self._read_partition(partition):
-                ident = tuple(json.loads(key))
+                decoded = json.loads(key)
+                if not isinstance(decoded, list):
+                    continue  # leases and other records sharing the topic (see mirror_core.leases)
+                ident = tuple(decoded)
                 if pipeline is not None and ident[0] != pipeline:
                     continue  # decode only what was asked for: other pipelines may be another Shoal's format
                 if value is None:
@@ -134,6 +138,10 @@ class CheckpointStore:
             if record_key == key:
                 found = None if value is None else Checkpoint.from_value(value)
         return found
+
+    def records(self, partition: int):
+        """(key, value) of every committed record of one partition of the topic, in order."""
+        return self._read_partition(partition)
 
     def _read_partition(self, partition: int):
         start = list_offsets(self.client, self.topic, partition, "earliest")

@@ -45,6 +45,12 @@ def lane_transactional_id(pipeline: str, lane: int | str) -> str:
     return f"shoal.{pipeline}.{lane}"
 
 
+def default_lane(target_topic: str, target_partition: int) -> str:
+    """The lane of a target partition when lanes hold one partition (the default): the same name the planner,
+    a backfill task, ``shoal copy``, a handoff and the daemon all derive, so they fence each other."""
+    return f"{target_topic}-{target_partition}"
+
+
 class CheckpointedCopier:
     """Copies one lane (one target partition) of a pipeline, resuming from and committing to the checkpoint store.
 
@@ -76,7 +82,7 @@ class CheckpointedCopier:
     def open_lane(self, topic: str, partition: int, target_topic: str, target_partition: int, *,
                   lane: int | str | None = None) -> LaneSession:
         return LaneSession(self, topic, partition, target_topic, target_partition,
-                           target_partition if lane is None else lane)
+                           default_lane(target_topic, target_partition) if lane is None else lane)
 
 
 class OwnershipError(MirrorError):
@@ -172,7 +178,9 @@ class _CheckpointCommitter:
         target_next = result.next_target_offset if result.next_target_offset is not None else \
             self.previous_target_next
         offset_map = None if target_next is None else OffsetMap.from_runs(
-            result.offset_runs, start=min(self.map_start, result.source_end), position=result.source_end,
+            # a first batch straddling the requested start is copied whole: the map starts where the copy did
+            result.offset_runs, start=min(self.map_start, result.source_start, result.source_end),
+            position=result.source_end,
             target_next=target_next)
         session = self.session
         checkpoint = Checkpoint(

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mirror_core import deadlines_command, plan_command
+from mirror_core import deadlines_command, groups_command, plan_command
 from mirror_core.errors import ConfigError, MirrorError
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
@@ -96,7 +96,32 @@ def build_parser() -> argparse.ArgumentParser:
     bf_status.add_argument("--ledger", type=Path, default=Path("ledger"))
     bf_status.add_argument("--run-id")
 
+    mirror = sub.add_parser("mirror", help="the continuous shallow mirror daemon")
+    mirror_sub = mirror.add_subparsers(dest="action", required=True, metavar="ACTION")
+    mirror_run = mirror_sub.add_parser("run", help="run the daemon in the foreground (SIGTERM stops it cleanly)")
+    mirror_run.add_argument("--config", required=True, type=Path,
+                            help="pipeline YAML (see mirror_core/daemon_config.py)")
+    mirror_run.add_argument("--worker-id", help="this process's name in leases (default: random)")
+
+    ho = sub.add_parser("handoff", help="hand back-filled partitions over to the daemon at their checkpoint")
+    ho.add_argument("--target", required=True, metavar="CLUSTER", help="the cluster holding the checkpoints")
+    ho.add_argument("--pipeline", required=True)
+    ho.add_argument("--topic", required=True, help="source topic")
+    ho.add_argument("--partitions", help="e.g. 0,2-4 (default: all with a checkpoint)")
+    ho.add_argument("--wait-s", type=float, default=0.0, help="wait until a daemon holds every lane")
+
+    vf = sub.add_parser("verify", help="verification checks")
+    vf_sub = vf.add_subparsers(dest="action", required=True, metavar="CHECK")
+    seam = vf_sub.add_parser("seam", help="prove the target is contiguous across each partition's handoff")
+    seam.add_argument("--source", required=True, metavar="CLUSTER")
+    seam.add_argument("--target", required=True, metavar="CLUSTER")
+    seam.add_argument("--pipeline", required=True)
+    seam.add_argument("--topic", required=True)
+    seam.add_argument("--partitions", help="default: all handed off")
+    seam.add_argument("--window", type=int, default=500, help="offsets checked on each side of the seam")
+
     deadlines_command.add_parser(sub)
+    groups_command.add_parser(sub)
 
     demo = sub.add_parser("demo", help="the main job on the local embedded default (see README)")
     demo.add_argument("--records", type=int, default=20_000, help="order events to produce (default 20000)")
@@ -119,6 +144,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return _copy(args, sandbox_from_environ(environ), console)
         if args.command == "backfill":
             return _backfill(args, sandbox_from_environ(environ), console, environ)
+        if args.command == "mirror":
+            from mirror_core.daemon import run_daemon
+
+            return run_daemon(args.config, args.worker_id)
+        if args.command == "handoff":
+            return _handoff(args, sandbox_from_environ(environ), console)
+        if args.command == "verify":
+            return _verify_seam(args, sandbox_from_environ(environ), console)
+        if args.command == "groups":
+            return groups_command.run(args, sandbox_from_environ(environ), console)
         if args.command == "deadlines":
             return deadlines_command.run(args, sandbox_from_environ(environ), console)
         if args.command == "demo":
@@ -239,6 +274,49 @@ def _backfill(args: argparse.Namespace, sandbox, console, environ: Mapping[str, 
     clusters = args.clusters or sandbox.write_clusters_file()
     return run_backfill(plan=args.plan, clusters=clusters, ledger=args.ledger, master=args.master,
                         run_id=args.run_id, console=console, environ=environ)
+
+
+def _handoff(args: argparse.Namespace, sandbox, console) -> int:
+    from mirror_core.handoff import hand_off
+
+    target = resolve_cluster(args.target, sandbox, role="target")
+    partitions = _handed_partitions(args, target)
+    done = hand_off(target, args.pipeline, args.topic, partitions, wait_for_daemon_s=args.wait_s)
+    for cp in done:
+        console.print(f"{cp.topic}-{cp.partition}: owner {cp.owner} epoch {cp.owner_epoch}, daemon resumes at "
+                      f"{cp.position} (target {cp.target_topic}-{cp.target_partition} next offset {cp.target_next})",
+                      highlight=False)
+    return 0
+
+
+def _handed_partitions(args: argparse.Namespace, target) -> list[int]:
+    from mirror_core.checkpoint import CheckpointStore
+    from mirror_core.kafka_wire import WireClient
+    from mirror_core.positions import parse_partitions
+
+    with WireClient.for_cluster(target) as client:
+        known = sorted(p for (_pl, topic, p) in CheckpointStore(target, client).read_all(args.pipeline)
+                       if topic == args.topic)
+    if not known:
+        raise ConfigError(f"pipeline {args.pipeline!r} has no checkpoints for topic {args.topic!r}")
+    if args.partitions is None:
+        return known
+    return parse_partitions(args.partitions, max(known) + 1, args.topic)
+
+
+def _verify_seam(args: argparse.Namespace, sandbox, console) -> int:
+    from mirror_core.handoff import verify_seam
+
+    source = resolve_cluster(args.source, sandbox, role="source")
+    target = resolve_cluster(args.target, sandbox, role="target")
+    failed = 0
+    for partition in _handed_partitions(args, target):
+        report = verify_seam(source, target, args.pipeline, args.topic, partition, window=args.window)
+        verdict = "[green]contiguous[/]" if report.ok else f"[red]BROKEN[/]: {report.problem}"
+        console.print(f"{args.topic}-{partition}: seam at {report.handoff_position}, "
+                      f"{report.checked_source_records} records compared: {verdict}", highlight=False)
+        failed += not report.ok
+    return 1 if failed else 0
 
 
 def _probe(args: argparse.Namespace, sandbox, console) -> int:

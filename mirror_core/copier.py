@@ -85,6 +85,7 @@ class CopyResult:
     records_digest: str = ""
     seconds: float = 0.0
     commits: int = 0
+    newest_timestamp_ms: int | None = None  # the newest record timestamp among the copied batches (record age)
 
     @property
     def last_target_offset(self) -> int | None:
@@ -142,6 +143,8 @@ class RangeCopier:
                                               exact_bounds=bounds)
                 if prepared is None:
                     continue
+                if result.newest_timestamp_ms is None or view.max_timestamp > result.newest_timestamp_ms:
+                    result.newest_timestamp_ms = view.max_timestamp
                 pending.append(prepared)
                 pending_bytes += len(prepared.data)
                 if pending_bytes >= opts.max_inflight_bytes:

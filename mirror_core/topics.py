@@ -71,6 +71,17 @@ class TopicAdmin:
                 return
             raise MirrorError(f"cluster {self.cluster.name!r}: could not delete topic {topic!r}: {exc}") from None
 
+    def add_partitions(self, topic: str, total: int) -> None:
+        """Grow ``topic`` to ``total`` partitions (Kafka never shrinks a topic)."""
+        from confluent_kafka.admin import NewPartitions
+
+        fut = self._admin.create_partitions([NewPartitions(topic, total)], operation_timeout=self.timeout_s)[topic]
+        try:
+            fut.result(timeout=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001
+            raise MirrorError(f"cluster {self.cluster.name!r}: could not grow {topic!r} to {total} partitions: "
+                              f"{exc}") from None
+
     def configs(self, topic: str) -> dict[str, str]:
         from confluent_kafka.admin import ConfigResource
 

@@ -68,3 +68,38 @@ def compare_topics(source: ClusterConfig, source_topic: str, target: ClusterConf
         if len(a) != len(b):
             return Comparison(total, False, f"partition {p}: {len(a)} source records, {len(b)} target records")
     return Comparison(total, True)
+
+
+def read_range(cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, *,
+               timeout_s: float = 30.0) -> list[tuple[int, tuple]]:
+    """Committed records of one partition with offsets in ``[start, end)``: ``[(offset, (key, value, headers,
+    timestamp))]`` (markers and aborted records are absent, as for any read_committed consumer)."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    if end <= start:
+        return []
+    consumer = Consumer(cluster.confluent(**{"group.id": f"shoal-verify-{uuid.uuid4().hex[:8]}",
+                                             "enable.auto.commit": False, "isolation.level": "read_committed"}))
+    out: list[tuple[int, tuple]] = []
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                position = consumer.position([TopicPartition(topic, partition)])[0].offset
+                if position >= end:
+                    return out
+                if time.monotonic() > deadline:
+                    raise MirrorError(f"cluster {cluster.name!r}: reading {topic}-{partition} [{start}, {end}) "
+                                      f"stalled at {position}")
+                continue
+            if msg.error():
+                raise MirrorError(f"cluster {cluster.name!r}: reading {topic}-{partition}: {msg.error()}")
+            if msg.offset() >= end:
+                return out
+            out.append((msg.offset(), (msg.key(), msg.value(), tuple(msg.headers() or ()), msg.timestamp()[1])))
+    finally:
+        consumer.close()

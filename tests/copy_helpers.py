@@ -30,7 +30,8 @@ def copy_topic(source_cluster, target_cluster, topic: str, target_topic: str | N
 
 
 def raw_batches(cluster, topic: str, partition: int = 0) -> list:
-    """Every batch of a partition as the broker stores it (READ_UNCOMMITTED: markers and aborted data too)."""
+    """Every data batch of a partition as the broker stores it (READ_UNCOMMITTED: aborted data included; the
+    fetcher drops commit/abort markers, so they never appear here)."""
     from kafka.protocol.consumer import IsolationLevel
 
     with WireClient.for_cluster(cluster.config) as client:

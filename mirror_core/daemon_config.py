@@ -1,0 +1,94 @@
+"""The daemon's pipeline file (YAML), validated at the edge: unknown keys are refused by name.
+
+    pipeline: orders-dr
+    source: {bootstrap.servers: "src:9092", ...}      # librdkafka settings, or a path to a settings file
+    target: {bootstrap.servers: "dr:9092", ...}
+    include: "orders\\..*,payments"                     # regex; a comma also means "or"
+    exclude: null
+    naming: identity                                   # identity | prefix:dr. | map:src=dst,...
+    mode: exactly-once                                 # or at-least-once
+    commit_interval_ms: 1000
+    commit_bytes: 4194304
+    poll_interval_ms: 200                              # how often an idle lane looks for new data
+    rescan_interval_s: 10                              # topic regex re-evaluated this often
+    lease_ttl_s: 15
+    metrics_port: 9308                                 # 0: no HTTP endpoint
+    new_partitions: earliest                           # where a partition without checkpoint starts
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from mirror_core.cluster import ClusterConfig
+from mirror_core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    pipeline: str
+    source: ClusterConfig
+    target: ClusterConfig
+    include: str
+    exclude: str | None = None
+    naming: str = "identity"
+    mode: str = "exactly-once"
+    commit_interval_ms: int = 1000
+    commit_bytes: int = 4 * 1024 * 1024
+    poll_interval_ms: int = 200
+    rescan_interval_s: float = 10.0
+    lease_ttl_s: float = 15.0
+    metrics_port: int = 9308
+    new_partitions: str = "earliest"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("exactly-once", "at-least-once"):
+            raise ConfigError(f"pipeline {self.pipeline!r}: mode {self.mode!r} is not exactly-once or at-least-once")
+        if self.new_partitions not in ("earliest", "latest"):
+            raise ConfigError(f"pipeline {self.pipeline!r}: new_partitions must be earliest or latest")
+        for name in ("commit_interval_ms", "commit_bytes", "poll_interval_ms", "rescan_interval_s", "lease_ttl_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
+
+
+def load_pipeline_config(path: Path) -> PipelineConfig:
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"pipeline file {path}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"pipeline file {path}: expected a mapping")
+    return pipeline_config_from_mapping(raw, base=Path(path).parent)
+
+
+def pipeline_config_from_mapping(raw: Mapping, *, base: Path = Path(".")) -> PipelineConfig:
+    known = {f.name for f in fields(PipelineConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"pipeline file: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    missing = [k for k in ("pipeline", "source", "target", "include") if k not in raw]
+    if missing:
+        raise ConfigError(f"pipeline file: missing {', '.join(missing)}")
+    values = dict(raw)
+    for role in ("source", "target"):
+        values[role] = _cluster(role, raw[role], base)
+    return PipelineConfig(**values)
+
+
+def _cluster(role: str, spec, base: Path) -> ClusterConfig:
+    import yaml
+
+    if isinstance(spec, str):
+        path = (base / spec) if not Path(spec).is_absolute() else Path(spec)
+        try:
+            settings = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"pipeline file: {role} settings file {path}: {exc}") from None
+        return ClusterConfig(role, {str(k): str(v) for k, v in settings.items()})
+    if isinstance(spec, Mapping):
+        return ClusterConfig(role, {str(k): str(v) for k, v in spec.items()})
+    raise ConfigError(f"pipeline file: {role} must be a mapping of settings or a settings file path")

@@ -1,0 +1,124 @@
+"""Handoff from a backfill to the daemon, and the proof that the seam is clean.
+
+Handoff: the partition's checkpoint is rewritten with owner ``daemon`` and owner epoch + 1, inside a transaction
+of the lane's own transactional.id. Opening that id fences the backfill's writer (it can no longer commit), and the
+newer epoch makes any later backfill of the lane refuse to start (:class:`~mirror_core.checkpointed.OwnershipError`).
+The daemon then resumes at exactly the checkpoint position X. ``verify_seam`` proves per partition that the target is
+contiguous across X: the source records around X, translated through the offset map, are the target records
+around translate(X), one for one, in order, with equal content — no gap, no duplicate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from dataclasses import dataclass
+
+from mirror_core.checkpoint import Checkpoint, CheckpointStore
+from mirror_core.checkpointed import default_lane, lane_transactional_id
+from mirror_core.cluster import ClusterConfig
+from mirror_core.errors import ConfigError, MirrorError
+from mirror_core.kafka_wire import WireClient
+from mirror_core.leases import LeaseStore, now_ms
+from mirror_core.writer import BatchWriter
+
+DAEMON_OWNER = "daemon"
+
+
+def hand_off(target: ClusterConfig, pipeline: str, topic: str, partitions: list[int], *,
+             wait_for_daemon_s: float = 0.0) -> list[Checkpoint]:
+    """Transfer each partition's lane to the daemon at its checkpoint position; optionally wait until a daemon
+    holds every lane. Returns the handed-off checkpoints."""
+    handed: list[Checkpoint] = []
+    with WireClient.for_cluster(target) as client:
+        store = CheckpointStore(target, client)
+        for partition in partitions:
+            current = store.read(pipeline, topic, partition)
+            if current is None:
+                raise ConfigError(f"pipeline {pipeline!r} has no checkpoint for {topic}-{partition}: back-fill it "
+                                  "before handing it off")
+            if current.owner == DAEMON_OWNER:
+                handed.append(current)
+                continue
+            lane = default_lane(current.target_topic, current.target_partition)
+            writer = BatchWriter(client, transactional_id=lane_transactional_id(pipeline, lane))
+            writer.init_producer_id()  # fences the backfill writer of this lane
+            updated = dataclasses.replace(current, owner=DAEMON_OWNER, owner_epoch=current.owner_epoch + 1,
+                                          handoff_position=current.position, updated_ms=now_ms())
+            writer.begin_transaction()
+            writer.write([store.checkpoint_batch(updated)])
+            writer.commit_transaction()
+            handed.append(updated)
+        if wait_for_daemon_s > 0:
+            _wait_for_daemon(store, target, pipeline, [default_lane(c.target_topic, c.target_partition)
+                                                       for c in handed], wait_for_daemon_s)
+    return handed
+
+
+def _wait_for_daemon(store: CheckpointStore, target: ClusterConfig, pipeline: str, lanes: list[str],
+                     timeout_s: float) -> None:
+    leases = LeaseStore(store, target.confluent())
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = leases.read(pipeline)
+        missing = [lane for lane in lanes if lane not in held or held[lane].expires_ms <= now_ms()]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise MirrorError(f"pipeline {pipeline!r}: no daemon took lanes {', '.join(missing)} within "
+                              f"{timeout_s:.0f}s; is `shoal mirror run` running for this pipeline?")
+        time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class SeamReport:
+    topic: str
+    partition: int
+    handoff_position: int
+    checked_source_records: int
+    ok: bool
+    problem: str | None = None
+
+
+def verify_seam(source: ClusterConfig, target: ClusterConfig, pipeline: str, topic: str, partition: int, *,
+                window: int = 500) -> SeamReport:
+    """Compare the committed records within ``window`` offsets of the handoff position on both sides."""
+    from mirror_core.verify import read_range
+
+    with WireClient.for_cluster(target) as client:
+        cp = CheckpointStore(target, client).read(pipeline, topic, partition)
+    if cp is None or cp.handoff_position is None or cp.offset_map is None:
+        raise ConfigError(f"pipeline {pipeline!r} {topic}-{partition} has not been handed off (no handoff position)")
+    seam, omap = cp.handoff_position, cp.offset_map
+    lo, hi = max(omap.start, seam - window), min(cp.position, seam + window)
+    t_lo, t_hi = omap.translate(lo), omap.translate(hi)
+    if t_lo is None or t_hi is None:
+        return SeamReport(topic, partition, seam, 0, False, f"offsets [{lo}, {hi}) do not translate")
+    src = read_range(source, topic, partition, lo, hi)
+    tgt = read_range(target, cp.target_topic, cp.target_partition, t_lo, t_hi)
+    problem = _first_seam_problem(src, tgt, omap)
+    return SeamReport(topic, partition, seam, len(src), problem is None, problem)
+
+
+def _first_seam_problem(src: list[tuple[int, tuple]], tgt: list[tuple[int, tuple]], omap) -> str | None:
+    """Walk both sides in step; name the first record where they part: a duplicate (the target repeats the
+    previous source record), a gap (the target already holds the next one), or a mismatch."""
+    for i, (s_off, s_rec) in enumerate(src):
+        if i >= len(tgt):
+            return f"gap: source offset {s_off} and {len(src) - i - 1} later record(s) are missing on the target"
+        t_off, t_rec = tgt[i]
+        if omap.translate(s_off) == t_off and s_rec == t_rec:
+            continue
+        if i > 0 and t_rec == src[i - 1][1]:
+            return f"duplicate: target offset {t_off} repeats source offset {src[i - 1][0]}"
+        if i + 1 < len(src) and t_rec == src[i + 1][1]:
+            return f"gap: source offset {s_off} is missing on the target (target offset {t_off} holds the next)"
+        return f"mismatch at source offset {s_off}: target offset {t_off} holds a different record"
+    if len(tgt) > len(src):
+        return f"duplicate: the target holds {len(tgt) - len(src)} record(s) more than the source in the window"
+    return None
+
+
+def new_worker_id() -> str:
+    return f"daemon-{uuid.uuid4().hex[:8]}"

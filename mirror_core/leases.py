@@ -1,0 +1,79 @@
+"""Leases on lanes, so several daemon processes share a pipeline's lanes.
+
+A lease is a record in the checkpoint topic (key ``{"lease": lane, "pipeline": p}``, value holder + expiry), read
+with READ_COMMITTED like the checkpoints. The lease only coordinates who *should* write a lane; what makes a
+second writer harmless is the broker: a lease taker opens the lane with its transactional.id, which fences the
+former holder (a paused or partitioned process cannot write after that). Clocks only decide when a lease looks
+expired; a wrong clock costs a fencing, never data.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from mirror_core.checkpoint import CheckpointStore, checkpoint_partition
+
+
+@dataclass(frozen=True)
+class Lease:
+    pipeline: str
+    lane: str
+    holder: str
+    expires_ms: int
+
+    def held_by_other(self, holder: str, now_ms: int) -> bool:
+        return self.holder != holder and self.expires_ms > now_ms
+
+
+def lease_key(pipeline: str, lane: str) -> bytes:
+    return json.dumps({"lease": lane, "pipeline": pipeline}, sort_keys=True, separators=(",", ":")).encode()
+
+
+class LeaseStore:
+    """Reads and writes lane leases next to the checkpoints (same topic, same partitioning by key)."""
+
+    def __init__(self, store: CheckpointStore, producer_config: dict):
+        self.store = store
+        self._producer_config = producer_config
+        self._producer = None
+
+    def read(self, pipeline: str) -> dict[str, Lease]:
+        leases: dict[str, Lease] = {}
+        for partition in range(self.store.partitions):
+            for key, value in self.store.records(partition):
+                decoded = json.loads(key)
+                if not isinstance(decoded, dict) or decoded.get("pipeline") != pipeline:
+                    continue
+                if value is None:
+                    leases.pop(decoded["lease"], None)
+                else:
+                    body = json.loads(value)
+                    leases[decoded["lease"]] = Lease(pipeline, decoded["lease"], body["holder"], body["expires_ms"])
+        return leases
+
+    def write(self, lease: Lease) -> None:
+        """Write (or renew) a lease; returns once the broker acknowledged it."""
+        from confluent_kafka import Producer
+
+        if self._producer is None:
+            self._producer = Producer({**self._producer_config, "enable.idempotence": True, "linger.ms": 0})
+        key = lease_key(lease.pipeline, lease.lane)
+        value = json.dumps({"holder": lease.holder, "expires_ms": lease.expires_ms}).encode()
+        errors: list[str] = []
+        self._producer.produce(self.store.topic, key=key, value=value,
+                               partition=checkpoint_partition(key, self.store.partitions),
+                               on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+        left = self._producer.flush(30)
+        if errors or left:
+            from mirror_core.errors import MirrorError
+
+            raise MirrorError(f"could not write the lease of lane {lease.lane!r}: {errors or 'timed out'}")
+
+    def release(self, pipeline: str, lane: str, holder: str) -> None:
+        self.write(Lease(pipeline, lane, holder, 0))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
