@@ -1,6 +1,7 @@
 """Test harness: the real Kafka sandbox, started (or reused) once per session.
 
-Markers come from the folder: ``tests/unit`` → ``unit``, ``tests/integration`` → ``integration``.
+Markers come from the folder: ``tests/unit`` → ``unit``, ``tests/integration`` → ``integration``,
+``tests/spark`` and ``tests/airflow`` → ``spark``/``airflow`` plus ``integration``.
 When ``CI=true`` a missing JVM, Maven or broker is a failure, never a skip; on a laptop without Java the
 integration tests skip with the reason. Clusters this session started are stopped at the end unless
 ``SHOAL_KEEP_SANDBOX=1`` (handy while iterating); clusters that were already running are left running.
@@ -24,11 +25,16 @@ CI = os.environ.get("CI", "").lower() == "true"
 ROOT = Path(__file__).resolve().parent.parent
 
 
+FOLDER_MARKERS = {"unit": ("unit",), "integration": ("integration",), "spark": ("spark", "integration"),
+                  "airflow": ("airflow", "integration")}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT).parts
-        if len(parts) > 1 and parts[0] == "tests" and parts[1] in ("unit", "integration"):
-            item.add_marker(getattr(pytest.mark, parts[1]))
+        if len(parts) > 1 and parts[0] == "tests":
+            for marker in FOLDER_MARKERS.get(parts[1], ()):
+                item.add_marker(getattr(pytest.mark, marker))
 
 
 def unavailable(reason: str):
