@@ -31,6 +31,18 @@ def test_compose_file_declares_two_independent_kafka_clusters():
         assert svc["environment"]["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
 
 
+def test_compose_file_runs_spark_airflow_and_the_daemon():
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert {"spark-master", "spark-worker", "postgres", "airflow-api-server", "airflow-scheduler",
+            "airflow-dag-processor", "airflow-triggerer", "shoal-daemon"} <= set(services)
+    daemon = services["shoal-daemon"]
+    assert daemon["command"][:3] == ["shoal", "mirror", "run"] and daemon["stop_signal"] == "SIGTERM"
+    env = services["airflow-scheduler"]["environment"]
+    assert "postgresql" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert '"conn_type": "kafka"' in env["AIRFLOW_CONN_KAFKA_SOURCE"]
+    assert (ROOT / "docker" / "Dockerfile").is_file() and (ROOT / "docker" / "config" / "pipeline.yaml").is_file()
+
+
 def _compose_validator() -> list[str]:
     if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         return ["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"]
