@@ -1,0 +1,41 @@
+"""The daemon's pipeline file is validated at the edge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mirror_core.daemon_config import load_pipeline_config, pipeline_config_from_mapping
+from mirror_core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
+        "include": "orders.*"}
+
+
+def test_the_compose_pipeline_file_loads():
+    config = load_pipeline_config(ROOT / "docker" / "config" / "pipeline.yaml")
+    assert config.pipeline == "compose-orders" and config.source.bootstrap == "kafka-source:9092"
+    assert config.mode == "exactly-once"
+
+
+def test_unknown_keys_are_refused_by_name():
+    with pytest.raises(ConfigError, match="commit_intervall_ms"):
+        pipeline_config_from_mapping({**BASE, "commit_intervall_ms": 5})
+
+
+def test_missing_keys_and_bad_values_are_named():
+    with pytest.raises(ConfigError, match="include"):
+        pipeline_config_from_mapping({k: v for k, v in BASE.items() if k != "include"})
+    with pytest.raises(ConfigError, match="mode"):
+        pipeline_config_from_mapping({**BASE, "mode": "maybe-once"})
+    with pytest.raises(ConfigError, match="lease_ttl_s"):
+        pipeline_config_from_mapping({**BASE, "lease_ttl_s": 0})
+
+
+def test_cluster_settings_may_live_in_their_own_file(tmp_path):
+    (tmp_path / "dr.yaml").write_text("bootstrap.servers: dr:9093\nsecurity.protocol: SASL_SSL\n"
+                                      "sasl.mechanism: SCRAM-SHA-512\nsasl.username: u\nsasl.password: s3cret\n")
+    config = pipeline_config_from_mapping({**BASE, "target": "dr.yaml"}, base=tmp_path)
+    assert config.target.settings["sasl.password"] == "s3cret" and "s3cret" not in repr(config)
