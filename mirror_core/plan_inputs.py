@@ -150,34 +150,14 @@ def _list_offsets_on(client: WireClient, leader: int, items: list[tuple[TopicPar
 def partition_sizes(cluster: ClusterConfig, client: WireClient,
                     partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int] | None:
     """Bytes of each partition on its leader (DescribeLogDirs); None when the cluster refuses to say."""
-    from kafka.admin import KafkaAdminClient
+    from mirror_core.retention_inputs import partition_sizes as sizes_on_leaders
 
-    wanted: dict[str, list[int]] = {}
     try:
         leaders = {tp: client.leader_for(*tp)[0] for tp in partitions}
-        if not leaders:
-            return {}
-        for topic, p in leaders:
-            wanted.setdefault(topic, []).append(p)
-        admin = KafkaAdminClient(**cluster.kafka_python())
-        try:
-            answers = admin.describe_log_dirs(wanted, brokers=sorted({b for b in leaders.values() if b >= 0}))
-        finally:
-            admin.close()
+        return sizes_on_leaders(cluster, leaders) if leaders else {}
     except Exception as exc:  # noqa: BLE001 - not authorized or not supported: plan without size estimates
         log.warning("cluster %r: DescribeLogDirs failed (%s); bytes estimates will be 0", cluster.name, exc)
         return None
-    sizes: dict[TopicPartition, int] = {}
-    for answer in answers:
-        for log_dir in answer["log_dirs"]:
-            if log_dir.get("error_code"):
-                continue
-            for t in log_dir["topics"]:
-                for part in t["partitions"]:
-                    tp = (t["name"], part["partition_index"])
-                    if leaders.get(tp) == answer["broker"] and not part.get("is_future_key"):
-                        sizes[tp] = sizes.get(tp, 0) + int(part["partition_size"])
-    return sizes
 
 
 def read_checkpoints(target: ClusterConfig, pipeline: str) -> dict[TopicPartition, CheckpointPosition]:
