@@ -164,6 +164,8 @@ class RangeCopier:
                 result.source_end = max(result.source_end, self._reachable_end(fetcher, rng))
             if progress is not None:
                 progress(result)
+            # drop this response's views before the next fetch, so two response buffers are never alive at once
+            fetched = view = None
         if pending:
             self._flush(rng, pending, result, session)
         result.source_end = max(result.source_end, self._reachable_end(fetcher, rng))

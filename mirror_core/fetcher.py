@@ -156,7 +156,18 @@ class RawBatchFetcher:
 
     def _fetch_once(self) -> FetchResult:
         leader, epoch = self._locate()
-        response = self.client.send(leader, self._request(epoch))
+        fast = self.client.fast_connection(leader) if hasattr(self.client, "fast_connection") else None
+        if fast is not None:   # hand-encoded, records as a view into the response frame (mirror_core.wire_fastpath)
+            response = fast.fetch(
+                min_version=FetchRequest.min_version_for_isolation_level(self.isolation),
+                max_version=18 if self._topic_id is not None else 12,
+                request_timeout_ms=self.client.request_timeout_ms + self.max_wait_ms,
+                max_wait_ms=self.max_wait_ms, min_bytes=1, max_bytes=self.max_bytes,
+                isolation_level=int(self.isolation), topic=self.topic, topic_id=self._topic_id,
+                partition=self.partition, current_leader_epoch=epoch, fetch_offset=self.position,
+                partition_max_bytes=self.max_bytes)
+        else:
+            response = self.client.send(leader, self._request(epoch))
         if response.error_code:
             raise Errors.for_code(response.error_code)()
         if not response.responses or not response.responses[0].partitions:

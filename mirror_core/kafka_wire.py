@@ -26,6 +26,9 @@ What kafka-python 3.0.12 offers, and how we use it
   OAUTHBEARER, GSSAPI) during connect. ``manager.send(request, node_id)`` returns a ``kafka.future.Future`` of the
   parsed response; ``selector.run(fn, *args)`` drives the loop on the calling thread until it resolves (no IO
   thread is started here, so nothing runs between calls and there is nothing to join on close).
+- The hot path bypasses all of the above on PLAINTEXT clusters: :meth:`WireClient.fast_connection` gives the writer
+  and the fetcher a socket of our own per broker with hand-encoded Produce / Fetch (:mod:`mirror_core.wire_fastpath`,
+  tested byte-identical to kafka-python's encoding); kafka-python's per-request cost was most of the copy's CPU.
   There is no ``kafka.conn.BrokerConnection`` / ``kafka.client_async.KafkaClient`` any more (3.0 replaced them;
   ``kafka.net.KafkaNetClient`` is a compatibility shim over the manager).
 
@@ -61,6 +64,7 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, Met
 from mirror_core.cluster import ClusterConfig
 from mirror_core.cluster import kafka_python_kwargs as cluster_kafka_python_kwargs
 from mirror_core.errors import ClusterUnavailableError, MirrorError
+from mirror_core.wire_fastpath import FastConnection
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +174,8 @@ class WireClient:
     """
 
     def __init__(self, cluster_name: str, config: Mapping[str, str], *,
-                 bootstrap_timeout_ms: int = DEFAULT_BOOTSTRAP_TIMEOUT_MS, client_id: str = "shoal"):
+                 bootstrap_timeout_ms: int = DEFAULT_BOOTSTRAP_TIMEOUT_MS, client_id: str = "shoal",
+                 fast_path: bool = True):
         kwargs = kafka_python_kwargs(config, cluster_name)
         kwargs.setdefault("client_id", client_id)
         self.cluster_name = cluster_name
@@ -180,6 +185,11 @@ class WireClient:
         self._manager = KafkaConnectionManager(self._net, **kwargs)
         self._sasl = kwargs.get("security_protocol", "PLAINTEXT").startswith("SASL_")
         self._topics: dict[str, TopicMetadata] = {}
+        self._client_id = kwargs["client_id"]
+        # the hand-encoded hot path (mirror_core.wire_fastpath) speaks PLAINTEXT only, without proxies
+        self._fast_enabled = (fast_path and kwargs.get("security_protocol", "PLAINTEXT") == "PLAINTEXT"
+                              and not any("proxy" in key for key in kwargs))
+        self._fast: dict[int, FastConnection] = {}
         self._closed = False
         first_error = self._first_contact(bootstrap_timeout_ms)
         try:
@@ -198,6 +208,9 @@ class WireClient:
         if self._closed:
             return
         self._closed = True
+        for conn in self._fast.values():
+            conn.close()
+        self._fast.clear()
         try:
             self._manager.close()
             self._net.poll(timeout_ms=0)
@@ -253,6 +266,27 @@ class WireClient:
             self._net.poll(future=future)
         if future.failed() and isinstance(future.exception, _AUTH_ERRORS):
             raise self._unavailable(future.exception) from None
+
+    def fast_connection(self, node_id: int) -> FastConnection | None:
+        """This client's own hand-encoded connection to ``node_id`` for Produce / Fetch
+        (:mod:`mirror_core.wire_fastpath`), made on first use and again after a failure; None when the cluster
+        is not PLAINTEXT (or the client was made with ``fast_path=False``), and the caller uses :meth:`send` /
+        :meth:`send_async`.
+        Raises kafka-python's retriable errors when the broker cannot be reached."""
+        if not self._fast_enabled:
+            return None
+        if self._closed:
+            raise MirrorError(f"wire client for cluster {self.cluster_name!r} is closed")
+        conn = self._fast.get(node_id)
+        if conn is not None and not conn.closed:
+            return conn
+        broker = self._manager.cluster.broker_metadata(node_id)
+        if broker is None:
+            raise Errors.NodeNotReadyError(f"no address known for broker {node_id} of cluster {self.cluster_name!r}")
+        conn = FastConnection(broker.host, broker.port, client_id=self._client_id, node_id=node_id,
+                              request_timeout_s=self.request_timeout_ms / 1000)
+        self._fast[node_id] = conn
+        return conn
 
     def _first_contact(self, timeout_ms: int) -> BaseException | None:
         """Connect once to the first bootstrap address so a refused login fails fast.

@@ -98,10 +98,10 @@ class OutgoingBatch:
 class _Pending:
     __slots__ = ("index", "batch", "records", "stamped_for", "ambiguous")
 
-    def __init__(self, index: int, batch: OutgoingBatch):
+    def __init__(self, index: int, batch: OutgoingBatch, records: int):
         self.index = index
         self.batch = batch
-        self.records = batch.records_count
+        self.records = records
         self.stamped_for: tuple[int, int, int, bool] | None = None  # (producer id, epoch, sequence, transactional)
         self.ambiguous = False
 
@@ -244,15 +244,14 @@ class BatchWriter:
         ``MAX_IN_FLIGHT`` requests per broker are in flight at once; a base offset of -1 means the broker
         reported the batch as an already-written duplicate without its offset.
         """
-        for batch in batches:
-            _check_ready(batch)
+        counts = [_check_ready(batch) for batch in batches]   # each batch parsed once
         if self.producer_id < 0:
             self.init_producer_id()
         if self._in_txn:
             self._add_partitions([(b.topic, b.partition) for b in batches])
         results: list[int] = [-1] * len(batches)
         if batches:
-            _Pipeline(self, batches, results).run()
+            _Pipeline(self, batches, results, counts).run()
         return results
 
     def _stamp(self, p: _Pending, sequence: int) -> None:
@@ -339,12 +338,13 @@ class _Pipeline:
     under ``max_inflight_bytes`` (one request may exceed it alone).
     """
 
-    def __init__(self, writer: BatchWriter, batches: Sequence[OutgoingBatch], results: list[int]):
+    def __init__(self, writer: BatchWriter, batches: Sequence[OutgoingBatch], results: list[int],
+                 counts: Sequence[int]):
         self.writer = writer
         self.results = results
         self.unacked: dict[tuple[str, int], collections.deque[_Pending]] = collections.defaultdict(collections.deque)
         for index, batch in enumerate(batches):
-            self.unacked[(batch.topic, batch.partition)].append(_Pending(index, batch))
+            self.unacked[(batch.topic, batch.partition)].append(_Pending(index, batch, counts[index]))
         self.sent: dict[tuple[str, int], int] = dict.fromkeys(self.unacked, 0)
         self.send_seq: dict[tuple[str, int], int] = {}
         self.inflight: collections.deque[_Request] = collections.deque()
@@ -414,7 +414,7 @@ class _Pipeline:
             writer._stamp(p, self.send_seq[tp])
             self.send_seq[tp] = next_sequence(self.send_seq[tp], p.records)
             self.sent[tp] += 1
-        future = self.transport.send(node, writer._produce_request(items), writer.timeout_ms + 5_000)
+        future = self.transport.send(node, writer, items, writer.timeout_ms + 5_000)
         self.inflight.append(_Request(node, items, size, future))
         self.node_load[node] += 1
         self.inflight_bytes += size
@@ -481,17 +481,35 @@ class _Pipeline:
 
 class _Transport:
     """Several requests in flight on one target client: ``send`` returns a kafka-python Future at once, ``wait``
-    drives the client's network loop on this thread until a given one is answered.
+    drives the network until a given one is answered.
 
-    A client offering ``send_async(node, request, timeout_ms)`` / ``wait(future)`` (:class:`WireClient`) is used
-    through them; any other client (test fakes) synchronously through ``send``, its futures coming back resolved.
+    A client with ``fast_connection(node)`` (:class:`WireClient` on a PLAINTEXT cluster) sends hand-encoded Produce
+    requests on its own socket to the broker (:mod:`mirror_core.wire_fastpath`: the batches go to ``sendmsg``
+    without a copy, no event-loop turns); one offering ``send_async(node, request, timeout_ms)`` / ``wait(future)``
+    is used through them; any other client (test fakes) synchronously through ``send``, its futures coming back
+    resolved. All requests of one write to one broker take the same route, so their order is the send order.
     """
 
     def __init__(self, client):
         self.client = client
+        self._fast = getattr(client, "fast_connection", None)
         self._native = hasattr(client, "send_async") and hasattr(client, "wait")
 
-    def send(self, node: int, request, timeout_ms: int) -> Future:
+    def send(self, node: int, writer: BatchWriter, items: dict[tuple[str, int], _Pending], timeout_ms: int) -> Future:
+        if self._fast is not None:
+            try:
+                conn = self._fast(node)
+                if conn is not None:
+                    by_topic: dict[str, list] = {}
+                    for (topic, partition), p in items.items():
+                        by_topic.setdefault(topic, []).append((partition, p.batch.data))
+                    return conn.produce(transactional_id=writer.transactional_id if writer._in_txn else None,
+                                        acks=writer.acks, timeout_ms=writer.timeout_ms,
+                                        topic_data=list(by_topic.items()), max_version=PRODUCE_MAX_VERSION,
+                                        request_timeout_ms=timeout_ms)
+            except Errors.KafkaError as exc:
+                return Future().failure(exc)
+        request = writer._produce_request(items)
         if self._native:
             return self.client.send_async(node, request, timeout_ms)
         future = Future()
@@ -502,7 +520,10 @@ class _Transport:
         return future
 
     def wait(self, future: Future) -> None:
-        if self._native:
+        conn = getattr(future, "conn", None)
+        if conn is not None:
+            conn.wait(future)
+        elif self._native:
             self.client.wait(future)
 
 
@@ -510,14 +531,16 @@ def _error_name(error: type) -> str:
     return getattr(error, "message", None) or error.__name__
 
 
-def _check_ready(batch: OutgoingBatch) -> None:
-    where = f"{batch.topic}-{batch.partition} source offset {batch.source_offset}"
+def _check_ready(batch: OutgoingBatch) -> int:
+    """The batch's record count, or ValueError naming it when it cannot be written as it is."""
     try:
         view = parse_batch(batch.data)
     except (ValueError, CorruptBatchError):
         view = None
+    if view is not None and view.magic == 2 and view.records_count > 0 and not view.has_offset_holes:
+        return view.records_count
+    where = f"{batch.topic}-{batch.partition} source offset {batch.source_offset}"
     if view is None or view.magic != 2:
         raise ValueError(f"{where}: only whole magic-2 batches can be written")
-    if view.records_count <= 0 or view.has_offset_holes:
-        raise ValueError(f"{where}: batch has {view.records_count} records for {view.last_offset_delta + 1} "
-                         "offsets; re-encode it first")
+    raise ValueError(f"{where}: batch has {view.records_count} records for {view.last_offset_delta + 1} "
+                     "offsets; re-encode it first")

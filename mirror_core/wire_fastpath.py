@@ -1,0 +1,621 @@
+"""Hand-encoded Produce / Fetch on a plain socket: the data plane's hot path without kafka-python's event loop.
+
+Why (``docs/performance.md``): one partition takes one batch per Produce request, so the shallow copy pays a
+request encode, a response decode and several event-loop turns per batch. In kafka-python 3 that is ~0.3 ms of CPU
+per request (generic schema encoder for the header, per-request tasks, timers and coroutines in its selector), and
+a 4 MiB Fetch response is received in 4 KiB ``recv`` calls and copied three times (joined chunks, frame buffer,
+``bytes`` of the records field). Here a request is a list of buffers handed to one ``sendmsg`` (the record batches
+are not copied), a response frame is received with ``recv_into`` into one ``bytearray``, and a Fetch response's
+records field is a ``memoryview`` into that frame.
+
+What is hand-encoded, and tested byte-identical against kafka-python's own encoder and decoder
+(``tests/unit/test_wire_fastpath.py``): request header v1/v2, ProduceRequest v3-v11 (v9+ flexible), ProduceResponse
+v3-v11, FetchRequest v4-v18 (v12+ flexible, v13+ topic ids) for the fetcher's one-partition request, FetchResponse
+v4-v18, ApiVersions v0.
+
+Scope: :class:`FastConnection` speaks PLAINTEXT only; :meth:`mirror_core.kafka_wire.WireClient.fast_connection`
+hands one out per broker for PLAINTEXT clusters (``WireClient(..., fast_path=False)`` turns it off); everything
+else, SSL and SASL included, stays on kafka-python. Failures come back as kafka-python's retriable errors
+(``KafkaConnectionError``, ``RequestTimedOutError``) on the request's future, so callers retry as before; a failed
+connection is closed and every request in flight on it fails with it (a new one is made on the next use).
+
+Invariants: requests on one connection are answered in send order (Kafka processes a connection's requests one at
+a time), so responses are matched to the oldest request in flight and a correlation-id mismatch closes the
+connection; a future is resolved exactly once; a broker's throttle time delays the next send on that connection.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import kafka.errors as Errors
+from kafka.future import Future
+
+API_PRODUCE = 0
+API_FETCH = 1
+API_VERSIONS = 18
+PRODUCE_VERSIONS = (3, 11)     # v12+ means "transaction version 2", v13+ topic ids only: not spoken here
+FETCH_VERSIONS = (4, 18)
+PRODUCE_FLEXIBLE = 9
+FETCH_FLEXIBLE = 12
+FETCH_TOPIC_IDS = 13
+
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_HEADER = struct.Struct(">ihhi")            # frame size, api key, api version, correlation id
+_PRODUCE_BODY = struct.Struct(">hi")        # acks, timeout ms
+_PARTITION_INDEX = struct.Struct(">i")
+_FETCH_PART_RESPONSE = struct.Struct(">ihqqq")  # index, error, high watermark, last stable, log start (v5+)
+_ABORTED = struct.Struct(">qq")
+_API_RANGE = struct.Struct(">hhh")
+_MAX_FRAME = 100_000_000
+
+
+# -- primitives -----------------------------------------------------------------------------------------------
+
+def uvarint(value: int) -> bytes:
+    """Unsigned varint (Kafka's compact lengths and tag counts)."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _string(value: str | None, compact: bool) -> bytes:
+    if value is None:
+        return b"\x00" if compact else b"\xff\xff"
+    raw = value.encode("utf-8")
+    return (uvarint(len(raw) + 1) if compact else _I16.pack(len(raw))) + raw
+
+
+def _array_len(count: int, compact: bool) -> bytes:
+    return uvarint(count + 1) if compact else _I32.pack(count)
+
+
+def request_header(api_key: int, version: int, correlation_id: int, client_id: str | None, flexible: bool,
+                   body_size: int) -> bytes:
+    """Frame size + request header (v1, or v2 with an empty tag buffer); ``body_size`` counts what follows."""
+    client = _string(client_id, compact=False)          # the header's client id is never compact
+    tags = b"\x00" if flexible else b""
+    size = 8 + len(client) + len(tags) + body_size
+    return _HEADER.pack(size, api_key, version, correlation_id) + client + tags
+
+
+class _Reader:
+    """Sequential reads from a response frame (a memoryview); ``pos`` is the next byte."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: memoryview, pos: int = 0):
+        self.buf = buf
+        self.pos = pos
+
+    def i8(self) -> int:
+        value = _I8.unpack_from(self.buf, self.pos)[0]
+        self.pos += 1
+        return value
+
+    def i16(self) -> int:
+        value = _I16.unpack_from(self.buf, self.pos)[0]
+        self.pos += 2
+        return value
+
+    def i32(self) -> int:
+        value = _I32.unpack_from(self.buf, self.pos)[0]
+        self.pos += 4
+        return value
+
+    def i64(self) -> int:
+        value = _I64.unpack_from(self.buf, self.pos)[0]
+        self.pos += 8
+        return value
+
+    def uvarint(self) -> int:
+        buf, pos = self.buf, self.pos
+        value = shift = 0
+        while True:
+            byte = buf[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                self.pos = pos
+                return value
+            shift += 7
+            if shift > 63:
+                raise ValueError("varint too long")
+
+    def length(self, compact: bool, wide: bool = False) -> int:
+        """A string/bytes/array length; -1 means null."""
+        if compact:
+            return self.uvarint() - 1
+        return self.i32() if wide else self.i16()
+
+    def string(self, compact: bool) -> str | None:
+        n = self.length(compact)
+        if n < 0:
+            return None
+        end = self.pos + n
+        if end > len(self.buf):
+            raise ValueError("string runs past the frame")
+        value = str(self.buf[self.pos:end], "utf-8")
+        self.pos = end
+        return value
+
+    def array(self, compact: bool) -> int:
+        return self.uvarint() - 1 if compact else self.i32()
+
+    def bytes_view(self, compact: bool) -> memoryview | None:
+        n = self.uvarint() - 1 if compact else self.i32()
+        if n < 0:
+            return None
+        end = self.pos + n
+        if end > len(self.buf):
+            raise ValueError("bytes run past the frame")
+        view = self.buf[self.pos:end]
+        self.pos = end
+        return view
+
+    def uuid(self) -> uuid.UUID:
+        value = uuid.UUID(bytes=bytes(self.buf[self.pos:self.pos + 16]))
+        self.pos += 16
+        return value
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()                       # tag
+            size = self.uvarint()                # (not `pos += uvarint()`: that adds to the pos before it)
+            self.pos += size
+        if self.pos > len(self.buf):
+            raise ValueError("tagged fields run past the frame")
+
+
+# -- Produce ----------------------------------------------------------------------------------------------------
+
+ProduceTopicData = tuple[str, Sequence[tuple[int, object]]]   # (topic, [(partition, batch buffer), ...])
+
+
+def encode_produce_request(version: int, correlation_id: int, client_id: str | None, *,
+                           transactional_id: str | None, acks: int, timeout_ms: int,
+                           topic_data: Sequence[ProduceTopicData]) -> list:
+    """A framed ProduceRequest (v3-v11) as a list of buffers whose concatenation is exactly what
+    ``ProduceRequest(...).with_header(...).encode(framed=True, header=True)`` produces; the batch buffers are
+    included as given (not copied)."""
+    if not PRODUCE_VERSIONS[0] <= version <= PRODUCE_VERSIONS[1]:
+        raise ValueError(f"ProduceRequest v{version} is not hand-encoded")
+    flexible = version >= PRODUCE_FLEXIBLE
+    parts: list = [b""]
+    chunk = bytearray(_string(transactional_id, flexible))
+    chunk += _PRODUCE_BODY.pack(acks, timeout_ms)
+    chunk += _array_len(len(topic_data), flexible)
+    size = 0
+    for topic, partitions in topic_data:
+        chunk += _string(topic, flexible)
+        chunk += _array_len(len(partitions), flexible)
+        for index, records in partitions:
+            chunk += _PARTITION_INDEX.pack(index)
+            if records is None:
+                chunk += b"\x00" if flexible else b"\xff\xff\xff\xff"
+                n = 0
+            else:
+                n = memoryview(records).nbytes
+                chunk += uvarint(n + 1) if flexible else _I32.pack(n)
+            if n:
+                parts.append(bytes(chunk))
+                parts.append(records)
+                size += len(chunk) + n
+                chunk = bytearray()
+            if flexible:
+                chunk += b"\x00"                 # partition's tagged fields
+        if flexible:
+            chunk += b"\x00"                     # topic's tagged fields
+    if flexible:
+        chunk += b"\x00"                         # request's tagged fields
+    parts.append(bytes(chunk))
+    size += len(chunk)
+    parts[0] = request_header(API_PRODUCE, version, correlation_id, client_id, flexible, size)
+    return parts
+
+
+class ProducePartitionResponse(NamedTuple):
+    index: int
+    error_code: int
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    error_message: str | None
+
+
+class ProduceTopicResponse(NamedTuple):
+    name: str
+    partition_responses: list[ProducePartitionResponse]
+
+
+class ProduceResult(NamedTuple):
+    """The fields of kafka-python's ProduceResponse the writer reads, same names."""
+
+    responses: list[ProduceTopicResponse]
+    throttle_time_ms: int
+    API_VERSION: int
+
+
+def decode_produce_response(version: int, frame: memoryview) -> ProduceResult:
+    """ProduceResponse v3-v11 from a frame that starts after the correlation id (and, v9+, the header's tags)."""
+    flexible = version >= PRODUCE_FLEXIBLE
+    r = _Reader(frame)
+    topics = []
+    for _ in range(r.array(flexible)):
+        name = r.string(flexible)
+        parts = []
+        for _ in range(r.array(flexible)):
+            index, error_code, base_offset = r.i32(), r.i16(), r.i64()
+            log_append_time = r.i64()
+            log_start = r.i64() if version >= 5 else -1
+            message = None
+            if version >= 8:
+                for _ in range(r.array(flexible)):
+                    r.i32()
+                    r.string(flexible)
+                    if flexible:
+                        r.skip_tags()
+                message = r.string(flexible)
+            if flexible:
+                r.skip_tags()
+            parts.append(ProducePartitionResponse(index, error_code, base_offset, log_append_time, log_start,
+                                                  message))
+        if flexible:
+            r.skip_tags()
+        topics.append(ProduceTopicResponse(name, parts))
+    throttle = r.i32()
+    if flexible:
+        r.skip_tags()
+    return ProduceResult(topics, throttle, version)
+
+
+# -- Fetch ------------------------------------------------------------------------------------------------------
+
+def encode_fetch_request(version: int, correlation_id: int, client_id: str | None, *, max_wait_ms: int,
+                         min_bytes: int, max_bytes: int, isolation_level: int, topic: str,
+                         topic_id: uuid.UUID | None, partition: int, current_leader_epoch: int,
+                         fetch_offset: int, partition_max_bytes: int, last_fetched_epoch: int = -1,
+                         log_start_offset: int = -1, replica_id: int = -1, session_id: int = 0,
+                         session_epoch: int = -1, rack_id: str = "") -> bytes:
+    """A framed one-partition FetchRequest (v4-v18), byte-identical to kafka-python's encoding of the request
+    :class:`~mirror_core.fetcher.RawBatchFetcher` builds (no forgotten topics, no cluster id)."""
+    if not FETCH_VERSIONS[0] <= version <= FETCH_VERSIONS[1]:
+        raise ValueError(f"FetchRequest v{version} is not hand-encoded")
+    if version >= FETCH_TOPIC_IDS and topic_id is None:
+        raise ValueError(f"FetchRequest v{version} needs a topic id")
+    flexible = version >= FETCH_FLEXIBLE
+    body = bytearray()
+    if version <= 14:
+        body += _I32.pack(replica_id)
+    body += struct.pack(">iii", max_wait_ms, min_bytes, max_bytes)
+    body += _I8.pack(isolation_level)
+    if version >= 7:
+        body += struct.pack(">ii", session_id, session_epoch)
+    body += _array_len(1, flexible)
+    body += topic_id.bytes if version >= FETCH_TOPIC_IDS else _string(topic, flexible)
+    body += _array_len(1, flexible)
+    body += _I32.pack(partition)
+    if version >= 9:
+        body += _I32.pack(current_leader_epoch)
+    body += _I64.pack(fetch_offset)
+    if version >= 12:
+        body += _I32.pack(last_fetched_epoch)
+    if version >= 5:
+        body += _I64.pack(log_start_offset)
+    body += _I32.pack(partition_max_bytes)
+    if flexible:
+        body += b"\x00\x00"                      # partition's and topic's tagged fields
+    if version >= 7:
+        body += _array_len(0, flexible)          # forgotten topics
+    if version >= 11:
+        body += _string(rack_id, flexible)
+    if flexible:
+        body += b"\x00"
+    return request_header(API_FETCH, version, correlation_id, client_id, flexible, len(body)) + bytes(body)
+
+
+class AbortedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+
+
+class FetchPartitionData(NamedTuple):
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: list[AbortedTxn] | None
+    preferred_read_replica: int
+    records: memoryview | None     # a view into the response frame: no copy
+
+
+class FetchTopicResponse(NamedTuple):
+    topic: str | None
+    topic_id: uuid.UUID | None
+    partitions: list[FetchPartitionData]
+
+
+class FetchResult(NamedTuple):
+    """The fields of kafka-python's FetchResponse the fetcher reads, same names."""
+
+    throttle_time_ms: int
+    error_code: int
+    session_id: int
+    responses: list[FetchTopicResponse]
+    API_VERSION: int
+
+
+def decode_fetch_response(version: int, frame: memoryview) -> FetchResult:
+    """FetchResponse v4-v18 from a frame that starts after the response header; ``records`` are views."""
+    flexible = version >= FETCH_FLEXIBLE
+    r = _Reader(frame)
+    throttle = r.i32()
+    error_code, session_id = (r.i16(), r.i32()) if version >= 7 else (0, 0)
+    topics = []
+    for _ in range(r.array(flexible)):
+        if version >= FETCH_TOPIC_IDS:
+            name, topic_id = None, r.uuid()
+        else:
+            name, topic_id = r.string(flexible), None
+        parts = []
+        for _ in range(r.array(flexible)):
+            index, error, high_watermark = r.i32(), r.i16(), r.i64()
+            last_stable = r.i64()
+            log_start = r.i64() if version >= 5 else -1
+            count = r.array(flexible)
+            aborted = None
+            if count >= 0:
+                aborted = []
+                for _ in range(count):
+                    aborted.append(AbortedTxn(*_ABORTED.unpack_from(r.buf, r.pos)))
+                    r.pos += 16
+                    if flexible:
+                        r.skip_tags()
+            preferred = r.i32() if version >= 11 else -1
+            records = r.bytes_view(flexible)
+            if flexible:
+                r.skip_tags()
+            parts.append(FetchPartitionData(index, error, high_watermark, last_stable, log_start, aborted,
+                                            preferred, records))
+        if flexible:
+            r.skip_tags()
+        topics.append(FetchTopicResponse(name, topic_id, parts))
+    if flexible:
+        r.skip_tags()
+    return FetchResult(throttle, error_code, session_id, topics, version)
+
+
+# -- the connection ---------------------------------------------------------------------------------------------
+
+class _FastFuture(Future):
+    __slots__ = ("conn",)
+
+
+class FastConnection:
+    """One PLAINTEXT socket to one broker: pipelined Produce and Fetch requests, answered in order.
+
+    Single-threaded and blocking: :meth:`send` writes a whole request (``sendmsg``), :meth:`wait` reads responses
+    in order until the given future is resolved. See the module docstring for the invariants.
+    """
+
+    def __init__(self, host: str, port: int, *, client_id: str | None = "shoal", node_id: int | None = None,
+                 connect_timeout_s: float = 10.0, request_timeout_s: float = 30.0):
+        self.node_id = node_id
+        self.address = (host, port)
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self._correlation_id = 0
+        # (correlation id, future, decoder, flexible response header, deadline) per request, in send order
+        self._in_flight: collections.deque = collections.deque()
+        self._throttled_until = 0.0
+        self._header = bytearray(4)
+        self.closed = False
+        try:
+            self._sock = socket.create_connection(self.address, timeout=connect_timeout_s)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            self.closed = True
+            raise Errors.KafkaConnectionError(f"connecting to {host}:{port}: {exc}") from None
+        try:
+            self.api_versions = self._handshake()
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"FastConnection(node={self.node_id}, {self.address[0]}:{self.address[1]})"
+
+    # -- versions --------------------------------------------------------------------------------------------
+
+    def _handshake(self) -> dict[int, tuple[int, int]]:
+        future = self.send([request_header(API_VERSIONS, 0, self._next_correlation_id(), self.client_id, False, 0)],
+                           _decode_api_versions, flexible_response=False, correlation_id=self._correlation_id)
+        self.wait(future)
+        if future.failed():
+            raise future.exception
+        return future.value
+
+    def version(self, api_key: int, low: int, high: int) -> int:
+        """The highest version of ``api_key`` in [low, high] this broker supports."""
+        broker = self.api_versions.get(api_key)
+        if broker is None or broker[0] > high or broker[1] < low:
+            raise Errors.IncompatibleBrokerVersion(
+                f"broker {self.address} supports api {api_key} at {broker}, we need {low}-{high}")
+        return min(high, broker[1])
+
+    def _next_correlation_id(self) -> int:
+        self._correlation_id = (self._correlation_id + 1) % 2**31
+        return self._correlation_id
+
+    # -- requests --------------------------------------------------------------------------------------------
+
+    def produce(self, *, transactional_id: str | None, acks: int, timeout_ms: int,
+                topic_data: Sequence[ProduceTopicData], max_version: int = PRODUCE_VERSIONS[1],
+                request_timeout_ms: int | None = None) -> Future:
+        """Send a ProduceRequest; the future's value is a :class:`ProduceResult`."""
+        version = self.version(API_PRODUCE, PRODUCE_VERSIONS[0], min(max_version, PRODUCE_VERSIONS[1]))
+        correlation_id = self._next_correlation_id()
+        parts = encode_produce_request(version, correlation_id, self.client_id, transactional_id=transactional_id,
+                                       acks=acks, timeout_ms=timeout_ms, topic_data=topic_data)
+        return self.send(parts, lambda frame: decode_produce_response(version, frame),
+                         flexible_response=version >= PRODUCE_FLEXIBLE, correlation_id=correlation_id,
+                         timeout_ms=request_timeout_ms)
+
+    def fetch(self, *, min_version: int, max_version: int, request_timeout_ms: int | None = None,
+              **fields) -> FetchResult:
+        """One FetchRequest round trip (see :func:`encode_fetch_request` for ``fields``); raises on transport
+        failure like ``WireClient.send`` (kafka-python errors)."""
+        version = self.version(API_FETCH, max(min_version, FETCH_VERSIONS[0]), min(max_version, FETCH_VERSIONS[1]))
+        correlation_id = self._next_correlation_id()
+        data = encode_fetch_request(version, correlation_id, self.client_id, **fields)
+        future = self.send([data], lambda frame: decode_fetch_response(version, frame),
+                           flexible_response=version >= FETCH_FLEXIBLE, correlation_id=correlation_id,
+                           timeout_ms=request_timeout_ms)
+        self.wait(future)
+        if future.failed():
+            raise future.exception
+        return future.value
+
+    def send(self, parts, decoder: Callable[[memoryview], object], *, flexible_response: bool,
+             correlation_id: int, timeout_ms: int | None = None) -> Future:
+        """Write one framed request (a list of buffers) and queue its decoder; the future resolves in :meth:`wait`."""
+        future = _FastFuture()
+        future.conn = self
+        if self.closed:
+            return future.failure(Errors.KafkaConnectionError(f"{self!r} is closed"))
+        if self._throttled_until:
+            delay = self._throttled_until - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self._throttled_until = 0.0
+        timeout_s = self.request_timeout_s if timeout_ms is None else timeout_ms / 1000
+        try:
+            self._sendall(parts, timeout_s)
+        except OSError as exc:
+            self._fail(_transport_error(exc, self))
+            return future.failure(_transport_error(exc, self))
+        self._in_flight.append((correlation_id, future, decoder, flexible_response, time.monotonic() + timeout_s))
+        return future
+
+    def _sendall(self, parts, timeout_s: float) -> None:
+        sock = self._sock
+        sock.settimeout(timeout_s)
+        pending = [part for part in parts if len(part)]
+        while pending:
+            sent = sock.sendmsg(pending)
+            while sent:
+                first = len(pending[0]) if not isinstance(pending[0], memoryview) else pending[0].nbytes
+                if sent >= first:
+                    sent -= first
+                    pending.pop(0)
+                else:
+                    pending[0] = memoryview(pending[0]).cast("B")[sent:]
+                    sent = 0
+
+    def wait(self, future: Future) -> None:
+        """Read responses in order until ``future`` is resolved (it fails if the connection does)."""
+        while not future.is_done:
+            if not self._in_flight:
+                future.failure(Errors.KafkaConnectionError(f"{self!r}: no answer pending for this request"))
+                return
+            self._read_one()
+
+    def _read_one(self) -> None:
+        correlation_id, future, decoder, flexible, deadline = self._in_flight[0]
+        try:
+            self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            self._recv_exact(memoryview(self._header))
+            (size,) = _I32.unpack(self._header)
+            if not 4 <= size <= _MAX_FRAME:
+                raise Errors.KafkaProtocolError(f"invalid frame length {size}")
+            frame = bytearray(size)
+            self._recv_exact(memoryview(frame))
+        except (OSError, Errors.KafkaError) as exc:
+            self._fail(_transport_error(exc, self))
+            return
+        self._in_flight.popleft()
+        view = memoryview(frame)
+        (received,) = _I32.unpack_from(view, 0)
+        if received != correlation_id:
+            error = Errors.KafkaConnectionError(f"{self!r}: correlation id {received}, expected {correlation_id}")
+            future.failure(error)
+            self._fail(error)
+            return
+        reader = _Reader(view, 4)
+        try:
+            if flexible:
+                reader.skip_tags()
+            value = decoder(view[reader.pos:])
+        except (ValueError, IndexError, struct.error) as exc:
+            error = Errors.KafkaProtocolError(f"{self!r}: undecodable response: {exc}")
+            future.failure(error)
+            self._fail(error)
+            return
+        throttle = getattr(value, "throttle_time_ms", 0)
+        if throttle:
+            self._throttled_until = time.monotonic() + throttle / 1000
+        future.success(value)
+
+    def _recv_exact(self, view: memoryview) -> None:
+        sock = self._sock
+        got, total = 0, len(view)
+        while got < total:
+            n = sock.recv_into(view[got:])
+            if n == 0:
+                raise Errors.KafkaConnectionError(f"{self!r}: connection closed by the broker")
+            got += n
+
+    def _fail(self, error: BaseException) -> None:
+        in_flight, self._in_flight = self._in_flight, collections.deque()
+        self.close()
+        for entry in in_flight:
+            if not entry[1].is_done:
+                entry[1].failure(error)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(OSError):
+                self._sock.close()
+        while self._in_flight:
+            future = self._in_flight.popleft()[1]
+            if not future.is_done:
+                future.failure(Errors.KafkaConnectionError(f"{self!r} closed"))
+
+
+def _transport_error(exc: BaseException, conn: FastConnection) -> Errors.KafkaError:
+    if isinstance(exc, Errors.KafkaError):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return Errors.RequestTimedOutError(f"{conn!r}: no answer in time")
+    return Errors.KafkaConnectionError(f"{conn!r}: {exc}")
+
+
+def _decode_api_versions(frame: memoryview) -> dict[int, tuple[int, int]]:
+    r = _Reader(frame)
+    error = r.i16()
+    count = r.i32()
+    versions = {}
+    for _ in range(max(count, 0)):
+        key, low, high = _API_RANGE.unpack_from(r.buf, r.pos)
+        r.pos += 6
+        versions[key] = (low, high)
+    if error:
+        raise Errors.for_code(error)()
+    return versions
