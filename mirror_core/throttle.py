@@ -1,6 +1,8 @@
 """A byte-rate limit for copies, so a back-fill does not swamp a busy source cluster.
 
-Token bucket with a one-second burst: ``consume(n)`` returns after the caller may use ``n`` more bytes. The clock
+Token bucket that starts empty and holds at most one second of burst: ``consume(n)`` returns once the caller may
+use ``n`` more bytes. Starting empty matters: a full bucket at the start would let every lane of a run burst a
+second's worth at once. The clock
 and the sleep are injectable so the arithmetic is tested without waiting.
 """
 
@@ -20,7 +22,7 @@ class Throttle:
         self.rate = float(bytes_per_second)
         self._clock = clock
         self._sleep = sleep
-        self._tokens = self.rate
+        self._tokens = 0.0
         self._last = clock()
 
     def consume(self, n: int) -> float:
