@@ -1,8 +1,7 @@
 """Spark backfill tests: real brokers (the sandbox) and spark-submit on local[2].
 
-Every test under ``tests/spark`` is marked ``integration`` (it needs the sandbox) and, once the marker is registered
-in pyproject.toml, ``spark`` too, so ``-m "not spark"`` leaves out the slow spark-submit runs. Under
-``--strict-markers`` an unregistered marker is an error, so ``spark`` is only added when it is registered.
+The root conftest marks every test here ``spark`` and ``integration``, so ``-m "not spark"`` leaves out the slow
+spark-submit runs.
 """
 
 from __future__ import annotations
@@ -14,21 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import unavailable
-
-SPARK_TESTS = Path(__file__).resolve().parent
-
-
-def _registered(config, name: str) -> bool:
-    return any(line.split(":", 1)[0].strip() == name for line in config.getini("markers"))
-
-
-def pytest_collection_modifyitems(config, items):
-    spark = _registered(config, "spark")
-    for item in items:
-        if SPARK_TESTS in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.integration)
-            if spark:
-                item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture(scope="session")
