@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mirror_core.errors import ConfigError, MirrorError
-from mirror_core.ledger import STATUS_FAILED, read_ledger
+from mirror_core.ledger import STATUS_FAILED, STATUS_LOST, read_ledger
 
 # Spark's own log lines ("26/11/23 01:32:07 INFO SparkContext: ..."): shown only at ERROR
 SPARK_LOG = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN) ")
@@ -61,12 +61,14 @@ def show_status(ledger: Path, run_id: str | None, console) -> int:
     for col in ("run", "unit", "status", "records", "source range", "target range", "deep", "s", "error"):
         table.add_column(col)
     for r in rows:
-        status = f"[red]{r.status}[/]" if r.status == STATUS_FAILED else r.status
+        status = f"[red]{r.status}[/]" if r.status in (STATUS_FAILED, STATUS_LOST) else r.status
         src = "-" if r.source_start is None else f"[{r.source_start}, {r.source_end})"
         tgt = "-" if r.target_start is None else f"[{r.target_start}, {r.target_end})"
         table.add_row(r.run_id, r.unit_id, status, str(r.records), src, tgt, str(r.deep_batches),
                       f"{r.duration_s:.1f}", r.error or "")
     console.print(table)
     failed = [r for r in rows if r.status == STATUS_FAILED]
-    console.print(f"{len(rows)} unit rows, {sum(r.records for r in rows)} records, {len(failed)} failed")
+    lost = [r for r in rows if r.status == STATUS_LOST]
+    console.print(f"{len(rows)} unit rows, {sum(r.records for r in rows)} records, {len(failed)} failed, "
+                  f"{sum(r.planned_end - r.planned_start for r in lost)} offsets recorded as lost")
     return 1 if failed else 0

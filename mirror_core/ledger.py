@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-STATUS_OK, STATUS_SKIPPED, STATUS_FAILED = "ok", "skipped", "failed"
+STATUS_OK, STATUS_SKIPPED, STATUS_FAILED, STATUS_LOST = "ok", "skipped", "failed", "lost"
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class LedgerRow:
     deep_batches: int
     records_digest: str
     duration_s: float
-    status: str  # ok | skipped (already complete) | failed
+    status: str  # ok | skipped (already complete) | failed | lost (deleted at the source, accepted by the operator)
     error: str | None
 
 
@@ -48,6 +48,18 @@ def _schema():
         py = {"int": int, "float": float, "str": str}.get(base, base)
         cols.append((f.name, types[py]))
     return pa.schema(cols)
+
+
+def loss_rows(run_id: str, pipeline: str, losses: list[dict]) -> list[LedgerRow]:
+    """Ledger rows recording the ranges the operator accepted as lost (``--accept-loss``): never silent."""
+    return [LedgerRow(run_id=run_id, unit_id=f"{loss['topic']}-{loss['partition']}:lost", pipeline=pipeline,
+                      source_topic=loss["topic"], source_partition=loss["partition"], target_topic="",
+                      target_partition=-1, planned_start=loss["lost_start"], planned_end=loss["lost_end"],
+                      source_start=None, source_end=None, target_start=None, target_end=None, records=0, batches=0,
+                      bytes=0, deep_batches=0, records_digest="", duration_s=0.0, status=STATUS_LOST,
+                      error=f"offsets [{loss['lost_start']}, {loss['lost_end']}) were deleted at the source before "
+                            "they were copied; accepted with --accept-loss")
+            for loss in losses]
 
 
 def write_ledger(ledger_dir: Path, run_id: str, rows: list[LedgerRow]) -> Path:

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from mirror_core.backfill import failed_units, lane_jobs, run_lane
     from mirror_core.errors import MirrorError
-    from mirror_core.ledger import write_ledger
+    from mirror_core.ledger import loss_rows, write_ledger
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -85,12 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not jobs:
         print(f"backfill {run_id}: the plan has no work units; nothing to do")
-        write_ledger(Path(args.ledger), run_id, [])
+        write_ledger(Path(args.ledger), run_id, loss_rows(run_id, plan["pipeline"], plan.get("losses", [])))
         return 0
     print(f"backfill {run_id}: {len(plan['units'])} units in {len(jobs)} lanes, pipeline {plan['pipeline']!r}",
           flush=True)
     rows = (spark.sparkContext.parallelize(jobs, numSlices=len(jobs))  # one task per lane, in urgency order
             .flatMap(run_lane).collect())
+    rows.extend(loss_rows(run_id, plan["pipeline"], plan.get("losses", [])))
     path = write_ledger(Path(args.ledger), run_id, rows)
     failed = failed_units(rows)
     copied = sum(r.records for r in rows)

@@ -412,3 +412,13 @@ def test_dry_run_table_lists_units_in_order_and_the_losses():
     assert "dr.orders-1" in text and "1970-01-01T00:00:07Z" in text
     assert "lost orders-0 [10, 30) (20 offsets, accept-loss)" in text
     assert "2 units" in text and "1 empty partition(s) skipped" in text
+
+
+def test_accepted_losses_become_ledger_rows(tmp_path):
+    from mirror_core.ledger import STATUS_LOST, loss_rows, read_ledger, write_ledger
+
+    rows = loss_rows("r1", "p", [{"topic": "orders", "partition": 3, "lost_start": 0, "lost_end": 100}])
+    write_ledger(tmp_path, "r1", rows)
+    [row] = read_ledger(tmp_path, "r1")
+    assert row.status == STATUS_LOST and (row.planned_start, row.planned_end) == (0, 100)
+    assert "[0, 100)" in row.error and "accept-loss" in row.error
