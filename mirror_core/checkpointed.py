@@ -160,6 +160,7 @@ class _CheckpointCommitter:
         self.owner = session.owner
         previous = session.checkpoint
         self.previous_target_next = previous.target_next if previous is not None else None
+        self.previous_handoff = previous.handoff_position if previous is not None else None
         # the lowest source offset the map answers for: where this partition's copy began (or was pruned to)
         self.map_start = previous.offset_map.start if previous is not None and previous.offset_map is not None \
             else start
@@ -187,7 +188,8 @@ class _CheckpointCommitter:
             pipeline=self.owner.pipeline, topic=session.topic, partition=session.partition,
             position=result.source_end, target_topic=session.target_topic,
             target_partition=session.target_partition, target_next=target_next, owner=self.owner.owner,
-            owner_epoch=self.owner.owner_epoch, offset_map=offset_map, source_topic_id=session.source_topic_id)
+            owner_epoch=self.owner.owner_epoch, offset_map=offset_map, source_topic_id=session.source_topic_id,
+            handoff_position=self.previous_handoff)  # the seam stays on record for `shoal verify seam`
         self.writer.write([self.owner.store.checkpoint_batch(checkpoint)])
         markers = 0
         if self.exactly_once:

@@ -12,8 +12,12 @@ left alone until it is handed off.
 Failure behaviour: a fenced lane (another daemon took it) or a handed-over one is dropped; a recreated source topic
 halts its partitions with a clear status and is not retried; an unreachable target or source closes the lane's
 session and retries with backoff, resuming from the last committed checkpoint (nothing is lost, memory stays at
-one fetch plus one flush per step). SIGTERM finishes the step in progress (it ends with a commit), releases the
-leases and exits; SIGKILL loses nothing, because every committed step carries its checkpoint.
+one fetch plus one flush per step); a failed rescan or lease round is logged and retried on the next round, never
+the end of the process. Steps are bounded (``MAX_STEP_OFFSETS``) and leases are renewed between steps, so a backlog
+never lets a lease lapse. Every daemon also renews a membership heartbeat, so a newcomer that holds no lane yet is
+counted and the others give lanes back down to a fair share. SIGTERM finishes the step in progress (it ends with
+a commit), releases the leases and exits; SIGKILL loses nothing, because every committed step carries its
+checkpoint.
 
 Known gap: each lane fetches its own partition (no multi-partition Fetch per broker yet).
 """
@@ -21,6 +25,7 @@ Known gap: each lane fetches its own partition (no multi-partition Fetch per bro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import signal
@@ -52,10 +57,12 @@ from mirror_core.preflight_rules import is_internal_topic
 
 log = logging.getLogger("shoal.daemon")
 
+MAX_STEP_OFFSETS = 50_000  # source offsets one lane copies per step at most (see _step)
 
-def event(name: str, level: int = logging.INFO, **fields) -> None:
+
+def event(name: str, level: int = logging.INFO, *, exc_info: bool = False, **fields) -> None:
     """One structured log line: ``event=<name> key=value ...`` (topic, partition and offsets wherever they apply)."""
-    log.log(level, "event=%s %s", name, " ".join(f"{k}={v}" for k, v in fields.items()))
+    log.log(level, "event=%s %s", name, " ".join(f"{k}={v}" for k, v in fields.items()), exc_info=exc_info)
 
 
 @dataclass
@@ -68,6 +75,7 @@ class LaneState:
     halted: str | None = None  # why the lane stopped for good (recreated topic)
     retry_at: float = 0.0
     failures: int = 0
+    start: int | None = None  # where a lane without checkpoint starts (new_partitions), fixed at first sight
 
 
 @dataclass
@@ -107,25 +115,52 @@ class ShallowMirrorDaemon:
                     self.metrics.last_loop = time.monotonic()
                     now = time.monotonic()
                     if now >= self._next_rescan:
-                        self._rescan()
                         self._next_rescan = now + cfg.rescan_interval_s
-                    if now >= self._next_lease:
-                        self._maintain_leases()
-                        self._next_lease = now + cfg.lease_ttl_s / 3
-                    copied = sum(self._step(self.lanes[lane]) for lane in sorted(self.held) if not stop.is_set())
+                        self._housekeeping("rescan", self._rescan)
+                    self._leases_if_due()
+                    copied = 0
+                    for lane in sorted(self.held):
+                        if stop.is_set():
+                            break
+                        if lane in self.held:  # a lease round between steps may have dropped it
+                            copied += self._step(self.lanes[lane])
+                        # renew between steps, not once per pass: many lanes (or slow session opens) must not
+                        # let our leases lapse, or another daemon takes them and the two keep fencing each other
+                        self._leases_if_due()
                     if not copied:
                         stop.wait(cfg.poll_interval_ms / 1000)
             finally:
                 self._shutdown()
         event("stop", pipeline=cfg.pipeline, worker=self.worker_id)
 
+    def _leases_if_due(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_lease:
+            self._next_lease = now + self.config.lease_ttl_s / 3
+            self._housekeeping("leases", self._maintain_leases)
+
+    def _housekeeping(self, what: str, action) -> None:
+        """Run a rescan or a lease round; a failure (e.g. the target restarting) is logged and retried on the next
+        round instead of ending the daemon. Lanes keep copying meanwhile; their writers are fenced by the broker if
+        a lease lapses and another daemon takes over."""
+        try:
+            action()
+        except Exception as exc:  # noqa: BLE001 - a daemon outlives transient cluster trouble
+            self.metrics.errors.labels(what).inc()
+            event(f"{what}_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}",
+                  exc_info=not isinstance(exc, MirrorError))
+
     def _shutdown(self) -> None:
         for lane in sorted(self.held):
             try:
                 self.leases.release(self.config.pipeline, lane, self.worker_id)
-            except MirrorError as exc:
+            except Exception as exc:  # noqa: BLE001 - best effort: an unreleased lease just expires
                 event("lease_release_failed", logging.WARNING, lane=lane, error=exc)
         self.held.clear()
+        try:
+            self.leases.leave(self.config.pipeline, self.worker_id)
+        except Exception as exc:  # noqa: BLE001
+            event("membership_release_failed", logging.WARNING, error=exc)
 
     # ---- topics and lanes --------------------------------------------------------------------------------------
     def _rescan(self) -> None:
@@ -182,11 +217,13 @@ class ShallowMirrorDaemon:
 
     def _maintain_leases(self) -> None:
         pipeline, me, now = self.config.pipeline, self.worker_id, now_ms()
-        leases = self.leases.read(pipeline)
+        leases, members = self.leases.read_with_members(pipeline)
         eligible = self._eligible()
-        others = {lease.holder for lease in leases.values() if lease.held_by_other(me, now)}
-        share = math.ceil(len(eligible) / (len(others) + 1)) if eligible else 0
         expires = now + int(self.config.lease_ttl_s * 1000)
+        self.leases.heartbeat(pipeline, me, expires)  # so the others count us even while we hold no lane
+        # live daemons: holders of unexpired leases and of unexpired membership heartbeats (a newcomer holds none)
+        others = {lease.holder for lease in [*leases.values(), *members.values()] if lease.held_by_other(me, now)}
+        share = math.ceil(len(eligible) / (len(others) + 1)) if eligible else 0
         for lane in sorted(self.held):  # renew ours, drop what someone else took over
             current = leases.get(lane)
             if current is not None and current.held_by_other(me, now) or lane not in eligible:
@@ -202,7 +239,7 @@ class ShallowMirrorDaemon:
             self.leases.write(Lease(pipeline, lane, me, expires))
             self.held.add(lane)
             event("lane_acquired", lane=lane, worker=me)
-        while len(self.held) > share + 1:  # give lanes back so newcomers get a fair share
+        while len(self.held) > share:  # give lanes back so newcomers get a fair share
             lane = max(self.held)
             self._drop(lane, "rebalance")
             self.leases.release(pipeline, lane, me)
@@ -214,6 +251,9 @@ class ShallowMirrorDaemon:
         state = self.lanes.get(lane)
         if state is not None:
             state.session = None
+            for gauge in (self.metrics.lag, self.metrics.position):  # another daemon reports this lane now
+                with contextlib.suppress(KeyError):  # never set in this process
+                    gauge.remove(state.topic, str(state.partition))
         event("lane_dropped", lane=lane, reason=why)
 
     # ---- copying -----------------------------------------------------------------------------------------------
@@ -242,13 +282,19 @@ class ShallowMirrorDaemon:
             session = self._session(state)
             end = list_offsets(self.source, state.topic, state.partition, "last_stable")
             start = session.position
-            if start is None:
-                start = list_offsets(self.source, state.topic, state.partition, self.config.new_partitions
-                                     if self.config.new_partitions == "earliest" else "last_stable")
+            if start is None:  # no checkpoint yet: fix the start once, or "latest" would move with the data
+                if state.start is None:
+                    state.start = list_offsets(self.source, state.topic, state.partition,
+                                               "earliest" if self.config.new_partitions == "earliest"
+                                               else "last_stable")
+                start = state.start
             self.metrics.lag.labels(*labels).set(max(0, end - start))
             if end <= start:
                 return 0
-            result = session.copy(start, end)
+            # a bounded step: a large backlog is copied over several steps, so leases are renewed, other lanes get
+            # their turn and SIGTERM is served within one step (batches are copied whole: the next step resumes
+            # from the committed checkpoint, wherever the last batch ended)
+            result = session.copy(start, min(end, start + MAX_STEP_OFFSETS))
         except (ProducerFencedError, OwnershipError) as exc:
             self.metrics.errors.labels("fenced").inc()
             self._drop(state.lane, f"fenced: {exc}")
@@ -260,13 +306,14 @@ class ShallowMirrorDaemon:
             self._drop(state.lane, "source topic recreated")
             event("lane_halted", logging.ERROR, topic=state.topic, partition=state.partition, error=exc)
             return 0
-        except MirrorError as exc:
+        except Exception as exc:  # noqa: BLE001 - MirrorError, or transport trouble the wire library raised as is
             state.failures += 1
             state.session = None  # reopen: aborts whatever was open, resumes from the committed checkpoint
             state.retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** min(state.failures, 6))
             self.metrics.errors.labels(type(exc).__name__).inc()
-            event("lane_error", logging.WARNING, topic=state.topic, partition=state.partition, error=exc,
-                  retry_in_s=round(state.retry_at - time.monotonic(), 1))
+            event("lane_error", logging.WARNING, topic=state.topic, partition=state.partition,
+                  error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
+                  exc_info=not isinstance(exc, MirrorError))
             return 0
         state.failures = 0
         self.metrics.observe_copy(state.topic, state.partition, result, result.newest_timestamp_ms)

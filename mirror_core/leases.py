@@ -5,6 +5,10 @@ with READ_COMMITTED like the checkpoints. The lease only coordinates who *should
 second writer harmless is the broker: a lease taker opens the lane with its transactional.id, which fences the
 former holder (a paused or partitioned process cannot write after that). Clocks only decide when a lease looks
 expired; a wrong clock costs a fencing, never data.
+
+Membership: every daemon also keeps a heartbeat record (lane ``__member__:<worker>``) renewed with its leases, so a
+daemon that holds no lane yet (a newcomer) is counted when the others compute their fair share and give lanes back.
+Membership records are never returned as lanes; a clean shutdown deletes its own (tombstone).
 """
 
 from __future__ import annotations
@@ -14,6 +18,13 @@ import time
 from dataclasses import dataclass
 
 from mirror_core.checkpoint import CheckpointStore, checkpoint_partition
+
+MEMBER_PREFIX = "__member__:"
+
+
+def member_lane(holder: str) -> str:
+    """The pseudo-lane of a daemon's membership heartbeat."""
+    return MEMBER_PREFIX + holder
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,11 @@ class LeaseStore:
         self._producer = None
 
     def read(self, pipeline: str) -> dict[str, Lease]:
+        """Lane → lease (membership heartbeats left out)."""
+        return self.read_with_members(pipeline)[0]
+
+    def read_with_members(self, pipeline: str) -> tuple[dict[str, Lease], dict[str, Lease]]:
+        """(lane → lease, worker → membership heartbeat) in one scan of the topic."""
         leases: dict[str, Lease] = {}
         for partition in range(self.store.partitions):
             for key, value in self.store.records(partition):
@@ -51,16 +67,29 @@ class LeaseStore:
                 else:
                     body = json.loads(value)
                     leases[decoded["lease"]] = Lease(pipeline, decoded["lease"], body["holder"], body["expires_ms"])
-        return leases
+        lanes = {lane: lease for lane, lease in leases.items() if not lane.startswith(MEMBER_PREFIX)}
+        members = {lease.holder: lease for lane, lease in leases.items() if lane.startswith(MEMBER_PREFIX)}
+        return lanes, members
 
     def write(self, lease: Lease) -> None:
         """Write (or renew) a lease; returns once the broker acknowledged it."""
+        self._produce(lease.pipeline, lease.lane,
+                      json.dumps({"holder": lease.holder, "expires_ms": lease.expires_ms}).encode())
+
+    def heartbeat(self, pipeline: str, holder: str, expires_ms: int) -> None:
+        """Renew this daemon's membership (see the module docstring)."""
+        self.write(Lease(pipeline, member_lane(holder), holder, expires_ms))
+
+    def leave(self, pipeline: str, holder: str) -> None:
+        """Delete this daemon's membership record (a tombstone, so compaction drops the key)."""
+        self._produce(pipeline, member_lane(holder), None)
+
+    def _produce(self, pipeline: str, lane: str, value: bytes | None) -> None:
         from confluent_kafka import Producer
 
         if self._producer is None:
             self._producer = Producer({**self._producer_config, "enable.idempotence": True, "linger.ms": 0})
-        key = lease_key(lease.pipeline, lease.lane)
-        value = json.dumps({"holder": lease.holder, "expires_ms": lease.expires_ms}).encode()
+        key = lease_key(pipeline, lane)
         errors: list[str] = []
         self._producer.produce(self.store.topic, key=key, value=value,
                                partition=checkpoint_partition(key, self.store.partitions),
@@ -69,7 +98,7 @@ class LeaseStore:
         if errors or left:
             from mirror_core.errors import MirrorError
 
-            raise MirrorError(f"could not write the lease of lane {lease.lane!r}: {errors or 'timed out'}")
+            raise MirrorError(f"could not write the lease of lane {lane!r}: {errors or 'timed out'}")
 
     def release(self, pipeline: str, lane: str, holder: str) -> None:
         self.write(Lease(pipeline, lane, holder, 0))

@@ -1,0 +1,309 @@
+"""Daemon benchmark: end-to-end replication latency and throughput of the continuous shallow mirror daemon.
+
+Two measurements, each against a fresh pipeline and fresh topics on the sandbox (source → target), with the daemon
+running as operators run it (``python -m mirror_core.daemon --config <yaml>``, its own process):
+
+- ``latency``: a producer writes to the source at a fixed rate (records carry CreateTime = the moment the producer
+  client accepted them); a read_committed consumer on the target (``fetch.wait.max.ms`` 100) notes, for every record,
+  ``receive time − record timestamp``: produce → on the source → fetched by the daemon → produced in the daemon's
+  transaction → committed → visible to a read_committed consumer. The first ``--warmup-s`` seconds are left out.
+  Reported: p50 / p90 / p99 / max and the rates produced and received. Run for each ``--rates`` ×
+  ``--commit-intervals`` combination.
+- ``catchup``: a backlog of ``--backlog-records`` is written first; then the daemon starts and the time from its
+  first copied record (``shoal_records_copied_total`` > 0 on ``/metrics``, polled every 0.2 s) until every record is
+  committed on the target is the copy time: records/s and MB/s (raw batch bytes, ``shoal_bytes_copied_total``).
+  The copy time runs from the daemon's first ``lane_acquired`` log line to the ``copied`` line that completed the
+  backlog (log timestamps, ms), so session opens and every step are inside it; start-up (interpreter, imports,
+  connecting, preflight) is reported apart.
+
+Every run checks that the target holds exactly the source's committed record count. Results go to
+``bench/results/daemon-<time>.json`` and a Markdown table is printed.
+
+    .venv/bin/python -m bench.daemon_bench --help
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
+
+
+def _sandbox():
+    from mirror_core.cli import sandbox_from_environ
+
+    return sandbox_from_environ(os.environ)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    def __init__(self, workdir: Path, sandbox, pipeline: str, include: str, commit_interval_ms: int):
+        import yaml
+
+        self.port = _free_port()
+        self.config = workdir / f"{pipeline}.yaml"
+        self.log = workdir / f"{pipeline}.log"
+        self.config.write_text(yaml.safe_dump({
+            "pipeline": pipeline, "source": sandbox.client_config("source"), "target": sandbox.client_config("target"),
+            "include": include, "naming": "prefix:dr.", "mode": "exactly-once",
+            "commit_interval_ms": commit_interval_ms, "commit_bytes": 4 * 1024 * 1024, "poll_interval_ms": 50,
+            "rescan_interval_s": 2, "lease_ttl_s": 15, "metrics_port": self.port}))
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Daemon:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([PYTHON, "-m", "mirror_core.daemon", "--config", str(self.config)], cwd=ROOT,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def stop(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.terminate()
+        return self.proc.wait(60)
+
+    def metric_sum(self, name: str) -> float:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as resp:
+                body = resp.read().decode()
+        except OSError:
+            return 0.0
+        return sum(float(m.group(1)) for m in re.finditer(rf"^{name}{{[^}}]*}} (\S+)$", body, re.M))
+
+
+def _lanes_owned(daemon: Daemon) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=2) as resp:
+            m = re.search(r"^shoal_lanes_owned (\S+)$", resp.read().decode(), re.M)
+            return float(m.group(1)) if m else 0.0
+    except OSError:
+        return 0.0
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def _committed_count(cluster_config, topic: str) -> int:
+    from tests.kafka_helpers import KafkaTestCluster
+
+    return len(KafkaTestCluster(cluster_config).read_all(topic, timeout_s=120))
+
+
+def _value(rng: random.Random, size: int) -> bytes:
+    words = [b"order", b"payment", b"customer", b"sku", b"shipped", b"pending", b"EUR", b"USD"]
+    out = bytearray()
+    while len(out) < size:
+        out += rng.choice(words) + b" " + str(rng.randint(0, 10**6)).encode() + b" "
+    return bytes(out[:size])
+
+
+def run_latency(sandbox, workdir: Path, *, rate: int, seconds: float, warmup_s: float, partitions: int,
+                record_bytes: int, commit_interval_ms: int) -> dict:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from mirror_core.cluster import ClusterConfig
+    from mirror_core.topics import TopicAdmin
+
+    src = ClusterConfig("source", sandbox.client_config("source"))
+    tgt = ClusterConfig("target", sandbox.client_config("target"))
+    tag = uuid.uuid4().hex[:8]
+    topic = f"bench.daemon.latency.{tag}"
+    TopicAdmin(src).create(topic, partitions, None)
+    daemon = Daemon(workdir, sandbox, f"bench-lat-{tag}", re.escape(topic), commit_interval_ms).start()
+    try:
+        _wait(lambda: _lanes_owned(daemon) >= partitions, 60, "the daemon's lanes")
+        consumer = Consumer(tgt.confluent(**{"group.id": f"bench-{tag}", "enable.auto.commit": False,
+                                             "isolation.level": "read_committed", "fetch.wait.max.ms": 100,
+                                             "auto.offset.reset": "earliest"}))
+        _wait(lambda: f"dr.{topic}" in TopicAdmin(tgt).list_topics(), 30, "the target topic")
+        consumer.assign([TopicPartition(f"dr.{topic}", p, 0) for p in range(partitions)])
+        latencies: list[tuple[float, float]] = []  # (receive time, latency ms)
+        stop = threading.Event()
+
+        def consume():
+            while not stop.is_set():
+                for msg in consumer.consume(1000, 0.1):
+                    if msg.error() is None:
+                        now = time.time() * 1000
+                        latencies.append((now, now - msg.timestamp()[1]))
+
+        reader = threading.Thread(target=consume, daemon=True)
+        reader.start()
+        producer = Producer(src.confluent(**{"enable.idempotence": True, "linger.ms": 5, "compression.type": "lz4"}))
+        rng = random.Random(rate)
+        values = [_value(rng, record_bytes) for _ in range(256)]
+        started = time.time()
+        produced = 0
+        while time.time() - started < seconds:
+            due = int((time.time() - started) * rate)
+            while produced < due:
+                producer.produce(topic, key=b"k%d" % (produced % 1000), value=values[produced % 256])
+                produced += 1
+            producer.poll(0)
+            time.sleep(0.002)
+        producer.flush(30)
+        produce_s = time.time() - started
+        _wait(lambda: len(latencies) >= produced, 120, "every record on the target")
+        stop.set()
+        reader.join(10)
+        consumer.close()
+        measured = [lat for at, lat in latencies if at >= (started + warmup_s) * 1000]
+        measured.sort()
+        on_target = _committed_count(tgt, f"dr.{topic}")
+        assert on_target == produced, f"{on_target} records on the target, {produced} produced"
+
+        def pct(q: float) -> float:
+            return measured[min(len(measured) - 1, int(q * len(measured)))]
+
+        return {"kind": "latency", "rate_target": rate, "partitions": partitions, "record_bytes": record_bytes,
+                "commit_interval_ms": commit_interval_ms, "seconds": round(produce_s, 1), "records": produced,
+                "rate_produced": round(produced / produce_s), "measured_records": len(measured),
+                "p50_ms": round(pct(0.50), 1), "p90_ms": round(pct(0.90), 1), "p99_ms": round(pct(0.99), 1),
+                "max_ms": round(measured[-1], 1), "mean_ms": round(statistics.fmean(measured), 1)}
+    finally:
+        rc = daemon.stop()
+        if rc != 0:
+            print(f"daemon exited {rc}; log {daemon.log}", file=sys.stderr)
+
+
+def run_catchup(sandbox, workdir: Path, *, records: int, partitions: int, record_bytes: int,
+                commit_interval_ms: int) -> dict:
+    from confluent_kafka import Producer
+
+    from mirror_core.cluster import ClusterConfig
+    from mirror_core.topics import TopicAdmin
+
+    src = ClusterConfig("source", sandbox.client_config("source"))
+    tgt = ClusterConfig("target", sandbox.client_config("target"))
+    tag = uuid.uuid4().hex[:8]
+    topic = f"bench.daemon.catchup.{tag}"
+    TopicAdmin(src).create(topic, partitions, None)
+    producer = Producer(src.confluent(**{"enable.idempotence": True, "linger.ms": 20, "compression.type": "lz4",
+                                         "batch.size": 65536}))
+    rng = random.Random(records)
+    values = [_value(rng, record_bytes) for _ in range(256)]
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, key=b"k%d" % (i % 1000), value=values[i % 256])
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush(60)
+    daemon = Daemon(workdir, sandbox, f"bench-catchup-{tag}", re.escape(topic), commit_interval_ms)
+    launched = time.monotonic()
+    daemon.start()
+    try:
+        launched_wall = time.time()
+        while daemon.metric_sum("shoal_records_copied_total") < records:
+            if time.monotonic() - launched > 600:
+                raise RuntimeError(f"catch-up did not finish; log {daemon.log}")
+            time.sleep(0.2)
+        copy_bytes = daemon.metric_sum("shoal_bytes_copied_total")
+        first, done = _copy_window(daemon.log.read_text())
+        on_target = _committed_count(tgt, f"dr.{topic}")
+        assert on_target == records, f"{on_target} records on the target, {records} produced"
+        seconds = done - first
+        return {"kind": "catchup", "partitions": partitions, "record_bytes": record_bytes, "records": records,
+                "commit_interval_ms": commit_interval_ms, "batch_bytes": int(copy_bytes),
+                "seconds": round(seconds, 2), "startup_s": round(first - launched_wall, 2),
+                "records_per_s": round(records / seconds), "mb_per_s": round(copy_bytes / seconds / 1e6, 1)}
+    finally:
+        rc = daemon.stop()
+        if rc != 0:
+            print(f"daemon exited {rc}; log {daemon.log}", file=sys.stderr)
+
+
+def _copy_window(log: str) -> tuple[float, float]:
+    """(first lane_acquired, last copied) as epoch seconds, from the daemon's log lines."""
+    from datetime import datetime
+
+    def stamp(line: str) -> float:
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+    lines = log.splitlines()
+    first = min(stamp(line) for line in lines if "event=lane_acquired" in line)
+    last = max(stamp(line) for line in lines if "event=copied" in line)
+    return first, last
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.daemon_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="1000,5000", help="producer records/s for the latency runs")
+    parser.add_argument("--commit-intervals", default="200,1000", help="daemon commit_interval_ms values")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of each latency run")
+    parser.add_argument("--warmup-s", type=float, default=5.0)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--record-bytes", type=int, default=512)
+    parser.add_argument("--backlog-records", type=int, default=200_000, help="0: no catch-up run")
+    parser.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    sandbox = _sandbox()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="shoal-daemon-bench-") as tmp:
+        workdir = Path(tmp)
+        for interval in [int(x) for x in args.commit_intervals.split(",")]:
+            for rate in [int(x) for x in args.rates.split(",") if x.strip()]:
+                r = run_latency(sandbox, workdir, rate=rate, seconds=args.seconds, warmup_s=args.warmup_s,
+                                partitions=args.partitions, record_bytes=args.record_bytes,
+                                commit_interval_ms=interval)
+                print(json.dumps(r), flush=True)
+                results.append(r)
+            if args.backlog_records:
+                r = run_catchup(sandbox, workdir, records=args.backlog_records, partitions=args.partitions,
+                                record_bytes=args.record_bytes, commit_interval_ms=interval)
+                print(json.dumps(r), flush=True)
+                results.append(r)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"daemon-{args.tag}.json"
+    out.write_text(json.dumps({"host": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                        "platform": platform.platform()}, "args": vars(args), "results": results},
+                              indent=2))
+    print(f"\nresults: {out}\n")
+    print("| commit_interval_ms | load rec/s (produced) | p50 ms | p90 ms | p99 ms | max ms | records measured |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        if r["kind"] == "latency":
+            print(f"| {r['commit_interval_ms']} | {r['rate_produced']:,} | {r['p50_ms']} | {r['p90_ms']} | "
+                  f"{r['p99_ms']} | {r['max_ms']} | {r['measured_records']:,} |")
+    print("\n| commit_interval_ms | backlog records | batch MB | copy s | records/s | MB/s | start-up s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        if r["kind"] == "catchup":
+            print(f"| {r['commit_interval_ms']} | {r['records']:,} | {r['batch_bytes'] / 1e6:.1f} | {r['seconds']} | "
+                  f"{r['records_per_s']:,} | {r['mb_per_s']} | {r['startup_s']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
