@@ -219,3 +219,42 @@ def test_recreated_source_topic_halts_instead_of_resuming(source_cluster, target
         source_cluster.produce(topic, [(b"k", b"new data") for _ in range(10)])
         with pytest.raises(TopicRecreatedError, match="recreated"):
             copier.copy(PartitionRange(topic, 0, 0, 10, f"{topic}.dr", 0))
+
+
+def test_checkpoint_stays_small_after_ten_thousand_source_transactions(source_cluster, target_cluster, unique_name):
+    """Every source transaction leaves a commit marker, so 10,000 of them cut the offset map into 10,000 runs;
+    the stored checkpoint must still stay under 100 KiB per lane."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    topic = source_cluster.create_topic(unique_name())
+
+    def transactions(worker: int, count: int) -> None:
+        producer = Producer(source_cluster.config.confluent(**{"transactional.id": f"{topic}.w{worker}",
+                                                               "linger.ms": 0}))
+        producer.init_transactions(30)
+        for i in range(count):
+            producer.begin_transaction()
+            producer.produce(topic, key=b"w%d" % worker, value=b"%d" % i, partition=0)
+            producer.commit_transaction(30)
+
+    workers = [threading.Thread(target=transactions, args=(w, 2_500)) for w in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    with WireClient.for_cluster(source_cluster.config) as source, \
+            WireClient.for_cluster(target_cluster.config) as target:
+        end = list_offsets(source, topic, 0, "last_stable")
+        assert end == 20_000, "10,000 records and 10,000 commit markers"
+        store = CheckpointStore(target_cluster.config, target)
+        store.ensure_topic()
+        run_preflight(source_cluster.config, target_cluster.config, topic, target_topic=f"{topic}.dr")
+        result = CheckpointedCopier(source, target, store, pipeline=f"p.{topic}").copy(
+            PartitionRange(topic, 0, 0, end, f"{topic}.dr", 0))
+        checkpoint = store.read(f"p.{topic}", topic, 0)
+    assert result.records == 10_000 and checkpoint.position == end
+    assert len(checkpoint.offset_map) > 1_000, "the markers really cut the map into many runs"
+    size = len(checkpoint.to_value())
+    assert size < 100 * 1024, f"the stored checkpoint is {size} bytes"
