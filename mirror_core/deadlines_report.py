@@ -197,9 +197,22 @@ def render_chart_png(statuses: Sequence[RetentionStatus], path: str | Path, *, a
     return out
 
 
+CHART_TITLE = "Retention deadlines: time to loss vs catch-up ETA"
+
+
 def render_chart_html(statuses: Sequence[RetentionStatus], path: str | Path, *, at_risk_below_s: float,
-                      title: str = "Retention deadlines: time to loss vs catch-up ETA") -> Path:
+                      title: str = CHART_TITLE) -> Path:
     """The same chart as a self-contained HTML page with inline SVG (hover a bar for its numbers)."""
+    page = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>" + html.escape(title) +
+            "</title></head><body>" + render_chart_svg(statuses, at_risk_below_s=at_risk_below_s, title=title) +
+            "</body></html>")
+    out = Path(path)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def render_chart_svg(statuses: Sequence[RetentionStatus], *, at_risk_below_s: float, title: str = CHART_TITLE) -> str:
+    """The chart as one ``<svg>`` element, for embedding in a page (the Airflow UI plugin, the HTML report)."""
     rows, hidden = _chart_rows(statuses)
     x_max = _x_max(rows, at_risk_below_s)
     left, width, row_h, top = 260, 700, 30, 50
@@ -236,8 +249,4 @@ def render_chart_html(statuses: Sequence[RetentionStatus], path: str | Path, *, 
     note = f"; {hidden} less urgent partitions not shown" if hidden else ""
     parts.append(f'<text x="{left}" y="{axis_y + 40}">{legend} <tspan fill="{ETA_COLOUR}">■ ETA</tspan> '
                  f'— log time axis; dashed: AT_RISK threshold{html.escape(note)}</text></svg>')
-    page = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>" + html.escape(title) +
-            "</title></head><body>" + "".join(parts) + "</body></html>")
-    out = Path(path)
-    out.write_text(page, encoding="utf-8")
-    return out
+    return "".join(parts)
