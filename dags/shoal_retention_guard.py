@@ -1,0 +1,87 @@
+"""
+# shoal_retention_guard
+
+Every few minutes: for each partition a pipeline mirrors, how long until the source deletes data not yet copied,
+against how long the copy will take (the retention model, at the pipeline's checkpoints). Warn **before** loss.
+
+1. **assess** — status per partition: SAFE, AT_RISK (margin under *at_risk_below_s*), LOSING (the copy cannot
+   finish before deletion) or LOST (already deleted before it was copied), with a remedy for each.
+2. **trigger_backfill** — optional (*trigger_backfill*): starts `shoal_backfill` from the pipeline's checkpoints
+   for the same selection when any partition is not SAFE.
+3. **alarm** — fails the run loudly, naming every AT_RISK / LOSING / LOST partition and its remedy, so the
+   failure alerting on this DAG pages someone.
+
+A partition without a checkpoint counts as not mirrored at all. Connections are `kafka` connections from
+`AIRFLOW_CONN_*` or the UI.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import DAG, Param, task
+
+from plugins.operators import ShoalRetentionCheckOperator
+from plugins.params import CONN_ID, NAME
+
+P = "{{ params.%s }}"
+
+with DAG(
+    dag_id="shoal_retention_guard",
+    doc_md=__doc__,
+    description="Retention deadlines of a pipeline; fails loudly on AT_RISK / LOSING / LOST",
+    schedule=timedelta(minutes=5),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(minutes=4),
+    tags=["shoal", "kafka", "retention"],
+    render_template_as_native_obj=True,
+    params={
+        "source_conn_id": Param("shoal_source", type="string", pattern=CONN_ID),
+        "target_conn_id": Param("shoal_target", type="string", pattern=CONN_ID),
+        "pipeline": Param("mirror", type="string", pattern=NAME),
+        "include": Param(".*", type="string", format="regex", minLength=1),
+        "exclude": Param(None, type=["null", "string"], format="regex"),
+        "naming": Param("identity", type="string", description="naming policy for a triggered backfill"),
+        "at_risk_below_s": Param(600, type="number", minimum=0, description="margin under which a partition is "
+                                                                              "AT_RISK"),
+        "trigger_backfill": Param(False, type="boolean"),
+    },
+    default_args={"owner": "shoal", "retries": 1, "retry_delay": timedelta(seconds=30)},
+):
+    assess = ShoalRetentionCheckOperator(
+        task_id="assess", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
+        pipeline=P % "pipeline", include=P % "include", exclude=P % "exclude", fail_on=(), accept_loss=True,
+        at_risk_below_s=P % "at_risk_below_s")
+
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def backfill_needed(ti=None, params=None) -> bool:
+        statuses = (ti.xcom_pull(task_ids="assess") or {}).get("statuses", {})
+        return bool(params["trigger_backfill"]) and any(k != "SAFE" for k in statuses)
+
+    trigger = TriggerDagRunOperator(
+        task_id="trigger_backfill", trigger_dag_id="shoal_backfill",
+        conf={"source_conn_id": P % "source_conn_id", "target_conn_id": P % "target_conn_id",
+              "pipeline": P % "pipeline", "include": P % "include", "exclude": P % "exclude",
+              "naming": P % "naming", "start": "checkpoint", "end": "latest"},
+        wait_for_completion=False)
+
+    @task(trigger_rule="all_done", retries=0)
+    def alarm(ti=None) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        result = ti.xcom_pull(task_ids="assess")
+        if not result:
+            raise AirflowFailException("the retention assessment did not complete: see the assess task")
+        statuses = result["statuses"]
+        bad = {k: v for k, v in statuses.items() if k != "SAFE"}
+        if bad:
+            counts = ", ".join(f"{len(parts)} {status}" for status, parts in sorted(bad.items()))
+            raise AirflowFailException(f"retention deadlines: {counts}: " + "; ".join(result["not_safe"][:20]))
+        print(f"retention guard: {len(statuses.get('SAFE', []))} partitions SAFE")
+        return {"safe": len(statuses.get("SAFE", []))}
+
+    gate = backfill_needed()
+    assess >> gate >> trigger >> alarm()

@@ -1,0 +1,70 @@
+"""How far a pipeline's checkpoints trail the source: per selected partition, last stable offset − checkpoint
+position (a partition without a checkpoint trails by everything retained). Kafka I/O composed from mirror_core; used
+by the catch-up trigger and the handoff DAG."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PipelineLag:
+    pipeline: str
+    partitions: dict[str, int]  # "topic-partition" -> offsets behind
+
+    @property
+    def total(self) -> int:
+        return sum(self.partitions.values())
+
+    @property
+    def worst(self) -> int:
+        return max(self.partitions.values(), default=0)
+
+
+def selected_partitions(source, pipeline: str, include: str, exclude: str | None = None) -> list[tuple[str, int]]:
+    from mirror_core.kafka_wire import WireClient
+    from mirror_core.plan_inputs import list_topics
+    from mirror_core.planner import PlanRequest, select_topics
+
+    request = PlanRequest.parse(pipeline=pipeline, source_cluster=source.name, target_cluster=source.name,
+                                include=include, exclude=exclude)
+    with WireClient.for_cluster(source) as client:
+        topics = list_topics(client)
+        return [(t, p) for t in select_topics(request, topics) for p in range(topics[t])]
+
+
+def stored_positions(target, pipeline: str) -> dict[tuple[str, int], int]:
+    """The pipeline's checkpoint positions on the target (empty when it has none)."""
+    from mirror_core.checkpoint import CHECKPOINT_TOPIC, CheckpointStore
+    from mirror_core.kafka_wire import WireClient
+
+    with WireClient.for_cluster(target) as client:
+        meta = client.metadata([CHECKPOINT_TOPIC]).get(CHECKPOINT_TOPIC)
+        if meta is None or meta.error_code:
+            return {}
+        store = CheckpointStore(target, client, partitions=len(meta.partitions))
+        return {(t, p): cp.position for (_pl, t, p), cp in store.read_all(pipeline).items()}
+
+
+def checkpoint_positions(source, target, pipeline: str, include: str, exclude: str | None = None):
+    """``(topics, positions)`` for :func:`mirror_core.retention_inputs.gather_inputs`: every selected partition at
+    its checkpoint (a partition without one is absent, i.e. taken as not mirrored at all)."""
+    parts = selected_partitions(source, pipeline, include, exclude)
+    stored = stored_positions(target, pipeline)
+    topics: dict[str, list[int]] = {}
+    for t, p in parts:
+        topics.setdefault(t, []).append(p)
+    return topics, {tp: stored[tp] for tp in parts if tp in stored}
+
+
+def measure_lag(source, target, pipeline: str, include: str, exclude: str | None = None) -> PipelineLag:
+    from mirror_core.kafka_wire import WireClient
+    from mirror_core.plan_inputs import lookup_offsets
+
+    parts = selected_partitions(source, pipeline, include, exclude)
+    with WireClient.for_cluster(source) as client:
+        stable = lookup_offsets(client, parts, "last_stable")
+        log_start = lookup_offsets(client, parts, "earliest")
+    positions = stored_positions(target, pipeline)
+    lag = {f"{t}-{p}": max(0, stable[(t, p)] - positions.get((t, p), log_start[(t, p)])) for t, p in parts}
+    return PipelineLag(pipeline, lag)

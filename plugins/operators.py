@@ -1,0 +1,493 @@
+"""Shoal's Airflow operators: thin wrappers that resolve ``kafka`` connections through :class:`ShoalKafkaHook`,
+call mirror_core, and push only paths and summaries to XCom (never settings or secrets).
+
+- :class:`ShoalPreflightOperator`   check (and create) every selected target topic before anything is copied
+- :class:`ShoalPlanOperator`        plan the backfill, write the plan JSON under ``work_dir``
+- :class:`ShoalRetentionCheckOperator`  the retention model for the plan's (or a pipeline's) positions
+- :class:`ShoalSparkBackfillOperator`   run the plan with spark-submit (provider's SparkSubmitOperator)
+- :class:`ShoalVerifyOperator`      ledger accounting and a record-by-record comparison of every copied range
+- :class:`ShoalHandoffOperator`     hand caught-up partitions to the daemon and verify each seam
+
+Non-retriable Shoal errors fail the task without retries (:mod:`plugins.errors`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from plugins.errors import airflow_errors
+from plugins.hooks import ShoalKafkaHook, clusters_of, write_clusters_file
+
+DEFAULT_WORK_DIR = "/tmp/shoal"
+_SPARK_EXIT = re.compile(r"[Ee]rror code is: (\d+)")
+
+
+def run_dir(work_dir: str, context) -> Path:
+    """``<work_dir>/<dag_id>/<run_id>``: where a DAG run's plan and clusters file live."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", context["run_id"])
+    path = Path(work_dir) / context["dag"].dag_id / safe
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load_plan(plan_path: str):
+    from mirror_core.planner import Plan
+
+    with airflow_errors():
+        return Plan.from_json(Path(plan_path).read_text())
+
+
+class ShoalPreflightOperator(BaseOperator):
+    """Preflight every topic the selection names: refuse (non-retriable) before any byte is copied; create missing
+    target topics. XCom: per topic the findings' severities and messages."""
+
+    template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "include", "exclude", "naming", "pipeline",
+                                      "create_missing")
+    ui_color = "#e8f4ff"
+
+    def __init__(self, *, source_conn_id: str, target_conn_id: str, include: str, exclude: str | None = None,
+                 naming: str = "identity", pipeline: str = "preflight", create_missing: bool | str = True,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source_conn_id, self.target_conn_id = source_conn_id, target_conn_id
+        self.include, self.exclude, self.naming, self.pipeline = include, exclude, naming, pipeline
+        self.create_missing = create_missing
+
+    def execute(self, context) -> dict:
+        from mirror_core.kafka_wire import WireClient
+        from mirror_core.plan_inputs import list_topics
+        from mirror_core.planner import PlanRequest, select_topics
+        from mirror_core.preflight import run_preflight
+
+        with airflow_errors():
+            source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+            target = ShoalKafkaHook(self.target_conn_id).get_cluster()
+            request = PlanRequest.parse(pipeline=self.pipeline, source_cluster=source.name,
+                                        target_cluster=target.name, include=self.include,
+                                        exclude=self.exclude or None, naming=self.naming)
+            with WireClient.for_cluster(source) as client:
+                selected = select_topics(request, list_topics(client))
+            out = {}
+            for topic in selected:
+                target_topic = request.naming.target_for(topic)
+                if _flag(self.create_missing):
+                    report = run_preflight(source, target, topic, target_topic=target_topic)
+                else:
+                    report = check_only(source, target, topic, target_topic)
+                for finding in report.findings:
+                    self.log.info("preflight %s %s: %s", topic, finding.severity.name, finding.message)
+                out[topic] = {"ok": report.ok, "created": report.created,
+                              "findings": [f"{f.severity.name}: {f.message}" for f in report.findings]}
+                report.raise_if_refused()
+        return out
+
+
+def check_only(source, target, topic: str, target_topic: str):
+    """Preflight without creating the target topic (dry runs write nothing)."""
+    from mirror_core.preflight import describe_topic, observe_data
+    from mirror_core.preflight_rules import DataFacts, decide
+
+    src = describe_topic(source, topic)
+    facts = observe_data(source, topic, src.partitions) if src is not None else None
+    return decide(src, describe_topic(target, target_topic), facts or DataFacts(now_ms=int(time.time() * 1000)),
+                  source_cluster=source.name, source_topic=topic, target_cluster=target.name,
+                  target_topic=target_topic, allow_internal=False)
+
+
+class ShoalPlanOperator(BaseOperator):
+    """Plan a backfill (earliest retention deadline first) and write it to ``<work_dir>/<dag>/<run>/plan.json``.
+    XCom: ``{"plan_path", "plan_id", "summary"}`` (the plan names clusters by connection id; no settings)."""
+
+    template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "pipeline", "include", "exclude", "naming",
+                                      "start", "end", "mode", "exact_bounds", "throttle_mb_s", "accept_loss",
+                                      "work_dir", "start_without_checkpoints")
+
+    def __init__(self, *, source_conn_id: str, target_conn_id: str, pipeline: str, include: str,
+                 exclude: str | None = None, naming: str = "identity", start: str = "earliest", end: str = "latest",
+                 mode: str = "exactly-once", exact_bounds: bool | str = False, throttle_mb_s: float | None = None,
+                 accept_loss: bool | str = False, use_deadlines: bool = True, work_dir: str = DEFAULT_WORK_DIR,
+                 start_without_checkpoints: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start_without_checkpoints = start_without_checkpoints
+        self.source_conn_id, self.target_conn_id, self.pipeline = source_conn_id, target_conn_id, pipeline
+        self.include, self.exclude, self.naming, self.start, self.end = include, exclude, naming, start, end
+        self.mode, self.exact_bounds, self.throttle_mb_s, self.accept_loss = mode, exact_bounds, throttle_mb_s, \
+            accept_loss
+        self.use_deadlines, self.work_dir = use_deadlines, work_dir
+
+    def execute(self, context) -> dict:
+        from mirror_core.plan_command import retention_deadlines
+        from mirror_core.plan_inputs import build_plan
+        from mirror_core.planner import PlanRequest
+
+        with airflow_errors():
+            source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+            target = ShoalKafkaHook(self.target_conn_id).get_cluster()
+            throttle = None if self.throttle_mb_s in (None, "", "None") else float(self.throttle_mb_s)
+            start = self.start
+            if start == "checkpoint" and self.start_without_checkpoints:
+                from plugins.lag import stored_positions
+
+                if not stored_positions(target, self.pipeline):
+                    self.log.info("pipeline %s has no checkpoints yet: starting at %s", self.pipeline,
+                                  self.start_without_checkpoints)
+                    start = self.start_without_checkpoints
+            request = PlanRequest.parse(
+                pipeline=self.pipeline, source_cluster=source.name, target_cluster=target.name,
+                include=self.include, exclude=self.exclude or None, naming=self.naming, start=start,
+                end=self.end, mode=self.mode, exact_bounds=_flag(self.exact_bounds), throttle_mb_s=throttle,
+                accept_loss=_flag(self.accept_loss))
+            plan = build_plan(source, target, request,
+                              deadline_for=retention_deadlines(source) if self.use_deadlines else None)
+        path = run_dir(self.work_dir, context) / "plan.json"
+        path.write_text(plan.to_json())
+        summary = plan.summary()
+        self.log.info("plan %s: %s units, %s offsets, %s loss(es); written to %s", plan.plan_id, summary["units"],
+                      summary["offsets"], summary["losses"], path)
+        return {"plan_path": str(path), "plan_id": plan.plan_id, "summary": summary}
+
+
+class ShoalRetentionCheckOperator(BaseOperator):
+    """The retention model at a plan's start offsets (``plan_path``), or at a pipeline's checkpoints for every
+    selected topic. Fails (no retries) on any status in ``fail_on``; LOST is refused unless ``accept_loss``.
+    XCom: per status the partitions, and the most urgent deadline."""
+
+    template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "plan_path", "pipeline", "include",
+                                      "exclude", "accept_loss", "at_risk_below_s")
+
+    def __init__(self, *, source_conn_id: str, plan_path: str | None = None, target_conn_id: str | None = None,
+                 pipeline: str | None = None, include: str | None = None, exclude: str | None = None,
+                 fail_on: Sequence[str] = ("LOSING", "LOST"), accept_loss: bool | str = False,
+                 at_risk_below_s: float | str = 600.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source_conn_id, self.target_conn_id, self.plan_path = source_conn_id, target_conn_id, plan_path
+        self.pipeline, self.include, self.exclude = pipeline, include, exclude
+        self.fail_on, self.accept_loss, self.at_risk_below_s = tuple(fail_on), accept_loss, at_risk_below_s
+
+    def execute(self, context) -> dict:
+        from mirror_core.retention import CopyCapacity, assess_partitions, guard_plan
+        from mirror_core.retention_inputs import gather_inputs
+
+        with airflow_errors():
+            source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+            topics, positions = self._positions(source)
+            if not topics:
+                return {"statuses": {}, "failing": []}
+            inputs = gather_inputs(source, topics, positions)
+            capacity = CopyCapacity.estimate(bandwidth_bytes_per_s=50e6, rtt_s=0.002, fetch_bytes=4 * 1024 * 1024)
+            statuses = assess_partitions(inputs.snapshots, inputs.topics, capacity,
+                                         at_risk_below_s=float(self.at_risk_below_s),
+                                         check_interval_ms=inputs.check_interval_ms)
+            losses = guard_plan(source.name, statuses, accept_loss=_flag(self.accept_loss))
+        by_status: dict[str, list[str]] = {}
+        for s in statuses:
+            by_status.setdefault(s.status.value, []).append(f"{s.topic}-{s.partition}")
+            level = logging.INFO if s.status.value == "SAFE" else logging.WARNING
+            self.log.log(level, "retention %s-%s: %s, %.0f s to loss, ETA %.0f s, margin %.0f s. %s", s.topic,
+                         s.partition, s.status.value, s.time_to_loss_s, s.eta_s, s.margin_s, s.remedy.text)
+        failing = [f"{s.topic}-{s.partition} {s.status.value}: {s.remedy.text or 'no remedy'}" for s in statuses
+                   if s.status.value in self.fail_on and not (s.status.value == "LOST" and losses)]
+        result = {"statuses": by_status, "failing": failing,
+                  "not_safe": [f"{s.topic}-{s.partition} {s.status.value}: {s.remedy.text or 'no remedy'}"
+                               for s in statuses if s.status.value != "SAFE"],
+                  "accepted_losses": [f"{x.topic}-{x.partition} [{x.first_offset}, {x.end_offset})" for x in losses]}
+        if failing:
+            raise AirflowFailException(f"retention deadline check failed for {len(failing)} partition(s): "
+                                       + "; ".join(failing[:10]))
+        return result
+
+    def _positions(self, source):
+        if self.plan_path:
+            plan = load_plan(self.plan_path)
+            topics: dict[str, list[int]] = {}
+            for u in plan.units:
+                topics.setdefault(u.topic, []).append(u.partition)
+            return topics, {(u.topic, u.partition): u.start for u in plan.units}
+        if not (self.pipeline and self.include and self.target_conn_id):
+            raise AirflowFailException("give plan_path, or pipeline, include and target_conn_id")
+        from plugins.lag import checkpoint_positions
+
+        target = ShoalKafkaHook(self.target_conn_id).get_cluster()
+        return checkpoint_positions(source, target, self.pipeline, self.include, self.exclude or None)
+
+
+class ShoalSparkBackfillOperator(SparkSubmitOperator):
+    """Run a plan with ``spark_apps/backfill_job.py`` through the Spark provider.
+
+    The clusters file (the connections' settings, secrets included) is written 0600 under the run's work dir and
+    deleted when the job ends: credentials never reach the spark-submit command line, XCom or rendered fields.
+    With a non-local master, mirror_core and spark_apps ship to the executors as a zip in ``py_files``.
+    XCom: the run id, ledger dir and per-status unit counts."""
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "source_conn_id", "target_conn_id",
+                                      "plan_path", "ledger_dir", "shoal_run_id", "work_dir")
+
+    def __init__(self, *, source_conn_id: str, target_conn_id: str, plan_path: str, ledger_dir: str,
+                 shoal_run_id: str = "{{ run_id }}", work_dir: str = DEFAULT_WORK_DIR, conn_id: str = "spark_default",
+                 **kwargs: Any) -> None:
+        import spark_apps
+
+        kwargs.setdefault("name", "shoal-backfill")
+        conf = {"spark.speculation": "false", "spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false",
+                **(kwargs.pop("conf", None) or {})}
+        super().__init__(application=str(Path(spark_apps.__file__).parent / "backfill_job.py"), conf=conf,
+                         conn_id=conn_id, **kwargs)
+        self.source_conn_id, self.target_conn_id = source_conn_id, target_conn_id
+        self.plan_path, self.ledger_dir, self.shoal_run_id, self.work_dir = plan_path, ledger_dir, shoal_run_id, \
+            work_dir
+
+    def execute(self, context) -> dict:
+        plan = load_plan(self.plan_path)
+        roles = {"source": (plan.source_cluster, self.source_conn_id), "target": (plan.target_cluster,
+                                                                                  self.target_conn_id)}
+        for role, (named, given) in roles.items():
+            if named != given:
+                raise AirflowFailException(f"plan {plan.plan_id} names {role} cluster {named!r} but the task was "
+                                           f"given connection {given!r}")
+        run_id = re.sub(r"[^A-Za-z0-9._-]", "_", self.shoal_run_id)
+        if not plan.units:
+            self.log.info("plan %s has no work units (%d empty partitions): nothing to submit", plan.plan_id,
+                          len(plan.empty))
+            return {"run_id": run_id, "ledger_dir": self.ledger_dir, "units": {}, "records": 0}
+        workdir = run_dir(self.work_dir, context)
+        with airflow_errors():
+            clusters = clusters_of([self.source_conn_id, self.target_conn_id])
+        clusters_file = write_clusters_file(clusters, workdir)
+        try:
+            self.application_args = ["--plan", self.plan_path, "--clusters", str(clusters_file),
+                                     "--ledger", self.ledger_dir, "--run-id", run_id]
+            python_bin = str(Path(sys.executable).parent)
+            self.env_vars = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                             "PATH": f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+                             **(self.env_vars or {})}
+            self._hook = self._get_hook()
+            master = str(self._hook._connection.get("master", ""))
+            if not master.startswith("local"):
+                self.py_files = str(self._code_zip(workdir))
+                self._hook = self._get_hook()
+            self.log.info("spark-submit backfill of plan %s on %s: run %s, ledger %s", plan.plan_id, master, run_id,
+                          self.ledger_dir)
+            try:
+                super().execute(context)
+            except AirflowException as exc:
+                code = _SPARK_EXIT.search(str(exc))
+                if code and code.group(1) == "2":  # the job refused its input: retrying cannot help
+                    raise AirflowFailException(f"backfill job refused its input (exit 2): {exc}") from exc
+                self._log_failed_units(run_id)
+                raise
+        finally:
+            clusters_file.unlink(missing_ok=True)
+        return self._ledger_summary(run_id)
+
+    def _code_zip(self, workdir: Path) -> Path:
+        import mirror_core
+        import spark_apps
+
+        staging = workdir / "pyfiles"
+        shutil.rmtree(staging, ignore_errors=True)
+        for pkg in (mirror_core, spark_apps):
+            src = Path(pkg.__file__).parent
+            shutil.copytree(src, staging / src.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        return Path(shutil.make_archive(str(workdir / "shoal-code"), "zip", staging))
+
+    def _ledger_summary(self, run_id: str) -> dict:
+        from mirror_core.ledger import read_ledger
+
+        rows = read_ledger(Path(self.ledger_dir), run_id)
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        return {"run_id": run_id, "ledger_dir": self.ledger_dir, "units": counts,
+                "records": sum(r.records for r in rows)}
+
+    def _log_failed_units(self, run_id: str) -> None:
+        from mirror_core.ledger import STATUS_FAILED, read_ledger
+
+        for r in read_ledger(Path(self.ledger_dir), run_id):
+            if r.status == STATUS_FAILED:
+                self.log.error("unit %s -> %s-%s failed: %s", r.unit_id, r.target_topic, r.target_partition, r.error)
+
+
+class ShoalVerifyOperator(BaseOperator):
+    """Account for every planned unit in the ledger run (ok or skipped, reaching its planned end) and compare each
+    copied range record by record (key, value, headers, timestamp, order) through the ledger's offset ranges.
+    XCom: units checked, records compared, problems (empty when verified). Any problem fails the task."""
+
+    template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "plan_path", "ledger_dir", "shoal_run_id")
+
+    def __init__(self, *, source_conn_id: str, target_conn_id: str, plan_path: str, ledger_dir: str,
+                 shoal_run_id: str, compare_records: bool = True, check_offset_maps: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source_conn_id, self.target_conn_id = source_conn_id, target_conn_id
+        self.plan_path, self.ledger_dir, self.shoal_run_id = plan_path, ledger_dir, shoal_run_id
+        self.compare_records, self.check_offset_maps = compare_records, check_offset_maps
+
+    def execute(self, context) -> dict:
+        from mirror_core.ledger import STATUS_FAILED, read_ledger
+        from mirror_core.verify import read_range
+
+        plan = load_plan(self.plan_path)
+        rows = {r.unit_id: r for r in read_ledger(Path(self.ledger_dir), self.shoal_run_id)}
+        problems: list[str] = []
+        for unit in plan.units:
+            row = rows.get(unit.unit_id)
+            if row is None:
+                problems.append(f"{unit.unit_id}: no ledger row in run {self.shoal_run_id}")
+            elif row.status == STATUS_FAILED:
+                problems.append(f"{unit.unit_id}: failed: {row.error}")
+            elif row.source_end is not None and row.source_end < unit.end:
+                problems.append(f"{unit.unit_id}: copied to {row.source_end}, planned end {unit.end}")
+        compared = 0
+        if self.compare_records and not problems:
+            with airflow_errors():
+                source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+                target = ShoalKafkaHook(self.target_conn_id).get_cluster()
+                for row in rows.values():
+                    if row.source_start is None or row.target_start is None:
+                        continue
+                    src = read_range(source, row.source_topic, row.source_partition, row.source_start,
+                                     row.source_end)
+                    tgt = read_range(target, row.target_topic, row.target_partition, row.target_start,
+                                     row.target_end)
+                    compared += len(src)
+                    if [r for _, r in src] != [r for _, r in tgt]:
+                        problems.append(f"{row.unit_id}: {len(src)} source records in [{row.source_start}, "
+                                        f"{row.source_end}) differ from {len(tgt)} target records in "
+                                        f"{row.target_topic}-{row.target_partition} [{row.target_start}, "
+                                        f"{row.target_end})")
+        maps = 0
+        if self.check_offset_maps and not problems:
+            with airflow_errors():
+                target = ShoalKafkaHook(self.target_conn_id).get_cluster()
+                found, maps = check_offset_maps(target, plan.pipeline, rows.values())
+                problems += found
+        result = {"units": len(plan.units), "ledger_rows": len(rows), "records_compared": compared,
+                  "offset_maps_checked": maps, "records_copied": sum(r.records for r in rows.values()),
+                  "problems": problems}
+        if problems:
+            raise AirflowFailException("verification failed: " + "; ".join(problems[:10]))
+        self.log.info("verified %d units, %d records compared", len(plan.units), compared)
+        return result
+
+
+def check_offset_maps(target, pipeline: str, rows) -> tuple[list[str], int]:
+    """Each copied unit's stored offset map translates its first and next source offsets to the target offsets the
+    ledger recorded, and its checkpoint reached the copied end."""
+    from mirror_core.checkpoint import CheckpointStore
+    from mirror_core.kafka_wire import WireClient
+
+    problems, checked = [], 0
+    with WireClient.for_cluster(target) as client:
+        store = CheckpointStore(target, client)
+        for row in rows:
+            if row.source_start is None or row.target_start is None or row.source_end == row.source_start:
+                continue
+            cp = store.read(pipeline, row.source_topic, row.source_partition)
+            omap = None if cp is None else cp.offset_map
+            if omap is None:
+                problems.append(f"{row.unit_id}: no checkpoint with an offset map for pipeline {pipeline!r}")
+                continue
+            checked += 1
+            first, after = omap.translate(row.source_start), omap.translate(row.source_end)
+            if cp.position < row.source_end or (first, after) != (row.target_start, row.target_end):
+                problems.append(f"{row.unit_id}: offset map gives [{first}, {after}) for source "
+                                f"[{row.source_start}, {row.source_end}), ledger says [{row.target_start}, "
+                                f"{row.target_end}); checkpoint at {cp.position}")
+    return problems, checked
+
+
+class ShoalHandoffOperator(BaseOperator):
+    """Hand each partition of a plan (or the given topic partitions) to the daemon at its checkpoint, optionally
+    wait for a daemon to hold the lanes, then prove each seam. XCom: per partition the handoff position and seam."""
+
+    template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "pipeline", "plan_path", "include",
+                                      "exclude", "wait_for_daemon_s")
+
+    def __init__(self, *, source_conn_id: str, target_conn_id: str, pipeline: str, plan_path: str | None = None,
+                 partitions: dict[str, list[int]] | None = None, include: str | None = None,
+                 exclude: str | None = None, wait_for_daemon_s: float | str = 0.0, verify: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source_conn_id, self.target_conn_id, self.pipeline = source_conn_id, target_conn_id, pipeline
+        self.plan_path, self.partitions, self.include, self.exclude = plan_path, partitions, include, exclude
+        self.wait_for_daemon_s, self.verify = wait_for_daemon_s, verify
+
+    def execute(self, context) -> dict:
+        from mirror_core.handoff import hand_off, verify_seam
+
+        wanted = dict(self.partitions or {})
+        if self.plan_path:
+            for u in load_plan(self.plan_path).units:
+                wanted.setdefault(u.topic, []).append(u.partition)
+        out: dict[str, dict] = {}
+        with airflow_errors():
+            source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+            target = ShoalKafkaHook(self.target_conn_id).get_cluster()
+            if self.include:
+                from plugins.lag import selected_partitions, stored_positions
+
+                stored = stored_positions(target, self.pipeline)
+                for t, p in selected_partitions(source, self.pipeline, self.include, self.exclude or None):
+                    if (t, p) in stored:  # a partition never back-filled is the daemon's from its beginning
+                        wanted.setdefault(t, []).append(p)
+            if not wanted:
+                raise AirflowFailException(f"pipeline {self.pipeline}: no checkpointed partition to hand off")
+            for topic, parts in sorted(wanted.items()):
+                for cp in hand_off(target, self.pipeline, topic, sorted(set(parts)),
+                                   wait_for_daemon_s=float(self.wait_for_daemon_s)):
+                    out[f"{topic}-{cp.partition}"] = {"handoff_position": cp.handoff_position}
+            if self.verify:
+                for key, entry in out.items():
+                    topic, _, part = key.rpartition("-")
+                    seam = verify_seam(source, target, self.pipeline, topic, int(part))
+                    entry.update(seam_ok=seam.ok, checked=seam.checked_source_records, problem=seam.problem)
+        bad = [f"{k}: {v['problem']}" for k, v in out.items() if v.get("seam_ok") is False]
+        if bad:
+            raise AirflowFailException("seam verification failed: " + "; ".join(bad))
+        return out
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+class ShoalDropTopicsOperator(BaseOperator):
+    """Delete a plan's target topics, refusing any whose name does not start with ``required_prefix`` (a scratch
+    namespace): a guard against deleting real topics. XCom: the deleted names."""
+
+    template_fields: Sequence[str] = ("target_conn_id", "plan_path", "required_prefix")
+
+    def __init__(self, *, target_conn_id: str, plan_path: str, required_prefix: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target_conn_id, self.plan_path, self.required_prefix = target_conn_id, plan_path, required_prefix
+
+    def execute(self, context) -> list[str]:
+        from mirror_core.topics import TopicAdmin
+
+        if len(self.required_prefix or "") < 3:
+            raise AirflowFailException(f"refusing to drop topics with prefix {self.required_prefix!r}: too broad")
+        topics = sorted({u.target_topic for u in load_plan(self.plan_path).units})
+        foreign = [t for t in topics if not t.startswith(self.required_prefix)]
+        if foreign:
+            raise AirflowFailException(f"refusing to drop {foreign}: not under scratch prefix {self.required_prefix!r}")
+        with airflow_errors():
+            admin = TopicAdmin(ShoalKafkaHook(self.target_conn_id).get_cluster())
+            for topic in topics:
+                admin.delete(topic, missing_ok=True)
+                self.log.info("dropped scratch topic %s", topic)
+        return topics

@@ -1,0 +1,107 @@
+"""Shoal's sensors.
+
+- :class:`ShoalCaughtUpSensor` waits (deferred, in the triggerer) until a pipeline's lag is under a threshold.
+- :class:`ShoalRetentionDeadlineSensor` waits until every selected partition is SAFE under the retention model at
+  the pipeline's checkpoints; it fails at once (no retries) when one is LOST or, optionally, LOSING.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from plugins.errors import airflow_errors
+from plugins.hooks import ShoalKafkaHook
+from plugins.triggers import ShoalLagTrigger
+
+
+class ShoalCaughtUpSensor(BaseSensorOperator):
+    """Succeeds when ``pipeline``'s total lag over the selected topics is ≤ ``max_lag``; returns the lag (XCom)."""
+
+    template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "pipeline", "include", "exclude",
+                                      "max_lag")
+
+    def __init__(self, *, source_conn_id: str, target_conn_id: str, pipeline: str, include: str,
+                 exclude: str | None = None, max_lag: int | str = 0, poll_interval_s: float = 5.0,
+                 deferrable: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source_conn_id, self.target_conn_id = source_conn_id, target_conn_id
+        self.pipeline, self.include, self.exclude, self.max_lag = pipeline, include, exclude, max_lag
+        self.poll_interval_s, self.deferrable = poll_interval_s, deferrable
+
+    def _lag(self):
+        from plugins.lag import measure_lag
+
+        with airflow_errors():
+            source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+            target = ShoalKafkaHook(self.target_conn_id).get_cluster()
+            return measure_lag(source, target, self.pipeline, self.include, self.exclude or None)
+
+    def poke(self, context) -> bool:
+        lag = self._lag()
+        self.log.info("pipeline %s: lag %d offsets (threshold %s)", self.pipeline, lag.total, self.max_lag)
+        return lag.total <= int(self.max_lag)
+
+    def execute(self, context) -> Any:
+        lag = self._lag()
+        if lag.total <= int(self.max_lag):
+            return {"lag": lag.total, "partitions": lag.partitions}
+        if not self.deferrable:
+            return super().execute(context)
+        self.defer(trigger=ShoalLagTrigger(source_conn_id=self.source_conn_id, target_conn_id=self.target_conn_id,
+                                           pipeline=self.pipeline, include=self.include,
+                                           exclude=self.exclude or None, max_lag=int(self.max_lag),
+                                           poll_interval_s=self.poll_interval_s, timeout_s=self.timeout),
+                   method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
+
+    def execute_complete(self, context, event: dict[str, Any]) -> dict:
+        status = event.get("status")
+        if status == "caught_up":
+            self.log.info("pipeline %s caught up: lag %s", self.pipeline, event["lag"])
+            return {"lag": event["lag"], "partitions": event.get("partitions", {})}
+        if status == "error":
+            raise AirflowFailException(f"pipeline {self.pipeline}: {event.get('message')}")
+        raise AirflowException(f"pipeline {self.pipeline}: {event.get('message', status)}")
+
+
+class ShoalRetentionDeadlineSensor(BaseSensorOperator):
+    """Pokes the retention model at the pipeline's checkpoints; success when no partition is at risk."""
+
+    template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "pipeline", "include", "exclude")
+
+    def __init__(self, *, source_conn_id: str, target_conn_id: str, pipeline: str, include: str,
+                 exclude: str | None = None, at_risk_below_s: float = 600.0,
+                 fail_on: Sequence[str] = ("LOST",), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source_conn_id, self.target_conn_id = source_conn_id, target_conn_id
+        self.pipeline, self.include, self.exclude = pipeline, include, exclude
+        self.at_risk_below_s, self.fail_on = at_risk_below_s, tuple(fail_on)
+
+    def poke(self, context) -> bool:
+        from mirror_core.retention import CopyCapacity, Status, assess_partitions
+        from mirror_core.retention_inputs import gather_inputs
+        from plugins.lag import checkpoint_positions
+
+        with airflow_errors():
+            source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+            target = ShoalKafkaHook(self.target_conn_id).get_cluster()
+            topics, positions = checkpoint_positions(source, target, self.pipeline, self.include,
+                                                     self.exclude or None)
+            inputs = gather_inputs(source, topics, positions)
+            capacity = CopyCapacity.estimate(bandwidth_bytes_per_s=50e6, rtt_s=0.002, fetch_bytes=4 * 1024 * 1024)
+            statuses = assess_partitions(inputs.snapshots, inputs.topics, capacity,
+                                         at_risk_below_s=self.at_risk_below_s,
+                                         check_interval_ms=inputs.check_interval_ms)
+        fatal = [s for s in statuses if s.status.value in self.fail_on]
+        if fatal:
+            raise AirflowFailException("; ".join(f"{s.topic}-{s.partition} {s.status.value}: {s.remedy.text}"
+                                                 for s in fatal[:10]))
+        pending = [s for s in statuses if s.status is not Status.SAFE]
+        for s in pending:
+            self.log.warning("%s-%s %s: %.0f s to loss, margin %.0f s", s.topic, s.partition, s.status.value,
+                             s.time_to_loss_s, s.margin_s)
+        return not pending

@@ -1,0 +1,115 @@
+"""Airflow tests: a throw-away AIRFLOW_HOME with a SQLite metadata DB (``airflow db migrate`` once per session),
+the project's ``dags/`` folder, and connections from ``AIRFLOW_CONN_*`` built from the Kafka sandbox.
+
+The environment is set when this module is imported, before anything imports airflow: Airflow reads its
+configuration once. Every test here is marked ``airflow`` (once that marker is registered in pyproject.toml) and,
+when it needs brokers, ``integration``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AIRFLOW_TESTS = Path(__file__).resolve().parent
+_HOME = Path(tempfile.mkdtemp(prefix="shoal-airflow-"))
+atexit.register(shutil.rmtree, _HOME, True)
+os.environ.update({
+    "AIRFLOW_HOME": str(_HOME),
+    "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
+    "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+    "AIRFLOW__CORE__ALLOWED_DESERIALIZATION_CLASSES": "airflow.* plugins.*",
+})
+
+
+def _registered(config, name: str) -> bool:
+    return any(line.split(":", 1)[0].strip() == name for line in config.getini("markers"))
+
+
+def pytest_collection_modifyitems(config, items):
+    airflow_marker = _registered(config, "airflow")
+    for item in items:
+        if AIRFLOW_TESTS in Path(str(item.fspath)).resolve().parents:
+            if airflow_marker:
+                item.add_marker(pytest.mark.airflow)
+            if "sandbox" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """``airflow db migrate`` into the session's SQLite file (once), then the ORM configured in-process."""
+    airflow = Path(sys.executable).parent / "airflow"
+    result = subprocess.run([str(airflow), "db", "migrate"], capture_output=True, text=True, env=os.environ.copy(),
+                            timeout=300)
+    if result.returncode != 0:
+        pytest.fail(f"airflow db migrate failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}", pytrace=False)
+    from airflow import settings
+
+    if settings.Session is None:
+        settings.configure_orm()
+    return _HOME
+
+
+def kafka_conn(settings: dict) -> str:
+    return json.dumps({"conn_type": "kafka", "extra": settings})
+
+
+@pytest.fixture(scope="session")
+def airflow_connections(sandbox, airflow_db):
+    """``shoal_source`` / ``shoal_target`` (PLAINTEXT), ``shoal_source_secure`` (SASL_SSL/SCRAM) and
+    ``shoal_spark`` (local[2]) as AIRFLOW_CONN_* variables. Returns the secure connection's password."""
+    secure = sandbox.client_config("source", secure=True)
+    env = {
+        "AIRFLOW_CONN_SHOAL_SOURCE": kafka_conn(sandbox.client_config("source")),
+        "AIRFLOW_CONN_SHOAL_TARGET": kafka_conn(sandbox.client_config("target")),
+        "AIRFLOW_CONN_SHOAL_SOURCE_SECURE": kafka_conn(secure),
+        "AIRFLOW_CONN_SHOAL_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+    }
+    os.environ.update(env)
+    yield {"password": secure["sasl.password"]}
+    for key in env:
+        os.environ.pop(key, None)
+
+
+@pytest.fixture
+def work_dir(tmp_path, monkeypatch):
+    """The DAGs' work dir (plans, clusters files, ledger) through the ``shoal_work_dir`` Variable."""
+    path = tmp_path / "shoal-work"
+    path.mkdir()
+    monkeypatch.setenv("AIRFLOW_VAR_SHOAL_WORK_DIR", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def dagbag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(ROOT / "dags"))
+
+
+@pytest.fixture
+def fresh_dag(airflow_db):
+    """A newly parsed DAG per ``dag.test()``: a run renders templates into the task objects in place (fine in a
+    worker process, which runs one task and exits), so reusing a DAG object would leak one run's values into the
+    next."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    def load(dag_id: str):
+        bag = DagBag(dag_folder=str(ROOT / "dags" / f"{dag_id}.py"))
+        assert not bag.import_errors, bag.import_errors
+        return bag.get_dag(dag_id)
+
+    return load
