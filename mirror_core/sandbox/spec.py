@@ -78,12 +78,13 @@ class ClusterSpec:
         return [p for p in (self.port, self.controller_port, self.secure_port) if p]
 
 
+# Every port stays below Linux's ephemeral range (32768+), so a client socket can never be holding one of them.
 CLUSTERS: dict[str, ClusterSpec] = {
     spec.name: spec
     for spec in (
         ClusterSpec("source", DEFAULT_KAFKA_VERSION, 19092, 19093, secure_port=19094),
         ClusterSpec("target", DEFAULT_KAFKA_VERSION, 29092, 29093),
-        ClusterSpec("legacy", LEGACY_KAFKA_VERSION, 39092, 39093),
+        ClusterSpec("legacy", LEGACY_KAFKA_VERSION, 24092, 24093),
     )
 }
 DEFAULT_CLUSTERS = ("source", "target")

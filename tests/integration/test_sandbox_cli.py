@@ -22,6 +22,14 @@ def shoal(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           cwd=ROOT, env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=300)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _processes_with(marker: str) -> list[int]:
     pids = []
     for proc in Path("/proc").iterdir():
@@ -54,7 +62,8 @@ def test_up_twice_reuses_and_down_leaves_no_broker(legacy_cluster, session_sandb
 def test_failed_start_prints_log_tail_and_rerun_command(tmp_path, session_sandbox):
     session_sandbox.ensure("source")  # make sure Java and the jars are there: this test is about the failure
     good = CLUSTERS["target"]
-    broken = ClusterSpec("broken", good.version, 45092, 45093, heap="-Xmx1k")  # the JVM refuses this heap
+    port, controller = _free_port(), _free_port()  # fixed numbers could collide with a client's ephemeral port
+    broken = ClusterSpec("broken", good.version, port, controller, heap="-Xmx1k")  # the JVM refuses this heap
     broker = SandboxBroker(broken, tmp_path, session_sandbox.sandbox.cache_dir)
     with pytest.raises(SandboxError) as info:
         broker.start(timeout=30)

@@ -47,3 +47,8 @@ def test_legacy_cluster_runs_kafka_39_with_reload4j():
     assert CLUSTERS["legacy"].version.startswith("3.9.")
     assert CLUSTERS["legacy"].maven_profile == "kafka3"
     assert CLUSTERS["source"].major >= 4 and CLUSTERS["source"].maven_profile == "kafka4"
+
+
+def test_ports_stay_below_the_ephemeral_range():
+    """A port in 32768+ can be taken at random by any client socket on the machine, failing a start."""
+    assert all(p < 32768 for spec in CLUSTERS.values() for p in spec.ports())
