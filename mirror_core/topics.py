@@ -44,20 +44,44 @@ class TopicAdmin:
                 return
             raise MirrorError(f"cluster {self.cluster.name!r}: could not create topic {topic!r}: {exc}") from None
 
+    def topic_id(self, topic: str) -> str | None:
+        """The topic id the broker serves for ``topic`` (None when it does not know the topic)."""
+        from confluent_kafka import TopicCollection
+
+        try:
+            return str(self._admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=self.timeout_s)
+                       .topic_id)
+        except Exception:  # noqa: BLE001 - unknown topic
+            return None
+
     def recreate(self, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> None:
-        """Delete ``topic`` if present and create it anew (waits out the broker's asynchronous deletion)."""
+        """Delete ``topic`` if present and create it anew, returning only once the broker serves the *new* topic.
+
+        A broker applies metadata after its controller: right after a restart it can still lead the old topic's
+        partitions for a moment, and a produce by name then lands in the old log and is deleted with it. So this
+        waits until the broker reports a topic id different from the old one, with a leader for every partition.
+        """
         import time
 
+        old_id = self.topic_id(topic)
         self.delete(topic)
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
                 self.create(topic, partitions, config)
-                return
+                break
             except MirrorError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+        while True:
+            current = self.topic_id(topic)
+            if current is not None and current != old_id and self.list_topics().get(topic) == partitions:
+                return
+            if time.monotonic() > deadline:
+                raise MirrorError(f"cluster {self.cluster.name!r}: recreated topic {topic!r} is not served yet "
+                                  f"(broker still reports topic id {current})")
+            time.sleep(0.2)
 
     def delete(self, topic: str, *, missing_ok: bool = True) -> None:
         from confluent_kafka import KafkaError
