@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from mirror_core.checkpoint import Checkpoint, CheckpointStore
-from mirror_core.copier import CopyOptions, CopyResult, PartitionRange, Progress, RangeCopier
+from mirror_core.copier import BatchSource, CopyOptions, CopyResult, PartitionRange, Progress, RangeCopier
 from mirror_core.errors import ConfigError, MirrorError, TopicRecreatedError
 from mirror_core.kafka_wire import WireClient
 from mirror_core.offset_map import OffsetMap, OffsetRuns
@@ -136,8 +136,10 @@ class LaneSession:
     def position(self) -> int | None:
         return None if self.checkpoint is None else self.checkpoint.position
 
-    def copy(self, start: int, end: int, progress: Progress | None = None) -> CopyResult:
-        """Copy ``[start, end)`` (resuming at the checkpoint when it is further), committing as the policy says."""
+    def copy(self, start: int, end: int, progress: Progress | None = None, *,
+             fetcher: BatchSource | None = None) -> CopyResult:
+        """Copy ``[start, end)`` (resuming at the checkpoint when it is further), committing as the policy says.
+        ``fetcher``: batches already fetched (see :meth:`RangeCopier.copy`); they must start at the position."""
         owner, previous = self.owner, self.checkpoint
         runs = OffsetRuns(previous.offset_map.runs) if previous is not None and previous.offset_map else OffsetRuns()
         if previous is not None:
@@ -147,7 +149,7 @@ class LaneSession:
             self.writer.begin_transaction()
         copier = RangeCopier(owner.source, owner.target, self.writer, owner.options, listener=listener)
         rng = PartitionRange(self.topic, self.partition, start, end, self.target_topic, self.target_partition)
-        result = copier.copy(rng, progress, offset_runs=runs)
+        result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher)
         result.commits = listener.commits
         return result
 

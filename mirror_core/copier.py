@@ -25,7 +25,7 @@ from typing import Protocol
 
 from mirror_core.batch_codec import PreparedBatch, prepare_for_target
 from mirror_core.errors import ConfigError, MirrorError
-from mirror_core.fetcher import RawBatchFetcher
+from mirror_core.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka_wire import WireClient
 from mirror_core.offset_map import OffsetRuns
 from mirror_core.throttle import Throttle
@@ -102,6 +102,34 @@ class FlushListener(Protocol):
     def flushed(self, result: CopyResult, *, final: bool) -> int: ...
 
 
+class BatchSource(Protocol):
+    """What the copier reads from: :class:`RawBatchFetcher`, or :class:`FetchedOnce`."""
+
+    position: int
+
+    @property
+    def done(self) -> bool: ...
+
+    def fetch(self) -> FetchResult: ...
+
+
+class FetchedOnce:
+    """A batch source over one fetch result already received: gives it once, then is done at its next offset.
+
+    The daemon fetches many partitions in one request per broker (:mod:`mirror_core.broker_fetch`) and copies each
+    partition's share through the same copier path as a bounded range ``[start, result.next_offset)``."""
+
+    def __init__(self, result: FetchResult, start: int):
+        self._result = result
+        self.position = start
+        self.done = False
+
+    def fetch(self) -> FetchResult:
+        self.done = True
+        self.position = max(self.position, self._result.next_offset)
+        return self._result
+
+
 class RangeCopier:
     """Copies :class:`PartitionRange` s from one source cluster to one target cluster through a shared writer."""
 
@@ -115,8 +143,11 @@ class RangeCopier:
         self.throttle = Throttle(self.options.throttle_bytes_per_s) if self.options.throttle_bytes_per_s else None
 
     def copy(self, rng: PartitionRange, progress: Progress | None = None, *,
-             offset_runs: OffsetRuns | None = None) -> CopyResult:
-        """Copy ``rng``; ``offset_runs`` continues an earlier map of this partition (a resumed copy)."""
+             offset_runs: OffsetRuns | None = None, fetcher: BatchSource | None = None) -> CopyResult:
+        """Copy ``rng``; ``offset_runs`` continues an earlier map of this partition (a resumed copy).
+
+        ``fetcher`` replaces the copier's own :class:`RawBatchFetcher` over ``rng`` (the daemon passes
+        :class:`FetchedOnce`: batches it already fetched for many partitions in one request per broker)."""
         opts = self.options
         started = time.monotonic()
         result = CopyResult(rng, source_start=rng.start, source_end=rng.start,
@@ -124,8 +155,9 @@ class RangeCopier:
         session = _Session(hashlib.blake2b(digest_size=16))
         if rng.start == rng.end:
             return self._finish(result, session, started, progress)
-        fetcher = RawBatchFetcher(self.source, rng.topic, rng.partition, rng.start, rng.end,
-                                  max_bytes=opts.fetch_max_bytes)
+        if fetcher is None:
+            fetcher = RawBatchFetcher(self.source, rng.topic, rng.partition, rng.start, rng.end,
+                                      max_bytes=opts.fetch_max_bytes)
         bounds = (rng.start, rng.end) if opts.exact_bounds else None
         pending: list[PreparedBatch] = []
         pending_bytes = 0
@@ -180,7 +212,7 @@ class RangeCopier:
             progress(result)
         return result
 
-    def _reachable_end(self, fetcher: RawBatchFetcher, rng: PartitionRange) -> int:
+    def _reachable_end(self, fetcher: BatchSource, rng: PartitionRange) -> int:
         return fetcher.position if not self.options.exact_bounds else min(fetcher.position, rng.end)
 
     def _flush(self, rng: PartitionRange, pending: list[PreparedBatch], result: CopyResult,

@@ -3,23 +3,28 @@
     shoal mirror run --config pipeline.yaml          (or: python -m mirror_core.daemon --config pipeline.yaml)
 
 Each loop: re-evaluate the topic regex now and then (new topics get their target topic through the same
-preflight as a copy, partitions added on the source are added on the target), keep leases on a fair share of the
-eligible lanes, and copy whatever each held lane's source partition has up to its last stable offset, committing
-data and checkpoint together. A lane is eligible when its checkpoint belongs to the daemon (handed off by a
-backfill) or when it has none yet (a new partition, mirrored from its beginning); a lane a backfill still owns is
-left alone until it is handed off.
+preflight as a copy, partitions added on the source are added on the target, topic configs that matter are synced
+to the target), keep leases on a fair share of the eligible lanes, then one **fetch round**: one Fetch request per
+source broker carrying every held partition it leads (:mod:`mirror_core.broker_fetch`, the Java consumer's way;
+the request long-polls ``poll_interval_ms``, so an idle daemon waits on the brokers, not on a timer), and each
+lane's share of the answer copied and committed, data and checkpoint together. A lane is eligible when its
+checkpoint belongs to the daemon (handed off by a backfill) or when it has none yet (a new partition, mirrored from
+its beginning); a lane a backfill still owns is left alone until it is handed off.
 
 Failure behaviour: a fenced lane (another daemon took it) or a handed-over one is dropped; a recreated source topic
-halts its partitions with a clear status and is not retried; an unreachable target or source closes the lane's
-session and retries with backoff, resuming from the last committed checkpoint (nothing is lost, memory stays at
-one fetch plus one flush per step); a failed rescan or lease round is logged and retried on the next round, never
-the end of the process. Steps are bounded (``MAX_STEP_OFFSETS``) and leases are renewed between steps, so a backlog
-never lets a lease lapse. Every daemon also renews a membership heartbeat, so a newcomer that holds no lane yet is
-counted and the others give lanes back down to a fair share. SIGTERM finishes the step in progress (it ends with
-a commit), releases the leases and exits; SIGKILL loses nothing, because every committed step carries its
-checkpoint.
+or data deleted before it was copied halts the partition with a clear status and is not retried (an operator
+decides); a retriable source error (leader moved, broker restarting) retries the fetch with a short backoff; an
+unreachable target closes the lane's session and retries with backoff, resuming from the last committed checkpoint
+— nothing is buffered across a failure, so memory stays at one fetch round plus one flush however long the target
+is down; a failed rescan or lease round is logged and retried on the next round, never the end of the process.
+Memory per round is bounded by ``fetch_max_bytes`` per source broker. Leases are renewed between lanes, so a
+backlog never lets a lease lapse. Every daemon also renews a membership heartbeat, so a newcomer that holds no lane
+yet is counted and the others give lanes back down to a fair share.
 
-Known gap: each lane fetches its own partition (no multi-partition Fetch per broker yet).
+Shutdown: SIGTERM lets the round in progress finish (it ends with a commit), releases the leases and exits; if that
+cannot finish within ``shutdown_grace_s`` (the target is down, say) the process stops without it: the open
+transaction is aborted by the broker and the next start resumes at the last committed checkpoint. SIGKILL loses
+nothing, for the same reason: every committed round carries its checkpoint.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import kafka.errors as Errors
+
+from mirror_core.broker_fetch import PartitionOutcome, RoundStats, fetch_round
 from mirror_core.checkpoint import CheckpointStore
 from mirror_core.checkpointed import (
     CheckpointedCopier,
@@ -43,13 +51,13 @@ from mirror_core.checkpointed import (
     OwnershipError,
     default_lane,
 )
-from mirror_core.copier import CopyOptions
+from mirror_core.copier import CopyOptions, FetchedOnce
 from mirror_core.daemon_config import PipelineConfig, load_pipeline_config
 from mirror_core.daemon_metrics import DaemonMetrics, serve_metrics
-from mirror_core.errors import MirrorError, ProducerFencedError, TopicRecreatedError
-from mirror_core.fetcher import list_offsets
+from mirror_core.errors import DataLossError, MirrorError, ProducerFencedError, TopicRecreatedError
+from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.handoff import DAEMON_OWNER, new_worker_id
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.leases import Lease, LeaseStore, now_ms
 from mirror_core.planner import NamingPolicy, TopicPattern
 from mirror_core.preflight import run_preflight
@@ -57,7 +65,11 @@ from mirror_core.preflight_rules import is_internal_topic
 
 log = logging.getLogger("shoal.daemon")
 
-MAX_STEP_OFFSETS = 50_000  # source offsets one lane copies per step at most (see _step)
+
+
+class ForcedShutdown(BaseException):
+    """Raised on the main thread when a SIGTERM's grace period ran out (see :func:`run_daemon`). A BaseException,
+    like KeyboardInterrupt, so the daemon's "log and retry" handlers do not swallow it."""
 
 
 def event(name: str, level: int = logging.INFO, *, exc_info: bool = False, **fields) -> None:
@@ -72,10 +84,18 @@ class LaneState:
     target_topic: str
     lane: str
     session: LaneSession | None = None
-    halted: str | None = None  # why the lane stopped for good (recreated topic)
+    fetcher: RawBatchFetcher | None = None  # at the session's committed position; dropped with the session
+    halted: str | None = None  # why the lane stopped for good (recreated topic, data lost)
     retry_at: float = 0.0
     failures: int = 0
     start: int | None = None  # where a lane without checkpoint starts (new_partitions), fixed at first sight
+    fetch_failures: int = 0
+
+    def reset(self) -> None:
+        """Forget the open session and fetch position: the next round reopens the lane (fencing any older writer
+        of it, aborting our open transaction) and resumes from the committed checkpoint."""
+        self.session = None
+        self.fetcher = None
 
 
 @dataclass
@@ -100,6 +120,7 @@ class ShallowMirrorDaemon:
         self.status = DaemonStatus()
         self._next_rescan = 0.0
         self._next_lease = 0.0
+        self._round = 0
 
     # ---- main loop ---------------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -110,6 +131,7 @@ class ShallowMirrorDaemon:
             self.store = CheckpointStore(cfg.target, target)
             self.store.ensure_topic()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
+            forced = False
             try:
                 while not stop.is_set():
                     self.metrics.last_loop = time.monotonic()
@@ -118,19 +140,17 @@ class ShallowMirrorDaemon:
                         self._next_rescan = now + cfg.rescan_interval_s
                         self._housekeeping("rescan", self._rescan)
                     self._leases_if_due()
-                    copied = 0
-                    for lane in sorted(self.held):
-                        if stop.is_set():
-                            break
-                        if lane in self.held:  # a lease round between steps may have dropped it
-                            copied += self._step(self.lanes[lane])
-                        # renew between steps, not once per pass: many lanes (or slow session opens) must not
-                        # let our leases lapse, or another daemon takes them and the two keep fencing each other
-                        self._leases_if_due()
-                    if not copied:
+                    if self._copy_round() is None:  # nothing to fetch: no lane held, or all backing off
                         stop.wait(cfg.poll_interval_ms / 1000)
+            except ForcedShutdown:
+                forced = True
+                event("shutdown_forced", logging.WARNING, lanes=",".join(sorted(self.held)),
+                      note="the grace period ran out; open transactions are aborted by the broker, the next start "
+                           "resumes at the last committed checkpoints")
+                raise
             finally:
-                self._shutdown()
+                if not forced:  # leases of a forced stop just expire (the target may be the reason for it)
+                    self._shutdown()
         event("stop", pipeline=cfg.pipeline, worker=self.worker_id)
 
     def _leases_if_due(self) -> None:
@@ -250,7 +270,7 @@ class ShallowMirrorDaemon:
         self.held.discard(lane)
         state = self.lanes.get(lane)
         if state is not None:
-            state.session = None
+            state.reset()
             for gauge in (self.metrics.lag, self.metrics.position):  # another daemon reports this lane now
                 with contextlib.suppress(KeyError):  # never set in this process
                     gauge.remove(state.topic, str(state.partition))
@@ -267,62 +287,127 @@ class ShallowMirrorDaemon:
                 owner=DAEMON_OWNER, owner_epoch=epoch,
                 options=CopyOptions(max_inflight_bytes=cfg.commit_bytes),
                 policy=CommitPolicy(cfg.commit_bytes, cfg.commit_interval_ms))
+            state.fetcher = None  # the new session's checkpoint says where to fetch
             state.session = copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,
                                              lane=state.lane)
             event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                   position=state.session.position)
         return state.session
 
-    def _step(self, state: LaneState) -> int:
-        """Copy what the lane's partition has up to its last stable offset; returns records copied."""
-        if time.monotonic() < state.retry_at or state.halted:
-            return 0
-        labels = (state.topic, str(state.partition))
-        try:
-            session = self._session(state)
-            end = list_offsets(self.source, state.topic, state.partition, "last_stable")
-            start = session.position
-            if start is None:  # no checkpoint yet: fix the start once, or "latest" would move with the data
+    def _open(self, state: LaneState) -> RawBatchFetcher:
+        """The lane's session (opened with its transactional.id) and a fetcher at its committed position."""
+        session = self._session(state)
+        if state.fetcher is None:
+            position = session.position
+            if position is None:  # no checkpoint yet: fix the start once, or "latest" would move with the data
                 if state.start is None:
                     state.start = list_offsets(self.source, state.topic, state.partition,
                                                "earliest" if self.config.new_partitions == "earliest"
                                                else "last_stable")
-                start = state.start
-            self.metrics.lag.labels(*labels).set(max(0, end - start))
-            if end <= start:
-                return 0
-            # a bounded step: a large backlog is copied over several steps, so leases are renewed, other lanes get
-            # their turn and SIGTERM is served within one step (batches are copied whole: the next step resumes
-            # from the committed checkpoint, wherever the last batch ended)
-            result = session.copy(start, min(end, start + MAX_STEP_OFFSETS))
-        except (ProducerFencedError, OwnershipError) as exc:
-            self.metrics.errors.labels("fenced").inc()
-            self._drop(state.lane, f"fenced: {exc}")
+                position = state.start
+            state.fetcher = RawBatchFetcher(
+                self.source, state.topic, state.partition, position, None,
+                max_bytes=self.config.partition_fetch_max_bytes, max_wait_ms=self.config.poll_interval_ms,
+                topic_id=session.source_topic_id)
+        return state.fetcher
+
+    def _copy_round(self) -> int | None:
+        """One fetch round over every held lane that is ready, then each lane's share copied and committed.
+        Returns records copied, or None when no lane was ready (the caller sleeps then)."""
+        ready: list[tuple[LaneState, int]] = []  # (lane, the position its fetch starts at)
+        for lane in sorted(self.held):
+            state = self.lanes[lane]
+            if state.halted or time.monotonic() < state.retry_at:
+                continue
+            try:
+                fetcher = self._open(state)
+            except Exception as exc:  # noqa: BLE001 - classified in _failed
+                self._failed(state, exc)
+                continue
+            ready.append((state, fetcher.position))
+        if not ready:
+            return None
+        stats = RoundStats()
+        outcomes = fetch_round(self.source, [state.fetcher for state, _ in ready],
+                               max_bytes=self.config.fetch_max_bytes, max_wait_ms=self.config.poll_interval_ms,
+                               rotation=self._round, stats=stats)
+        self._round += 1
+        self.metrics.fetch_rounds.inc()
+        self.metrics.fetch_requests.inc(stats.requests)
+        self.metrics.fetch_partitions.inc(stats.partitions)
+        copied = 0
+        for (state, start), outcome in zip(ready, outcomes, strict=True):
+            # every fetched share is copied, even after SIGTERM: it is the in-flight work a stop finishes
+            if state.lane not in self.held or state.fetcher is None:  # dropped by a lease round meanwhile
+                continue
+            copied += self._copy_fetched(state, start, outcome)
+            # renew between lanes, not once per round: many lanes (or slow commits) must not let our leases
+            # lapse, or another daemon takes them and the two keep fencing each other
+            self._leases_if_due()
+        return copied
+
+    def _copy_fetched(self, state: LaneState, start: int, outcome: PartitionOutcome) -> int:
+        """Copy one lane's share of a fetch round, ``[start, fetcher.position)``, and commit it with its checkpoint."""
+        labels = (state.topic, str(state.partition))
+        if outcome.error is not None:
+            self._failed(state, outcome.error, fetching=True)
             return 0
-        except TopicRecreatedError as exc:
-            self.metrics.errors.labels("topic_recreated").inc()
-            state.halted, state.session = str(exc), None
-            self.status.halted[state.lane] = str(exc)
-            self._drop(state.lane, "source topic recreated")
-            event("lane_halted", logging.ERROR, topic=state.topic, partition=state.partition, error=exc)
+        state.fetch_failures = 0
+        fetched = outcome.result
+        end = state.fetcher.position
+        if end <= start:  # nothing new
+            self.metrics.lag.labels(*labels).set(max(0, fetched.last_stable_offset - start))
             return 0
-        except Exception as exc:  # noqa: BLE001 - MirrorError, or transport trouble the wire library raised as is
-            state.failures += 1
-            state.session = None  # reopen: aborts whatever was open, resumes from the committed checkpoint
-            state.retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** min(state.failures, 6))
-            self.metrics.errors.labels(type(exc).__name__).inc()
-            event("lane_error", logging.WARNING, topic=state.topic, partition=state.partition,
-                  error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
-                  exc_info=not isinstance(exc, MirrorError))
+        try:
+            result = state.session.copy(start, end, fetcher=FetchedOnce(fetched, start))
+        except Exception as exc:  # noqa: BLE001 - classified in _failed
+            self._failed(state, exc)
             return 0
         state.failures = 0
+        if state.session.position != state.fetcher.position:  # cannot happen; if it did, trust the checkpoint
+            event("position_realigned", logging.WARNING, topic=state.topic, partition=state.partition,
+                  checkpoint=state.session.position, fetcher=state.fetcher.position)
+            state.fetcher = None
         self.metrics.observe_copy(state.topic, state.partition, result, result.newest_timestamp_ms)
         self.metrics.position.labels(*labels).set(result.source_end)
-        self.metrics.lag.labels(*labels).set(max(0, end - result.source_end))
-        event("copied", topic=state.topic, partition=state.partition, source_start=result.source_start,
-              source_end=result.source_end, target_start=result.first_target_offset,
-              target_end=result.next_target_offset, records=result.records)
+        self.metrics.lag.labels(*labels).set(max(0, fetched.last_stable_offset - result.source_end))
+        if result.records:
+            event("copied", topic=state.topic, partition=state.partition, source_start=result.source_start,
+                  source_end=result.source_end, target_start=result.first_target_offset,
+                  target_end=result.next_target_offset, records=result.records)
         return result.records
+
+    def _failed(self, state: LaneState, exc: BaseException, *, fetching: bool = False) -> None:
+        """Classify a lane's error: fenced → drop; recreated topic or lost data → halt for good; a retriable source
+        fetch error → retry the fetch soon, session kept; anything else → reopen the lane after a backoff."""
+        if isinstance(exc, ProducerFencedError | OwnershipError):
+            self.metrics.errors.labels("fenced").inc()
+            self._drop(state.lane, f"fenced: {exc}")
+        elif isinstance(exc, TopicRecreatedError | DataLossError):
+            kind = "topic_recreated" if isinstance(exc, TopicRecreatedError) else "data_loss"
+            self.metrics.errors.labels(kind).inc()
+            state.halted = str(exc)
+            self.status.halted[state.lane] = str(exc)
+            self.metrics.halted.set(len(self.status.halted))
+            self._drop(state.lane, kind)
+            event("lane_halted", logging.ERROR, topic=state.topic, partition=state.partition, reason=kind,
+                  position=state.session.position if state.session else None, error=exc)
+        elif fetching and isinstance(exc, Errors.KafkaError) and is_retriable(type(exc)):
+            state.fetch_failures += 1
+            state.retry_at = time.monotonic() + min(5.0, 0.1 * 2 ** min(state.fetch_failures, 6))
+            self.metrics.errors.labels(type(exc).__name__).inc()
+            event("fetch_retry", logging.INFO if state.fetch_failures < 5 else logging.WARNING, topic=state.topic,
+                  partition=state.partition, offset=state.fetcher.position if state.fetcher else None,
+                  error=type(exc).__name__, attempt=state.fetch_failures)
+        else:  # MirrorError, or transport trouble the wire library raised as is
+            state.failures += 1
+            offset = state.session.position if state.session else None
+            state.reset()
+            state.retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** min(state.failures, 6))
+            self.metrics.errors.labels(type(exc).__name__).inc()
+            event("lane_error", logging.WARNING, topic=state.topic, partition=state.partition, offset=offset,
+                  error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
+                  exc_info=not isinstance(exc, MirrorError | Errors.KafkaError))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,15 +428,30 @@ def run_daemon(config_path, worker_id: str | None = None) -> int:
         print(f"shoal mirror: error: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
+
+    def on_stop(*_):
+        if not stop.is_set():  # the first signal: finish the round, commit, release; the alarm bounds that
+            stop.set()
+            signal.alarm(max(1, math.ceil(config.shutdown_grace_s)))
+
+    def on_alarm(*_):
+        raise ForcedShutdown()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_stop)
+    signal.signal(signal.SIGALRM, on_alarm)
     server = serve_metrics(daemon.metrics, config.metrics_port) if config.metrics_port else None
     try:
         daemon.run(stop)
+    except ForcedShutdown:
+        print(f"shoal mirror: stopped after the {config.shutdown_grace_s:g}s grace period without finishing the "
+              "round in progress; nothing is lost (the next start resumes at the last committed checkpoints)",
+              file=sys.stderr)
     except MirrorError as exc:
         print(f"shoal mirror: error: {exc}", file=sys.stderr)
         return 1
     finally:
+        signal.alarm(0)
         if server is not None:
             server.shutdown()
     return 0

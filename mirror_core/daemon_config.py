@@ -14,6 +14,9 @@
     lease_ttl_s: 15
     metrics_port: 9308                                 # 0: no HTTP endpoint
     new_partitions: earliest                           # where a partition without checkpoint starts
+    fetch_max_bytes: 16777216                          # per Fetch request (one per source broker per round)
+    partition_fetch_max_bytes: 4194304                 # per partition in that request
+    shutdown_grace_s: 20                               # SIGTERM: finish the round within this, else just stop
 """
 
 from __future__ import annotations
@@ -42,13 +45,17 @@ class PipelineConfig:
     lease_ttl_s: float = 15.0
     metrics_port: int = 9308
     new_partitions: str = "earliest"
+    fetch_max_bytes: int = 16 * 1024 * 1024
+    partition_fetch_max_bytes: int = 4 * 1024 * 1024
+    shutdown_grace_s: float = 20.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("exactly-once", "at-least-once"):
             raise ConfigError(f"pipeline {self.pipeline!r}: mode {self.mode!r} is not exactly-once or at-least-once")
         if self.new_partitions not in ("earliest", "latest"):
             raise ConfigError(f"pipeline {self.pipeline!r}: new_partitions must be earliest or latest")
-        for name in ("commit_interval_ms", "commit_bytes", "poll_interval_ms", "rescan_interval_s", "lease_ttl_s"):
+        for name in ("commit_interval_ms", "commit_bytes", "poll_interval_ms", "rescan_interval_s", "lease_ttl_s",
+                     "fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
 

@@ -36,6 +36,16 @@ class DaemonMetrics:
                          "offset", LABELS, registry=r)
         self.position = Gauge("shoal_position_offset", "Next source offset to copy", LABELS, registry=r)
         self.lanes = Gauge("shoal_lanes_owned", "Lanes this daemon process holds", registry=r)
+        self.halted = Gauge("shoal_lanes_halted", "Lanes stopped for good (recreated source topic, data lost before "
+                            "it was copied) until an operator acts", registry=r)
+        self.fetch_rounds = Counter("shoal_fetch_rounds_total", "Fetch rounds (each asks every source broker once "
+                                    "for all of its held partitions)", registry=r)
+        self.fetch_requests = Counter("shoal_fetch_requests_total", "Fetch requests sent to source brokers",
+                                      registry=r)
+        self.fetch_partitions = Counter("shoal_fetch_partitions_total", "Partitions asked for, summed over fetch "
+                                        "requests", registry=r)
+        self.config_changes = Counter("shoal_topic_config_changes_total", "Topic configs synced from source to target",
+                                      ("topic",), registry=r)
         self.healthy = True
         self.last_loop = time.monotonic()
 

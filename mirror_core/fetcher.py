@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import kafka.errors as Errors
+from kafka.future import Future
 from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsRequest, OffsetSpec
 
 from mirror_core.batch_codec import CONTROL_ABORT, BatchView, control_type, walk_batches
@@ -31,6 +33,7 @@ from mirror_core.errors import (
     TopicRecreatedError,
 )
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
+from mirror_core.wire_fastpath import FetchPartitionSpec, FetchTopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,8 @@ class RawBatchFetcher:
 
     def __init__(self, client: WireClient, topic: str, partition: int, start: int, end: int | None = None, *,
                  max_bytes: int = 8 * 1024 * 1024, max_wait_ms: int = 500,
-                 isolation: IsolationLevel = IsolationLevel.READ_COMMITTED, retry_timeout_s: float = 120.0):
+                 isolation: IsolationLevel = IsolationLevel.READ_COMMITTED, retry_timeout_s: float = 120.0,
+                 topic_id: uuid.UUID | str | None = None):
         if end is not None and end < start:
             raise ValueError(f"empty range [{start}, {end})")
         self.client = client
@@ -100,7 +104,9 @@ class RawBatchFetcher:
         self.max_wait_ms = max_wait_ms
         self.isolation = IsolationLevel(isolation)
         self.retry_timeout_s = retry_timeout_s
-        self._topic_id = None
+        # pinned at the first lookup, or by the caller (the id a checkpoint was written under): a different id
+        # later means the topic was recreated
+        self._topic_id = uuid.UUID(str(topic_id)) if topic_id is not None else None
         self._leader = None
 
     @property
@@ -126,13 +132,19 @@ class RawBatchFetcher:
                                      type(exc).__name__) from None
                 log.info("fetch %s-%s at %d: %s; retrying", self.topic, self.partition, self.position,
                          type(exc).__name__)
-                self._leader = None
-                self.client.invalidate(self.topic)
+                self.forget_leader()
                 if not backoff.wait():
                     raise PartitionUnavailableError(self.client.cluster_name, self.topic, self.partition,
                                                     type(exc).__name__, offset=self.position) from None
 
-    def _locate(self) -> tuple[int, int]:
+    @property
+    def topic_id(self):
+        """The source topic's id as first seen (None before the first fetch, or on brokers without ids)."""
+        return self._topic_id
+
+    def locate(self) -> tuple[int, int]:
+        """(leader node, leader epoch) of the partition; the first lookup also pins the topic id, a later one that
+        finds another id raises :class:`TopicRecreatedError`."""
         if self._leader is None:
             meta = self.client.topic_metadata(self.topic, refresh=True)
             if self._topic_id is None:
@@ -142,43 +154,46 @@ class RawBatchFetcher:
             self._leader = self.client.leader_for(self.topic, self.partition)
         return self._leader
 
+    def forget_leader(self) -> None:
+        """After a retriable error: look the leader (and the topic id) up again before the next request."""
+        self._leader = None
+        self.client.invalidate(self.topic)
+
+    def spec(self, leader_epoch: int) -> FetchPartitionSpec:
+        """This partition's entry in a FetchRequest, at the current position."""
+        return FetchPartitionSpec(partition=self.partition, current_leader_epoch=leader_epoch,
+                                  fetch_offset=self.position, partition_max_bytes=self.max_bytes)
+
     def _request(self, leader_epoch: int) -> FetchRequest:
-        part = FetchRequest.FetchTopic.FetchPartition(
-            partition=self.partition, current_leader_epoch=leader_epoch, fetch_offset=self.position,
-            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=self.max_bytes)
-        topic = FetchRequest.FetchTopic(topic=self.topic, topic_id=self._topic_id, partitions=[part])
-        return FetchRequest(
-            replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=1, max_bytes=self.max_bytes,
-            isolation_level=int(self.isolation), session_id=0, session_epoch=-1, topics=[topic],
-            forgotten_topics_data=[], rack_id="",
-            min_version=FetchRequest.min_version_for_isolation_level(self.isolation),
-            max_version=18 if self._topic_id is not None else 12)
+        return kafka_python_fetch_request(
+            [FetchTopicSpec(self.topic, self._topic_id, [self.spec(leader_epoch)])],
+            max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes, isolation=self.isolation)
 
     def _fetch_once(self) -> FetchResult:
-        leader, epoch = self._locate()
-        fast = self.client.fast_connection(leader) if hasattr(self.client, "fast_connection") else None
-        if fast is not None:   # hand-encoded, records as a view into the response frame (mirror_core.wire_fastpath)
-            response = fast.fetch(
-                min_version=FetchRequest.min_version_for_isolation_level(self.isolation),
-                max_version=18 if self._topic_id is not None else 12,
-                request_timeout_ms=self.client.request_timeout_ms + self.max_wait_ms,
-                max_wait_ms=self.max_wait_ms, min_bytes=1, max_bytes=self.max_bytes,
-                isolation_level=int(self.isolation), topic=self.topic, topic_id=self._topic_id,
-                partition=self.partition, current_leader_epoch=epoch, fetch_offset=self.position,
-                partition_max_bytes=self.max_bytes)
-        else:
-            response = self.client.send(leader, self._request(epoch))
+        leader, epoch = self.locate()
+        future = send_fetch(self.client, leader, [FetchTopicSpec(self.topic, self._topic_id, [self.spec(epoch)])],
+                            max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes, isolation=self.isolation)
+        wait_fetch(self.client, future)
+        if future.failed():
+            raise future.exception
+        response = future.value
         if response.error_code:
             raise Errors.for_code(response.error_code)()
         if not response.responses or not response.responses[0].partitions:
             raise Errors.KafkaConnectionError("fetch response without our partition")
-        data = response.responses[0].partitions[0]
+        return self.handle(response.responses[0].partitions[0])
+
+    def handle(self, data) -> FetchResult:
+        """Take this partition's part of a Fetch response (from our own request or a shared one): advance the
+        position and return the committed batches. Raises kafka-python's error for a partition error code (the
+        caller retries retriable ones after :meth:`forget_leader`), :class:`DataLossError` for
+        OFFSET_OUT_OF_RANGE below the log start, :class:`TopicRecreatedError` for a changed topic id."""
         error = Errors.for_code(data.error_code)
         if error is Errors.OffsetOutOfRangeError:
             self._raise_out_of_range()
         if error in (Errors.UnknownTopicIdError, Errors.InconsistentTopicIdError):
             self._leader = None
-            self._locate()           # raises TopicRecreatedError when the id changed
+            self.locate()            # raises TopicRecreatedError when the id changed
             raise error()
         if error is not Errors.NoError:
             raise error()
@@ -218,6 +233,60 @@ class RawBatchFetcher:
                              f"OFFSET_OUT_OF_RANGE: the log ends at {latest}, before the requested offset "
                              "(source truncated or range planned past its end)")
         raise Errors.OffsetNotAvailableError()   # in range now: a lagging leader, retried as transient
+
+
+def kafka_python_fetch_request(topics: Sequence[FetchTopicSpec], *, max_wait_ms: int, max_bytes: int,
+                               isolation: IsolationLevel) -> FetchRequest:
+    """kafka-python's FetchRequest for ``topics`` (the fallback route, SSL/SASL clusters; and the reference the
+    hand-encoded request is tested against)."""
+    by_id = all(spec.topic_id is not None for spec in topics)
+    Topic = FetchRequest.FetchTopic
+    return FetchRequest(
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
+        isolation_level=int(isolation), session_id=0, session_epoch=-1,
+        topics=[Topic(topic=spec.topic, topic_id=spec.topic_id, partitions=[
+            Topic.FetchPartition(partition=p.partition, current_leader_epoch=p.current_leader_epoch,
+                                 fetch_offset=p.fetch_offset, last_fetched_epoch=p.last_fetched_epoch,
+                                 log_start_offset=p.log_start_offset, partition_max_bytes=p.partition_max_bytes)
+            for p in spec.partitions]) for spec in topics],
+        forgotten_topics_data=[], rack_id="",
+        min_version=FetchRequest.min_version_for_isolation_level(isolation),
+        max_version=18 if by_id else 12)
+
+
+def send_fetch(client: WireClient, leader: int, topics: Sequence[FetchTopicSpec], *, max_wait_ms: int,
+               max_bytes: int, isolation: IsolationLevel) -> Future:
+    """Send one FetchRequest for ``topics`` to ``leader`` and return its future at once (several brokers can be
+    asked at the same time); :func:`wait_fetch` reads the answer. Topic ids are used (v13+) when every topic has
+    one. The hand-encoded route (:mod:`mirror_core.wire_fastpath`) is taken on PLAINTEXT clusters; transport
+    failures come back on the future as kafka-python's (retriable) errors."""
+    by_id = all(spec.topic_id is not None for spec in topics)
+    timeout_ms = client.request_timeout_ms + max_wait_ms
+    try:
+        fast = client.fast_connection(leader) if hasattr(client, "fast_connection") else None
+        if fast is not None:   # hand-encoded, records as views into the response frame
+            return fast.fetch_async(
+                min_version=FetchRequest.min_version_for_isolation_level(isolation),
+                max_version=18 if by_id else 12, request_timeout_ms=timeout_ms, max_wait_ms=max_wait_ms,
+                min_bytes=1, max_bytes=max_bytes, isolation_level=int(isolation), topics=topics)
+        request = kafka_python_fetch_request(topics, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
+                                             isolation=isolation)
+        if hasattr(client, "send_async"):
+            return client.send_async(leader, request, timeout_ms)
+        return Future().success(client.send(leader, request))
+    except Errors.KafkaError as exc:
+        if not is_retriable(type(exc)):
+            raise
+        return Future().failure(exc)
+
+
+def wait_fetch(client: WireClient, future: Future) -> None:
+    """Read until ``future`` (from :func:`send_fetch`) is answered; errors stay on the future."""
+    conn = getattr(future, "conn", None)
+    if conn is not None:
+        conn.wait(future)
+    elif not future.is_done:
+        client.wait(future)
 
 
 _WHICH = {

@@ -10,7 +10,7 @@ records field is a ``memoryview`` into that frame.
 
 What is hand-encoded, and tested byte-identical against kafka-python's own encoder and decoder
 (``tests/unit/test_wire_fastpath.py``): request header v1/v2, ProduceRequest v3-v11 (v9+ flexible), ProduceResponse
-v3-v11, FetchRequest v4-v18 (v12+ flexible, v13+ topic ids) for the fetcher's one-partition request, FetchResponse
+v3-v11, FetchRequest v4-v18 (v12+ flexible, v13+ topic ids) with any number of topics and partitions, FetchResponse
 v4-v18, ApiVersions v0.
 
 Scope: :class:`FastConnection` speaks PLAINTEXT only; :meth:`mirror_core.kafka_wire.WireClient.fast_connection`
@@ -286,18 +286,34 @@ def decode_produce_response(version: int, frame: memoryview) -> ProduceResult:
 
 # -- Fetch ------------------------------------------------------------------------------------------------------
 
+class FetchPartitionSpec(NamedTuple):
+    """One partition of a FetchRequest."""
+
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    partition_max_bytes: int
+    last_fetched_epoch: int = -1
+    log_start_offset: int = -1
+
+
+class FetchTopicSpec(NamedTuple):
+    """One topic of a FetchRequest: by name up to v12, by topic id from v13."""
+
+    topic: str
+    topic_id: uuid.UUID | None
+    partitions: Sequence[FetchPartitionSpec]
+
+
 def encode_fetch_request(version: int, correlation_id: int, client_id: str | None, *, max_wait_ms: int,
-                         min_bytes: int, max_bytes: int, isolation_level: int, topic: str,
-                         topic_id: uuid.UUID | None, partition: int, current_leader_epoch: int,
-                         fetch_offset: int, partition_max_bytes: int, last_fetched_epoch: int = -1,
-                         log_start_offset: int = -1, replica_id: int = -1, session_id: int = 0,
-                         session_epoch: int = -1, rack_id: str = "") -> bytes:
-    """A framed one-partition FetchRequest (v4-v18), byte-identical to kafka-python's encoding of the request
-    :class:`~mirror_core.fetcher.RawBatchFetcher` builds (no forgotten topics, no cluster id)."""
+                         min_bytes: int, max_bytes: int, isolation_level: int, topics: Sequence[FetchTopicSpec],
+                         replica_id: int = -1, session_id: int = 0, session_epoch: int = -1,
+                         rack_id: str = "") -> bytes:
+    """A framed FetchRequest (v4-v18) for any number of topics and partitions, byte-identical to kafka-python's
+    encoding of the same request (no forgotten topics, no cluster id): the fetcher's one-partition request and the
+    daemon's one-request-per-broker fetch (:mod:`mirror_core.broker_fetch`) both go through here."""
     if not FETCH_VERSIONS[0] <= version <= FETCH_VERSIONS[1]:
         raise ValueError(f"FetchRequest v{version} is not hand-encoded")
-    if version >= FETCH_TOPIC_IDS and topic_id is None:
-        raise ValueError(f"FetchRequest v{version} needs a topic id")
     flexible = version >= FETCH_FLEXIBLE
     body = bytearray()
     if version <= 14:
@@ -306,20 +322,29 @@ def encode_fetch_request(version: int, correlation_id: int, client_id: str | Non
     body += _I8.pack(isolation_level)
     if version >= 7:
         body += struct.pack(">ii", session_id, session_epoch)
-    body += _array_len(1, flexible)
-    body += topic_id.bytes if version >= FETCH_TOPIC_IDS else _string(topic, flexible)
-    body += _array_len(1, flexible)
-    body += _I32.pack(partition)
-    if version >= 9:
-        body += _I32.pack(current_leader_epoch)
-    body += _I64.pack(fetch_offset)
-    if version >= 12:
-        body += _I32.pack(last_fetched_epoch)
-    if version >= 5:
-        body += _I64.pack(log_start_offset)
-    body += _I32.pack(partition_max_bytes)
-    if flexible:
-        body += b"\x00\x00"                      # partition's and topic's tagged fields
+    body += _array_len(len(topics), flexible)
+    for spec in topics:
+        if version >= FETCH_TOPIC_IDS:
+            if spec.topic_id is None:
+                raise ValueError(f"FetchRequest v{version} needs a topic id (topic {spec.topic!r})")
+            body += spec.topic_id.bytes
+        else:
+            body += _string(spec.topic, flexible)
+        body += _array_len(len(spec.partitions), flexible)
+        for part in spec.partitions:
+            body += _I32.pack(part.partition)
+            if version >= 9:
+                body += _I32.pack(part.current_leader_epoch)
+            body += _I64.pack(part.fetch_offset)
+            if version >= 12:
+                body += _I32.pack(part.last_fetched_epoch)
+            if version >= 5:
+                body += _I64.pack(part.log_start_offset)
+            body += _I32.pack(part.partition_max_bytes)
+            if flexible:
+                body += b"\x00"                  # partition's tagged fields
+        if flexible:
+            body += b"\x00"                      # topic's tagged fields
     if version >= 7:
         body += _array_len(0, flexible)          # forgotten topics
     if version >= 11:
@@ -477,16 +502,21 @@ class FastConnection:
                          flexible_response=version >= PRODUCE_FLEXIBLE, correlation_id=correlation_id,
                          timeout_ms=request_timeout_ms)
 
-    def fetch(self, *, min_version: int, max_version: int, request_timeout_ms: int | None = None,
-              **fields) -> FetchResult:
-        """One FetchRequest round trip (see :func:`encode_fetch_request` for ``fields``); raises on transport
-        failure like ``WireClient.send`` (kafka-python errors)."""
+    def fetch_async(self, *, min_version: int, max_version: int, request_timeout_ms: int | None = None,
+                    **fields) -> Future:
+        """Send a FetchRequest (see :func:`encode_fetch_request` for ``fields``); the future's value is a
+        :class:`FetchResult` once :meth:`wait` read it, or a kafka-python error on transport failure."""
         version = self.version(API_FETCH, max(min_version, FETCH_VERSIONS[0]), min(max_version, FETCH_VERSIONS[1]))
         correlation_id = self._next_correlation_id()
         data = encode_fetch_request(version, correlation_id, self.client_id, **fields)
-        future = self.send([data], lambda frame: decode_fetch_response(version, frame),
-                           flexible_response=version >= FETCH_FLEXIBLE, correlation_id=correlation_id,
-                           timeout_ms=request_timeout_ms)
+        return self.send([data], lambda frame: decode_fetch_response(version, frame),
+                         flexible_response=version >= FETCH_FLEXIBLE, correlation_id=correlation_id,
+                         timeout_ms=request_timeout_ms)
+
+    def fetch(self, **kwargs) -> FetchResult:
+        """One FetchRequest round trip (arguments as :meth:`fetch_async`); raises on transport failure like
+        ``WireClient.send`` (kafka-python errors)."""
+        future = self.fetch_async(**kwargs)
         self.wait(future)
         if future.failed():
             raise future.exception

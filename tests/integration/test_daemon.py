@@ -316,6 +316,11 @@ def test_live_load_exact_new_topic_and_metrics(sandbox, source_cluster, target_c
             assert metrics[("shoal_bytes_copied_total", labels)] > 0
     assert metrics[("shoal_lanes_owned", ())] == 5
     assert not [k for k, v in metrics.items() if k[0] == "shoal_errors_total" and v]
+    # one Fetch per source broker per round, carrying every held partition (the sandbox source has one broker);
+    # a fetch per lane would make partitions per request exactly 1
+    rounds, requests = metrics[("shoal_fetch_rounds_total", ())], metrics[("shoal_fetch_requests_total", ())]
+    assert rounds > 20 and requests == rounds
+    assert metrics[("shoal_fetch_partitions_total", ())] / requests > 2.5
     rc, seconds = daemon.terminate()
     assert rc == 0 and seconds < 10, (rc, seconds, daemon.tail())
 

@@ -21,7 +21,7 @@ from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from mirror_core import wire_fastpath as fp
-from mirror_core.fetcher import RawBatchFetcher
+from mirror_core.fetcher import RawBatchFetcher, kafka_python_fetch_request
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
 ascii_names = st.text("abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, max_size=30)
@@ -125,10 +125,37 @@ def test_fetch_request_is_byte_identical_to_the_fetchers(version, correlation_id
     fetcher._topic_id = topic_id if version >= 13 else None
     theirs = _kafka_python_request(fetcher._request(epoch), version, correlation_id, client_id)
     ours = fp.encode_fetch_request(version, correlation_id, client_id, max_wait_ms=max_wait_ms, min_bytes=1,
-                                   max_bytes=max_bytes, isolation_level=isolation, topic=topic,
-                                   topic_id=fetcher._topic_id, partition=partition, current_leader_epoch=epoch,
-                                   fetch_offset=position, partition_max_bytes=max_bytes)
+                                   max_bytes=max_bytes, isolation_level=isolation,
+                                   topics=[fp.FetchTopicSpec(topic, fetcher._topic_id, [fetcher.spec(epoch)])])
     assert ours == theirs
+
+
+_multi_topics = st.lists(st.tuples(names, st.uuids(), st.lists(st.builds(
+    fp.FetchPartitionSpec, partition=st.integers(0, 2**31 - 1), current_leader_epoch=i32,
+    fetch_offset=st.integers(0, 2**62), partition_max_bytes=st.integers(1, 2**31 - 1), last_fetched_epoch=i32,
+    log_start_offset=i64), min_size=1, max_size=4)),
+    min_size=1, max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(version=st.integers(4, 18), correlation_id=st.integers(0, 2**31 - 1), client_id=st.one_of(st.none(), names),
+       topics=_multi_topics, max_bytes=st.integers(1, 2**31 - 1), max_wait_ms=st.integers(0, 2**31 - 1),
+       isolation=st.sampled_from([0, 1]))
+def test_multi_partition_fetch_request_is_byte_identical(version, correlation_id, client_id, topics, max_bytes,
+                                                         max_wait_ms, isolation):
+    """The daemon's one-request-per-broker fetch: many topics, many partitions each."""
+    specs = [fp.FetchTopicSpec(name, topic_id if version >= 13 else None, parts) for name, topic_id, parts in topics]
+    request = kafka_python_fetch_request(specs, max_wait_ms=max_wait_ms, max_bytes=max_bytes, isolation=isolation)
+    theirs = _kafka_python_request(request, version, correlation_id, client_id)
+    ours = fp.encode_fetch_request(version, correlation_id, client_id, max_wait_ms=max_wait_ms, min_bytes=1,
+                                   max_bytes=max_bytes, isolation_level=isolation, topics=specs)
+    assert ours == theirs
+
+
+def test_fetch_request_by_topic_id_refuses_a_topic_without_one():
+    with pytest.raises(ValueError, match="needs a topic id"):
+        fp.encode_fetch_request(13, 1, "c", max_wait_ms=1, min_bytes=1, max_bytes=1, isolation_level=1,
+                                topics=[fp.FetchTopicSpec("t", None, [fp.FetchPartitionSpec(0, -1, 0, 1)])])
 
 
 _fetch_partitions = st.lists(st.fixed_dictionaries({
