@@ -25,10 +25,13 @@ INTERNAL_PREFIX = "__"
 SHOAL_INTERNAL_PREFIX = "__shoal"
 # Kafka's own state logs: the broker refuses client Produce requests to them, so they are never a valid target.
 KAFKA_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-# Copied from the source when the target topic is created (timestamp type excluded: the target is always CreateTime).
+# Copied from the source when the target topic is created (timestamp type excluded: the target is always CreateTime)
+# and kept in sync afterwards by ``mirror_core.topic_config_sync``: one list, so creation and sync agree.
 MIRRORED_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes", "compression.type", "max.message.bytes",
                     "delete.retention.ms", "min.compaction.lag.ms", "message.timestamp.before.max.ms",
-                    "message.timestamp.after.max.ms")
+                    "message.timestamp.after.max.ms", "max.compaction.lag.ms", "min.cleanable.dirty.ratio")
+# Set on a new target to at least what the data needs (plan_target_configs): may exceed the source, never lowered.
+WIDENED_CONFIGS = ("max.message.bytes", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms")
 UNBOUNDED_MS = 2**63 - 1
 # Headroom on top of the oldest record's age: it keeps ageing while the copy runs.
 TIMESTAMP_MARGIN_MS = 24 * 3600 * 1000
