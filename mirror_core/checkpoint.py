@@ -11,29 +11,50 @@ Invariant: a checkpoint is never ahead of what the target acknowledged. In exact
 same target transaction as the data it describes (:meth:`CheckpointStore.checkpoint_batch` gives the raw batch
 for that); in at-least-once mode it is written only after the data was acknowledged. Readers use READ_COMMITTED,
 so a checkpoint of an aborted transaction is never seen.
+
+Every heartbeat, lease renewal and commit appends to this topic, so a store never re-reads it whole: each
+:class:`CheckpointStore` keeps the last value per key of every partition it has read and the offset it read up to,
+and a read fetches only what was appended since (see :class:`_PartitionCache` for the invariants).
 """
 
 from __future__ import annotations
 
 import base64
+import collections
 import json
+import logging
+import threading
 import time
+import uuid
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+import kafka.errors as Errors
+from kafka.protocol.consumer import IsolationLevel, ListOffsetsRequest, OffsetSpec
 
 from mirror_core.batch_codec import Codec
 from mirror_core.batch_deep import SourceRecord, decode_record_tail, encode_batch, encode_record_tail, read_records
 from mirror_core.cluster import ClusterConfig
-from mirror_core.errors import MirrorError
+from mirror_core.errors import DataLossError, MirrorError, PartitionUnavailableError, TopicRecreatedError
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
 from mirror_core.offset_map import OffsetMap
 from mirror_core.writer import OutgoingBatch
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_TOPIC = "__shoal_checkpoints"
 CHECKPOINT_PARTITIONS = 8
 FORMAT_VERSION = 2  # 2: offset map in OffsetMap's binary encoding
+SETTLE_TIMEOUT_S = 1.0  # how long a read waits for transactions written before it to settle (CheckpointStore.refresh)
+
+_OFFSET_SPECS = {  # as mirror_core.fetcher.list_offsets
+    "earliest": (OffsetSpec.EARLIEST, IsolationLevel.READ_UNCOMMITTED),
+    "latest": (OffsetSpec.LATEST, IsolationLevel.READ_UNCOMMITTED),
+    "last_stable": (OffsetSpec.LATEST, IsolationLevel.READ_COMMITTED),
+}
 
 
 @dataclass(frozen=True)
@@ -84,15 +105,85 @@ def checkpoint_partition(key: bytes, partitions: int = CHECKPOINT_PARTITIONS) ->
     return zlib.crc32(key) % partitions
 
 
+class _PartitionCache:
+    """What one :class:`CheckpointStore` has read of one partition of the checkpoint topic.
+
+    Invariants (they hold whenever the store's lock is free):
+
+    * ``next_offset`` is a last stable offset (LSO) the partition leader reported, or the log start when nothing
+      was read yet. Every record below an LSO is *decided* (committed or aborted), so the records below
+      ``next_offset`` can only ever disappear (compaction, delete_records, retention), never change or appear;
+      a refresh therefore only reads ``[next_offset, current LSO)``.
+    * ``entries`` is the fold "last committed value per key" over the committed records of
+      ``[log_start, next_offset)``: key → (offset, value) of the key's last record there; a key whose last
+      record is a tombstone is absent. Aborted and still-open transactional records never enter it (the
+      fetch is READ_COMMITTED and never goes past the LSO). The dict is in order of those offsets (a key
+      written again is moved to the end), so ``records`` is in log order and pruning stops at the first
+      surviving entry.
+    * ``log_start`` is the partition's log start offset at the last refresh (<= ``next_offset``). When the
+      broker's log start has moved up, the entries below the new log start are pruned — exactly the keys a
+      fresh reader would no longer see; if it moved past ``next_offset`` the cache is dropped and the partition
+      re-read from the log start. Compaction needs nothing: it keeps each key's last record, which is the
+      entry already held.
+    * The cache belongs to the topic id the store recorded (``CheckpointStore._topic_id``); when the topic is
+      recreated (another id) every partition's cache is dropped. An LSO below ``next_offset`` (a truncated
+      log) drops this partition's cache too.
+    """
+
+    __slots__ = ("next_offset", "log_start", "entries")
+
+    def __init__(self, log_start: int):
+        self.log_start = log_start
+        self.next_offset = log_start
+        self.entries: dict[bytes, tuple[int, bytes]] = {}
+
+    def apply(self, offset: int, key: bytes, value: bytes | None) -> None:
+        self.entries.pop(key, None)  # re-insert at the end: the dict stays in order of last-write offsets
+        if value is not None:
+            self.entries[key] = (offset, value)
+
+    def prune_below(self, log_start: int) -> None:
+        """Forget the entries whose last record lies below ``log_start`` (deleted from the log)."""
+        stale = []
+        for key, (offset, _value) in self.entries.items():
+            if offset >= log_start:
+                break
+            stale.append(key)
+        for key in stale:
+            del self.entries[key]
+        self.log_start = log_start
+
+
 class CheckpointStore:
-    """Reads and writes :class:`Checkpoint` s in the compacted checkpoint topic of one (target) cluster."""
+    """Reads and writes :class:`Checkpoint` s in the compacted checkpoint topic of one (target) cluster.
+
+    Reads are incremental: the store keeps, per partition of the topic, the offset it has read up to and the last
+    value per key (:class:`_PartitionCache`, whose docstring holds the invariants). Every read first refreshes the
+    partitions it needs — checks the topic id, the log start and the last stable offset, and fetches only the
+    records appended since the previous read — so a read costs a few offset look-ups plus the new records, not
+    the whole partition. What a read returns is what a fresh READ_COMMITTED reader of the topic would fold into
+    "last value per key" at that moment: never an aborted or still-open checkpoint, and every checkpoint whose
+    write or commit was acknowledged before the read began (the read waits, up to ``settle_timeout_s``, for the
+    broker to finish writing commit markers; see :meth:`refresh`).
+
+    ``records_read`` counts the records this instance has fetched and decoded (tests use it to see that a second
+    read reads only what was appended); ``cache_resets`` counts partition caches dropped and re-read (log start
+    moved past the read position, topic recreated, log truncated). The cache is guarded by a lock; the
+    :class:`WireClient` rules still apply (one client per thread), so share a store only where its client may go.
+    """
 
     def __init__(self, cluster: ClusterConfig, client: WireClient, *, topic: str = CHECKPOINT_TOPIC,
-                 partitions: int = CHECKPOINT_PARTITIONS):
+                 partitions: int = CHECKPOINT_PARTITIONS, settle_timeout_s: float = SETTLE_TIMEOUT_S):
         self.cluster = cluster
         self.client = client
         self.topic = topic
         self.partitions = partitions
+        self.settle_timeout_s = settle_timeout_s
+        self.records_read = 0
+        self.cache_resets = 0
+        self._lock = threading.RLock()
+        self._topic_id: uuid.UUID | None = None  # the topic id every partition cache belongs to
+        self._caches: dict[int, _PartitionCache] = {}
 
     def ensure_topic(self) -> None:
         """Create the compacted checkpoint topic if it is missing (its partition count then stays fixed)."""
@@ -114,48 +205,210 @@ class CheckpointStore:
         return OutgoingBatch(self.topic, checkpoint_partition(checkpoint.key, self.partitions), data,
                              source_offset=checkpoint.position)
 
+    # ---- reading ---------------------------------------------------------------------------------------------
+
     def read_all(self, pipeline: str | None = None) -> dict[tuple[str, str, int], Checkpoint]:
         """Every committed checkpoint (last value per key wins), optionally of one pipeline."""
         out: dict[tuple[str, str, int], Checkpoint] = {}
-        for partition in range(self.partitions):
-            for key, value in self._read_partition(partition):
-                decoded = json.loads(key)
-                if not isinstance(decoded, list):
-                    continue  # leases and other records sharing the topic (see mirror_core.leases)
-                ident = tuple(decoded)
-                if pipeline is not None and ident[0] != pipeline:
-                    continue  # decode only what was asked for: other pipelines may be another Shoal's format
-                if value is None:
-                    out.pop(ident, None)
-                else:
-                    out[ident] = Checkpoint.from_value(value)
+        for key, value in self.latest_items():
+            decoded = json.loads(key)
+            if not isinstance(decoded, list):
+                continue  # leases and other records sharing the topic (see mirror_core.leases)
+            ident = tuple(decoded)
+            if pipeline is not None and ident[0] != pipeline:
+                continue  # decode only what was asked for: other pipelines may be another Shoal's format
+            out[ident] = Checkpoint.from_value(value)
         return out
 
     def read(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:
+        """One checkpoint, or None; refreshes only the partition of the topic its key lives in."""
         key = checkpoint_key(pipeline, topic, partition)
-        found = None
-        for record_key, value in self._read_partition(checkpoint_partition(key, self.partitions)):
-            if record_key == key:
-                found = None if value is None else Checkpoint.from_value(value)
-        return found
+        value = self.latest(checkpoint_partition(key, self.partitions)).get(key)
+        return None if value is None else Checkpoint.from_value(value)
 
-    def records(self, partition: int):
-        """(key, value) of every committed record of one partition of the topic, in order."""
-        return self._read_partition(partition)
+    def latest(self, partition: int) -> dict[bytes, bytes]:
+        """Key → last committed value of every live key in one partition of the topic (tombstoned keys absent),
+        refreshed first; a new dict the caller may keep."""
+        with self._lock:
+            self.refresh([partition])
+            return {key: value for key, (_offset, value) in self._caches[partition].entries.items()}
 
-    def _read_partition(self, partition: int):
-        start = list_offsets(self.client, self.topic, partition, "earliest")
-        end = list_offsets(self.client, self.topic, partition, "last_stable")
-        if start >= end:
+    def latest_items(self) -> list[tuple[bytes, bytes]]:
+        """(key, last committed value) of every live key in every partition, all partitions refreshed first;
+        per partition in the order the keys were last written."""
+        with self._lock:
+            self.refresh()
+            return [(key, value) for partition in range(self.partitions)
+                    for key, (_offset, value) in self._caches[partition].entries.items()]
+
+    def records(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of one partition as a reader of the compacted topic sees it: the last committed value of
+        every live key, in the order they were last written (what full compaction would leave; older values
+        and tombstones are folded away, so replaying these gives the same "last value per key" as replaying
+        every record)."""
+        return iter(list(self.latest(partition).items()))
+
+    def invalidate(self) -> None:
+        """Drop every cached partition: the next read re-reads the topic from the log start."""
+        with self._lock:
+            self.cache_resets += len(self._caches)
+            self._caches.clear()
+            self._topic_id = None
+
+    def refresh(self, partitions: Iterable[int] | None = None) -> None:
+        """Bring the cache of ``partitions`` (default: all) up to the current last stable offsets.
+
+        Settling: the broker acknowledges a transaction's commit before it has written the commit markers, and
+        until then the last stable offset (LSO) still hides the committed records. So a refresh first notes each
+        partition's high watermark — every write acknowledged before the read began lies below it — and waits
+        (up to ``settle_timeout_s``) until the LSO has reached it, i.e. until every transaction that had written
+        to the partition by then is decided; then it reads up to the LSO. A transaction still open after that
+        (a hung writer; the broker aborts it after its timeout) only hides its own records and everything behind
+        it, as it does from any READ_COMMITTED consumer.
+
+        The topic id is checked before (a recreated topic drops every partition cache) and again after the
+        fetches; if it changed in between, what was read may belong to the new topic, so everything is dropped
+        and read again.
+        """
+        wanted = sorted(set(range(self.partitions) if partitions is None else partitions))
+        for partition in wanted:
+            if not 0 <= partition < self.partitions:
+                raise ValueError(f"partition {partition} is not in [0, {self.partitions})")
+        if not wanted:
             return
+        with self._lock:
+            for _attempt in range(5):
+                self._check_topic_id(self._topic_metadata(wanted[0], refresh=True).topic_id)
+                stable = self._settled_offsets(wanted)
+                earliest = self._offsets(wanted, "earliest")
+                try:
+                    for partition in wanted:
+                        self._refresh_partition(partition, earliest[partition], stable[partition])
+                except TopicRecreatedError:  # a fetcher saw the id change under it: start over
+                    self.invalidate()
+                    continue
+                seen = self._topic_metadata(wanted[0], refresh=False).topic_id
+                if seen is None or seen == self._topic_id:
+                    return
+            raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} keeps being "
+                              "recreated while it is read")
+
+    def _settled_offsets(self, partitions: list[int]) -> dict[int, int]:
+        """partition → LSO, after waiting (bounded) for the transactions written before this call to settle."""
+        ends = self._offsets(partitions, "latest")
+        stable = self._offsets(partitions, "last_stable")
+        pending = [p for p in partitions if stable[p] < ends[p]]
+        deadline = time.monotonic() + self.settle_timeout_s
+        delay = 0.005
+        while pending and time.monotonic() < deadline:
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.1)
+            stable.update(self._offsets(pending, "last_stable"))
+            pending = [p for p in pending if stable[p] < ends[p]]
+        if pending:
+            log.info("checkpoint topic %s on %s: a transaction is still open in partitions %s after %.1fs; "
+                     "reading up to their last stable offsets", self.topic, self.cluster.name, pending,
+                     self.settle_timeout_s)
+        return stable
+
+    def _offsets(self, partitions: list[int], which: str) -> dict[int, int]:
+        """partition → offset (``which`` as in :func:`list_offsets`): one ListOffsets request per leader; what
+        that cannot answer (leader moved, transient errors) goes through :func:`list_offsets` and its retries."""
+        timestamp, isolation = _OFFSET_SPECS[which]
+        out: dict[int, int] = {}
+        try:
+            by_leader: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+            for partition in partitions:
+                leader, epoch = self.client.leader_for(self.topic, partition)
+                by_leader[leader].append((partition, epoch))
+            Topic = ListOffsetsRequest.ListOffsetsTopic
+            for leader, parts in by_leader.items():
+                request = ListOffsetsRequest(
+                    replica_id=-1, isolation_level=int(isolation), timeout_ms=self.client.request_timeout_ms,
+                    topics=[Topic(name=self.topic, partitions=[
+                        Topic.ListOffsetsPartition(partition_index=p, current_leader_epoch=epoch, timestamp=timestamp)
+                        for p, epoch in parts])],
+                    min_version=max(1, ListOffsetsRequest.min_version_for_isolation_level(isolation)))
+                response = self.client.send(leader, request)
+                for topic in response.topics:
+                    for data in topic.partitions:
+                        if data.error_code == 0 and data.offset >= 0:
+                            out[data.partition_index] = data.offset
+        except Errors.KafkaError:
+            pass  # the per-partition look-ups below retry (and refresh metadata) as needed
+        for partition in partitions:
+            if partition not in out:
+                out[partition] = list_offsets(self.client, self.topic, partition, which)
+        return out
+
+    def _check_topic_id(self, topic_id: uuid.UUID | None) -> None:
+        if topic_id is not None and topic_id != self._topic_id:
+            if self._caches:
+                log.info("checkpoint topic %s on %s has a new topic id (%s, was %s): re-reading it", self.topic,
+                         self.cluster.name, topic_id, self._topic_id)
+                self.cache_resets += len(self._caches)
+            self._caches.clear()
+            self._topic_id = topic_id
+
+    def _topic_metadata(self, partition: int, *, refresh: bool):
+        backoff = Backoff(give_up_after=60.0)
+        while True:
+            try:
+                return self.client.topic_metadata(self.topic, refresh=refresh)
+            except Errors.KafkaError as exc:
+                if not is_retriable(type(exc)):
+                    raise
+                refresh = True
+                if not backoff.wait():
+                    raise PartitionUnavailableError(self.cluster.name, self.topic, partition,
+                                                    f"Metadata: {type(exc).__name__}") from None
+
+    def _refresh_partition(self, partition: int, earliest: int, stable: int) -> None:
+        """Apply the partition's current log start (``earliest``) and read its new records up to ``stable``."""
+        for _attempt in range(5):
+            cache = self._caches.get(partition)
+            if cache is not None and (stable < cache.next_offset or earliest < cache.log_start
+                                      or earliest > cache.next_offset):
+                # truncated below what we read, or records we never read were deleted: start over at the log start
+                log.info("checkpoint topic %s-%d on %s: log start %d, last stable %d, cache at [%d, %d); re-reading",
+                         self.topic, partition, self.cluster.name, earliest, stable, cache.log_start,
+                         cache.next_offset)
+                self.cache_resets += 1
+                cache = None
+            if cache is None:
+                cache = self._caches[partition] = _PartitionCache(earliest)
+            elif earliest > cache.log_start:
+                cache.prune_below(earliest)
+            if cache.next_offset >= stable:
+                return
+            try:
+                self._read_into(cache, partition, stable)
+                return
+            except DataLossError:  # the log start passed our position between the look-up and the fetch
+                self._caches.pop(partition, None)
+                self.cache_resets += 1
+                earliest = list_offsets(self.client, self.topic, partition, "earliest")
+                stable = list_offsets(self.client, self.topic, partition, "last_stable")
+        raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic}-{partition} kept losing "
+                          "its log start while it was read")
+
+    def _read_into(self, cache: _PartitionCache, partition: int, end: int) -> None:
+        """Fold the committed records of ``[cache.next_offset, end)`` into ``cache``; ``end`` is an LSO."""
+        start = cache.next_offset
         fetcher = RawBatchFetcher(self.client, self.topic, partition, start, end)
+        updates: list[tuple[int, bytes, bytes | None]] = []
         while not fetcher.done:
             for view in fetcher.fetch().batches:
                 for record in read_records(view):
                     if record.offset < start or record.offset >= end:
                         continue
                     key, value, _headers = decode_record_tail(record.tail)
-                    yield key, value
+                    self.records_read += 1
+                    if key is not None:
+                        updates.append((record.offset, key, value))
+        for offset, key, value in updates:  # only once the whole range was read: a failed read changes nothing
+            cache.apply(offset, key, value)
+        cache.next_offset = end
 
     def export_parquet(self, path: Path, pipeline: str | None = None) -> int:
         """Write the checkpoints (one row each, offset runs as a list column) to Parquet; returns the row count."""

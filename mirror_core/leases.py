@@ -1,10 +1,11 @@
 """Leases on lanes, so several daemon processes share a pipeline's lanes.
 
 A lease is a record in the checkpoint topic (key ``{"lease": lane, "pipeline": p}``, value holder + expiry), read
-with READ_COMMITTED like the checkpoints. The lease only coordinates who *should* write a lane; what makes a
-second writer harmless is the broker: a lease taker opens the lane with its transactional.id, which fences the
-former holder (a paused or partitioned process cannot write after that). Clocks only decide when a lease looks
-expired; a wrong clock costs a fencing, never data.
+with READ_COMMITTED like the checkpoints, through the same incremental cache (:class:`CheckpointStore` keeps the
+last value per key of every partition; a lease read refreshes it with only the records appended since). The
+lease only coordinates who *should* write a lane; what makes a second writer harmless is the broker: a lease taker
+opens the lane with its transactional.id, which fences the former holder (a paused or partitioned process cannot
+write after that). Clocks only decide when a lease looks expired; a wrong clock costs a fencing, never data.
 
 Membership: every daemon also keeps a heartbeat record (lane ``__member__:<worker>``) renewed with its leases, so a
 daemon that holds no lane yet (a newcomer) is counted when the others compute their fair share and give lanes back.
@@ -55,18 +56,16 @@ class LeaseStore:
         return self.read_with_members(pipeline)[0]
 
     def read_with_members(self, pipeline: str) -> tuple[dict[str, Lease], dict[str, Lease]]:
-        """(lane → lease, worker → membership heartbeat) in one scan of the topic."""
+        """(lane → lease, worker → membership heartbeat), from the store's incremental cache of the topic
+        (:meth:`CheckpointStore.latest_items`: one refresh of every partition, then only live keys; a released
+        membership, i.e. a tombstone, is simply absent)."""
         leases: dict[str, Lease] = {}
-        for partition in range(self.store.partitions):
-            for key, value in self.store.records(partition):
-                decoded = json.loads(key)
-                if not isinstance(decoded, dict) or decoded.get("pipeline") != pipeline:
-                    continue
-                if value is None:
-                    leases.pop(decoded["lease"], None)
-                else:
-                    body = json.loads(value)
-                    leases[decoded["lease"]] = Lease(pipeline, decoded["lease"], body["holder"], body["expires_ms"])
+        for key, value in self.store.latest_items():
+            decoded = json.loads(key)
+            if not isinstance(decoded, dict) or decoded.get("pipeline") != pipeline:
+                continue
+            body = json.loads(value)
+            leases[decoded["lease"]] = Lease(pipeline, decoded["lease"], body["holder"], body["expires_ms"])
         lanes = {lane: lease for lane, lease in leases.items() if not lane.startswith(MEMBER_PREFIX)}
         members = {lease.holder: lease for lane, lease in leases.items() if lane.startswith(MEMBER_PREFIX)}
         return lanes, members

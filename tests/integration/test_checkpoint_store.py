@@ -1,0 +1,266 @@
+"""The checkpoint store reads incrementally (real brokers).
+
+Every test uses its own checkpoint topic, and checks the store against two references: a fresh store (which
+reads the topic from the log start) and, where it matters, an independent confluent-kafka READ_COMMITTED reader
+folded into "last value per key". ``records_read`` shows how much a read fetched.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mirror_core.checkpoint import Checkpoint, CheckpointStore, checkpoint_partition
+from mirror_core.kafka_wire import WireClient
+from mirror_core.leases import Lease, LeaseStore, member_lane
+from mirror_core.writer import BatchWriter
+
+PARTITIONS = 3
+
+
+def _cp(pipeline: str, partition: int, position: int, topic: str = "t") -> Checkpoint:
+    return Checkpoint(pipeline=pipeline, topic=topic, partition=partition, position=position,
+                      target_topic=f"dr.{topic}", target_partition=partition, target_next=None, owner="copy",
+                      owner_epoch=1, updated_ms=1_700_000_000_000 + position)
+
+
+def _put(cluster, store: CheckpointStore, items: list[tuple[bytes, bytes | None]]) -> None:
+    """Plain (non-transactional, idempotent) writes, each to its key's partition; returns once acknowledged."""
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+    producer = Producer(cluster.config.confluent(**{"enable.idempotence": True, "linger.ms": 0}))
+    for key, value in items:
+        producer.produce(store.topic, key=key, value=value, partition=checkpoint_partition(key, store.partitions),
+                         on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+    assert producer.flush(30) == 0 and not errors, errors
+
+
+def _put_cps(cluster, store: CheckpointStore, cps: list[Checkpoint]) -> None:
+    _put(cluster, store, [(cp.key, cp.to_value()) for cp in cps])
+
+
+def _fresh(cluster, client: WireClient, store: CheckpointStore) -> CheckpointStore:
+    return CheckpointStore(cluster.config, client, topic=store.topic, partitions=store.partitions)
+
+
+def _independent_fold(cluster, topic: str) -> dict[bytes, bytes]:
+    """Last committed value per key as a stock READ_COMMITTED consumer sees the topic (tombstones remove keys)."""
+    out: dict[bytes, bytes] = {}
+    for record in cluster.read_all(topic):
+        if record.value is None:
+            out.pop(record.key, None)
+        else:
+            out[record.key] = record.value
+    return out
+
+
+def _keys_in(partition: int, count: int, pipeline: str = "p") -> list[Checkpoint]:
+    """``count`` checkpoints whose keys all land in checkpoint partition ``partition``."""
+    out, n = [], 0
+    while len(out) < count:
+        cp = _cp(pipeline, n, 0)
+        if checkpoint_partition(cp.key, PARTITIONS) == partition:
+            out.append(cp)
+        n += 1
+    return out
+
+
+@pytest.fixture
+def wire(target_cluster):
+    with WireClient.for_cluster(target_cluster.config) as client:
+        yield client
+
+
+@pytest.fixture
+def store(target_cluster, wire, unique_name):
+    store = CheckpointStore(target_cluster.config, wire, topic=unique_name("checkpoints"), partitions=PARTITIONS)
+    store.ensure_topic()
+    yield store
+    target_cluster.admin.delete(store.topic)
+
+
+def test_second_read_reads_only_what_was_appended(target_cluster, wire, store):
+    _put_cps(target_cluster, store, [_cp("p1", i, 100 + i) for i in range(30)] + [_cp("p2", i, 1) for i in range(5)])
+    first = store.read_all("p1")
+    assert {k[2]: cp.position for k, cp in first.items()} == {i: 100 + i for i in range(30)}
+    assert store.records_read == 35, "the first read reads every record"
+
+    _put_cps(target_cluster, store, [*(_cp("p1", i, 200 + i) for i in range(5)), _cp("p1", 30, 7), _cp("p1", 31, 7)])
+    second = store.read_all("p1")
+    assert store.records_read == 35 + 7, "the second read reads only the 7 records appended since"
+    assert {k[2]: cp.position for k, cp in second.items()} == \
+        {**{i: 100 + i for i in range(30)}, **{i: 200 + i for i in range(5)}, 30: 7, 31: 7}
+
+    fresh = _fresh(target_cluster, wire, store)
+    assert fresh.read_all("p1") == second and fresh.read_all() == store.read_all()
+    assert fresh.records_read == 42
+    assert store.records_read == 42, "nothing new: a read fetches nothing"
+    assert dict(store.latest_items()) == _independent_fold(target_cluster, store.topic)
+
+
+def test_read_refreshes_only_its_own_partition(target_cluster, wire, store):
+    a, b = _keys_in(0, 2), _keys_in(1, 2)
+    _put_cps(target_cluster, store, [*a, *b])
+    assert store.read("p", a[0].topic, a[0].partition) == a[0]
+    assert store.records_read == 2, "only partition 0 was read"
+    _put_cps(target_cluster, store, [_cp("p", b[0].partition, 9)])  # partition 1
+    assert store.read("p", a[1].topic, a[1].partition) == a[1]
+    assert store.records_read == 2, "partition 1 changed, partition 0 did not: nothing fetched"
+    assert store.read("p", "t", b[0].partition).position == 9
+    assert store.records_read == 2 + 3, "partition 1 read from its start once (two old records and the new one)"
+    assert [k for k, _v in store.records(1)] == [b[1].key, b[0].key], \
+        "records(): live keys in order of their last write"
+
+
+def test_open_transaction_is_invisible_until_commit_and_aborted_never_shows(target_cluster, wire, unique_name):
+    from confluent_kafka import Producer
+
+    store = CheckpointStore(target_cluster.config, wire, topic=unique_name("checkpoints"), partitions=PARTITIONS,
+                            settle_timeout_s=0.5)
+    store.ensure_topic()
+    try:
+        k, k2, k3, k4 = _keys_in(2, 4)
+        _put_cps(target_cluster, store, [_cp("p", k.partition, 1)])
+        assert store.read("p", "t", k.partition).position == 1
+
+        producer = Producer(target_cluster.config.confluent(**{"transactional.id": f"{store.topic}.txn"}))
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for cp in (_cp("p", k.partition, 2), _cp("p", k2.partition, 2)):
+            producer.produce(store.topic, key=cp.key, value=cp.to_value(), partition=2)
+        assert producer.flush(30) == 0
+        _put_cps(target_cluster, store, [_cp("p", k3.partition, 3)])  # plain write behind the open transaction
+
+        started = time.monotonic()
+        during = store.read_all("p")
+        assert time.monotonic() - started < 10, "an open transaction costs a bounded wait, not a hang"
+        assert {key[2]: cp.position for key, cp in during.items()} == {k.partition: 1}, \
+            "neither the open transaction nor the write behind it is visible"
+        assert store.read("p", "t", k2.partition) is None
+
+        producer.commit_transaction(30)
+        after = store.read_all("p")  # right after the commit was acknowledged: no polling
+        assert {key[2]: cp.position for key, cp in after.items()} == {k.partition: 2, k2.partition: 2, k3.partition: 3}
+
+        producer.begin_transaction()
+        aborted = _cp("p", k.partition, 666)
+        producer.produce(store.topic, key=aborted.key, value=aborted.to_value(), partition=2)
+        assert producer.flush(30) == 0
+        producer.abort_transaction(30)
+        before = store.records_read
+        _put_cps(target_cluster, store, [_cp("p", k4.partition, 4)])  # moves the stable offset past the abort
+        final = store.read_all("p")
+        assert {key[2]: cp.position for key, cp in final.items()} == \
+            {k.partition: 2, k2.partition: 2, k3.partition: 3, k4.partition: 4}
+        assert store.records_read == before + 1, "the aborted record is never even decoded"
+        assert _fresh(target_cluster, wire, store).read_all("p") == final
+        assert {cp.key: cp.to_value() for cp in final.values()} == _independent_fold(target_cluster, store.topic)
+    finally:
+        target_cluster.admin.delete(store.topic)
+
+
+def test_a_commit_acknowledged_by_the_writer_is_seen_by_the_next_read(wire, store):
+    """The broker acknowledges EndTxn before it writes the commit markers; the store's read waits for them."""
+    writer = BatchWriter(wire, transactional_id=f"{store.topic}.lane")
+    writer.init_producer_id()
+    reader = CheckpointStore(store.cluster, wire, topic=store.topic, partitions=store.partitions)
+    for position in range(1, 31):
+        writer.begin_transaction()
+        writer.write([store.checkpoint_batch(_cp("p", 0, position))])
+        writer.commit_transaction()
+        seen = reader.read("p", "t", 0)
+        assert seen is not None and seen.position == position, f"commit {position} not visible right after its ack"
+    assert reader.records_read == 30
+
+
+def test_tombstones_remove_keys(target_cluster, wire, store):
+    a, b = _cp("p", 0, 5), _cp("p", 1, 6)
+    _put_cps(target_cluster, store, [a, b])
+    assert set(store.read_all("p")) == {("p", "t", 0), ("p", "t", 1)}
+    _put(target_cluster, store, [(a.key, None)])
+    assert set(store.read_all("p")) == {("p", "t", 1)}
+    assert store.read("p", "t", 0) is None and store.records_read == 3
+    assert _fresh(target_cluster, wire, store).read_all("p") == store.read_all("p")
+    _put_cps(target_cluster, store, [_cp("p", 0, 7)])
+    assert store.read("p", "t", 0).position == 7
+
+
+def test_delete_records_prunes_or_forces_a_reread(target_cluster, wire, unique_name):
+    """A compacted-only topic refuses delete_records (POLICY_VIOLATION), so this checkpoint topic also has the
+    delete policy, the way an operator could have configured it (retention moves the log start the same way)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = target_cluster.create_topic(unique_name("checkpoints"), 1, {
+        "cleanup.policy": "compact,delete", "min.compaction.lag.ms": "0", "segment.ms": "3600000"})
+    admin = AdminClient(target_cluster.config.confluent())
+
+    def delete_before(offset: int) -> None:
+        done = admin.delete_records([TopicPartition(topic, 0, offset)])
+        assert next(iter(done.values())).result(30).low_watermark == offset
+
+    try:
+        store = CheckpointStore(target_cluster.config, wire, topic=topic, partitions=1)
+        store.ensure_topic()  # exists with the right partition count: left as it is
+        _put_cps(target_cluster, store, [_cp("p", i, i) for i in range(10)])   # offsets 0..9
+        _put_cps(target_cluster, store, [_cp("p", 0, 100)])                    # offset 10
+        assert len(store.read_all("p")) == 10 and store.records_read == 11
+
+        delete_before(5)  # below what the store has read: the keys last written below 5 disappear
+        pruned = store.read_all("p")
+        assert {k[2]: cp.position for k, cp in pruned.items()} == {0: 100, **{i: i for i in range(5, 10)}}
+        assert store.records_read == 11 and store.cache_resets == 0, "pruned in place, nothing re-read"
+        assert _fresh(target_cluster, wire, store).read_all("p") == pruned
+
+        _put_cps(target_cluster, store, [_cp("p", 20 + i, i) for i in range(5)])  # offsets 11..15, not read yet
+        delete_before(13)  # past what the store has read: it must start over at the new log start
+        reread = store.read_all("p")
+        assert {k[2]: cp.position for k, cp in reread.items()} == {22: 2, 23: 3, 24: 4}
+        assert store.cache_resets == 1 and store.records_read == 11 + 3, "re-read from the log start (13..15)"
+        assert _fresh(target_cluster, wire, store).read_all("p") == reread
+        assert {cp.key: cp.to_value() for cp in reread.values()} == _independent_fold(target_cluster, topic)
+    finally:
+        target_cluster.admin.delete(topic)
+
+
+def test_recreated_checkpoint_topic_is_read_anew(target_cluster, wire, store):
+    _put_cps(target_cluster, store, [_cp("old", i, 1) for i in range(4)])
+    assert len(store.read_all()) == 4
+    target_cluster.admin.recreate(store.topic, PARTITIONS, {"cleanup.policy": "compact"})
+    # more records than before, so every partition's new stable offset is past what the store had read: only the
+    # topic id tells that these offsets belong to another log
+    _put_cps(target_cluster, store, [_cp("new", i, 2) for i in range(20)])
+    after = store.read_all()
+    assert {k[0] for k in after} == {"new"} and len(after) == 20
+    assert store.cache_resets >= 1
+    assert _fresh(target_cluster, wire, store).read_all() == after
+
+
+def test_leases_read_through_the_same_cache(target_cluster, wire, store):
+    leases = LeaseStore(store, target_cluster.config.confluent())
+    far = int(time.time() * 1000) + 600_000
+    for lane in ("a", "b", "c"):
+        leases.write(Lease("p", lane, "w1", far))
+    leases.heartbeat("p", "w1", far)
+    leases.heartbeat("p", "w2", far)
+    leases.write(Lease("other", "a", "w9", far))
+    _put_cps(target_cluster, store, [_cp("p", 0, 1)])
+    lanes, members = leases.read_with_members("p")
+    assert {lane: lease.holder for lane, lease in lanes.items()} == {"a": "w1", "b": "w1", "c": "w1"}
+    assert set(members) == {"w1", "w2"}
+    assert store.records_read == 7
+
+    for n in range(10):
+        leases.write(Lease("p", "a", "w1", far + n))
+    leases.leave("p", "w2")
+    leases.release("p", "b", "w1")
+    lanes, members = leases.read_with_members("p")
+    assert store.records_read == 7 + 12, "only the renewals, the leave and the release are read"
+    assert lanes["a"].expires_ms == far + 9 and lanes["b"].expires_ms == 0 and set(members) == {"w1"}
+    assert member_lane("w2") not in lanes
+    fresh = LeaseStore(_fresh(target_cluster, wire, store), {})
+    assert fresh.read_with_members("p") == (lanes, members)
+    assert {k[2] for k in store.read_all("p")} == {0} and store.records_read == 19, \
+        "checkpoints come from the same cache: no re-read"
