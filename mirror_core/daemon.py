@@ -3,10 +3,11 @@
     shoal mirror run --config pipeline.yaml          (or: python -m mirror_core.daemon --config pipeline.yaml)
 
 Each loop: re-evaluate the topic regex now and then (new topics get their target topic through the same
-preflight as a copy, partitions added on the source are added on the target, topic configs that matter are synced
-to the target), keep leases on a fair share of the eligible lanes, then one **fetch round**: one Fetch request per
-source broker carrying every held partition it leads (:mod:`mirror_core.broker_fetch`, the Java consumer's way;
-the request long-polls ``poll_interval_ms``, so an idle daemon waits on the brokers, not on a timer), and each
+preflight as a copy, partitions added on the source are added on the target, and every ``config_sync_interval_s``
+the topic configs that matter are synced to the target), keep leases on a fair share of the eligible lanes, then
+one **fetch round**: one Fetch request per source broker carrying every held partition it leads
+(:mod:`mirror_core.broker_fetch`, the Java consumer's way; the request long-polls ``poll_interval_ms``, so an idle
+daemon waits on the brokers, not on a timer), and each
 lane's share of the answer copied and committed, data and checkpoint together. A lane is eligible when its
 checkpoint belongs to the daemon (handed off by a backfill) or when it has none yet (a new partition, mirrored from
 its beginning); a lane a backfill still owns is left alone until it is handed off.
@@ -67,6 +68,15 @@ log = logging.getLogger("shoal.daemon")
 
 
 
+class NotHandedOffError(MirrorError):
+    """The lane's checkpoint belongs to a backfill that has not handed it off: the daemon must not write it."""
+
+    def __init__(self, pipeline: str, checkpoint):
+        super().__init__(f"pipeline {pipeline!r} {checkpoint.topic}-{checkpoint.partition}: owned by "
+                         f"{checkpoint.owner!r} at position {checkpoint.position}, not handed off to the daemon yet; "
+                         "left alone until `shoal handoff` (or the DAG's handoff task) transfers it")
+
+
 class ForcedShutdown(BaseException):
     """Raised on the main thread when a SIGTERM's grace period ran out (see :func:`run_daemon`). A BaseException,
     like KeyboardInterrupt, so the daemon's "log and retry" handlers do not swallow it."""
@@ -120,6 +130,7 @@ class ShallowMirrorDaemon:
         self.status = DaemonStatus()
         self._next_rescan = 0.0
         self._next_lease = 0.0
+        self._next_config_sync = 0.0
         self._round = 0
 
     # ---- main loop ---------------------------------------------------------------------------------------------
@@ -187,12 +198,18 @@ class ShallowMirrorDaemon:
         from mirror_core.plan_inputs import list_topics
 
         topics = list_topics(self.source)
+        now = time.monotonic()
+        sync_configs = now >= self._next_config_sync
+        if sync_configs:
+            self._next_config_sync = now + self.config.config_sync_interval_s
         for topic, partitions in sorted(topics.items()):
             if not self._selected(topic):
                 continue
             target_topic = self.naming.target_for(topic)
             known = {s.partition for s in self.lanes.values() if s.topic == topic}
             if len(known) == partitions:
+                if sync_configs:
+                    self._sync_configs(topic, target_topic)
                 continue
             try:
                 self._prepare_target(topic, target_topic, partitions)
@@ -205,6 +222,22 @@ class ShallowMirrorDaemon:
                 if lane not in self.lanes:
                     self.lanes[lane] = LaneState(topic, p, target_topic, lane)
                     event("lane_discovered", topic=topic, partition=p, lane=lane)
+
+    def _sync_configs(self, topic: str, target_topic: str) -> None:
+        """Bring the target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp
+        bounds: :mod:`mirror_core.topic_config_sync`) in step with the source's. A failure is logged and counted;
+        the next sync tries again, copying never waits for it."""
+        from mirror_core.topic_config_sync import sync_topic_configs
+
+        try:
+            changes = sync_topic_configs(self.config.source, self.config.target, topic, target_topic)
+        except MirrorError as exc:
+            self.metrics.errors.labels("config_sync").inc()
+            event("config_sync_failed", logging.WARNING, topic=topic, target_topic=target_topic, error=exc)
+            return
+        for change in changes:
+            self.metrics.config_changes.labels(target_topic).inc()
+            event("config_synced", topic=topic, target_topic=target_topic, change=f"'{change}'")
 
     def _selected(self, topic: str) -> bool:
         if is_internal_topic(topic) and topic not in self.include.named:
@@ -281,15 +314,21 @@ class ShallowMirrorDaemon:
         if state.session is None:
             cfg = self.config
             cp = self.store.read(cfg.pipeline, state.topic, state.partition)
-            epoch = cp.owner_epoch if cp is not None and cp.owner == DAEMON_OWNER else 1
+            if cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
+                raise NotHandedOffError(cfg.pipeline, cp)
+            epoch = cp.owner_epoch if cp is not None else 1
             copier = CheckpointedCopier(
                 self.source, self.target, self.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
                 owner=DAEMON_OWNER, owner_epoch=epoch,
                 options=CopyOptions(max_inflight_bytes=cfg.commit_bytes),
                 policy=CommitPolicy(cfg.commit_bytes, cfg.commit_interval_ms))
             state.fetcher = None  # the new session's checkpoint says where to fetch
-            state.session = copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,
-                                             lane=state.lane)
+            session = copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,
+                                       lane=state.lane)
+            if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
+                # a backfill claimed the lane between our read and the open: leave it (its retry fences us back)
+                raise NotHandedOffError(cfg.pipeline, session.checkpoint)
+            state.session = session
             event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                   position=state.session.position)
         return state.session
@@ -380,7 +419,7 @@ class ShallowMirrorDaemon:
     def _failed(self, state: LaneState, exc: BaseException, *, fetching: bool = False) -> None:
         """Classify a lane's error: fenced → drop; recreated topic or lost data → halt for good; a retriable source
         fetch error → retry the fetch soon, session kept; anything else → reopen the lane after a backoff."""
-        if isinstance(exc, ProducerFencedError | OwnershipError):
+        if isinstance(exc, ProducerFencedError | OwnershipError | NotHandedOffError):
             self.metrics.errors.labels("fenced").inc()
             self._drop(state.lane, f"fenced: {exc}")
         elif isinstance(exc, TopicRecreatedError | DataLossError):

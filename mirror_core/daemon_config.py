@@ -11,6 +11,7 @@
     commit_bytes: 4194304
     poll_interval_ms: 200                              # how often an idle lane looks for new data
     rescan_interval_s: 10                              # topic regex re-evaluated this often
+    config_sync_interval_s: 60                         # topic configs that matter synced to the target this often
     lease_ttl_s: 15
     metrics_port: 9308                                 # 0: no HTTP endpoint
     new_partitions: earliest                           # where a partition without checkpoint starts
@@ -42,6 +43,7 @@ class PipelineConfig:
     commit_bytes: int = 4 * 1024 * 1024
     poll_interval_ms: int = 200
     rescan_interval_s: float = 10.0
+    config_sync_interval_s: float = 60.0
     lease_ttl_s: float = 15.0
     metrics_port: int = 9308
     new_partitions: str = "earliest"
@@ -55,7 +57,7 @@ class PipelineConfig:
         if self.new_partitions not in ("earliest", "latest"):
             raise ConfigError(f"pipeline {self.pipeline!r}: new_partitions must be earliest or latest")
         for name in ("commit_interval_ms", "commit_bytes", "poll_interval_ms", "rescan_interval_s", "lease_ttl_s",
-                     "fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s"):
+                     "fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s", "config_sync_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
 

@@ -93,7 +93,10 @@ class LeaseStore:
         self._producer.produce(self.store.topic, key=key, value=value,
                                partition=checkpoint_partition(key, self.store.partitions),
                                on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
-        left = self._producer.flush(30)
+        deadline = time.monotonic() + 30
+        left = self._producer.flush(0.2)
+        while left and not errors and time.monotonic() < deadline:  # in slices: signal handlers (a SIGTERM's
+            left = self._producer.flush(0.2)                       # grace alarm) run between them
         if errors or left:
             from mirror_core.errors import MirrorError
 

@@ -136,11 +136,14 @@ class LoadProducer(threading.Thread):
     timestamps, plus a committed and an aborted source transaction every ``txn_every_s`` (so markers and aborted
     data are in the daemon's way). Topics can be added while it runs."""
 
-    def __init__(self, cluster, topics: list[str], *, rate: int = 800, txn_every_s: float = 1.0, seed: int = 1):
+    def __init__(self, cluster, topics: list[str], *, rate: int = 800, txn_every_s: float = 1.0, seed: int = 1,
+                 value_bytes: tuple[int, int] = (50, 400)):
         super().__init__(name="load-producer", daemon=True)
         self.cluster, self.topics, self.rate, self.txn_every_s = cluster, list(topics), rate, txn_every_s
+        self.value_bytes = value_bytes
         self.random = random.Random(seed)
         self.produced = 0
+        self.produced_bytes = 0
         self.errors: list[str] = []
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
@@ -157,9 +160,10 @@ class LoadProducer(threading.Thread):
         txn = Producer(self.cluster.config.confluent(**{"transactional.id": f"load.{self.topics[0]}.{id(self)}"}))
         txn.init_transactions(30)
 
-        def on_delivery(err, _msg):
+        def on_delivery(err, msg):
             if err is None:
                 self.produced += 1
+                self.produced_bytes += len(msg.value())
             else:
                 self.errors.append(err.str())
 
@@ -173,7 +177,7 @@ class LoadProducer(threading.Thread):
                 for _ in range(per_tick):
                     topic = topics[n % len(topics)]
                     plain.produce(topic, key=b"k%d" % (n % 101), value=b"%d:" % n + self.random.randbytes(
-                        self.random.randint(50, 400)), headers=[("n", b"%d" % n)], on_delivery=on_delivery)
+                        self.random.randint(*self.value_bytes)), headers=[("n", b"%d" % n)], on_delivery=on_delivery)
                     n += 1
                 plain.poll(0)
                 if time.monotonic() >= next_txn:
@@ -286,7 +290,8 @@ def test_live_load_exact_new_topic_and_metrics(sandbox, source_cluster, target_c
     source_cluster.create_topic(first, partitions=3)
     pipeline = f"live-{prefix.rsplit('.', 1)[-1]}"
     port = free_port()
-    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), metrics_port=port)
+    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), metrics_port=port,
+                            config_sync_interval_s=1)
     daemon = daemon_factory(config, "live-1", port).start()
     load = LoadProducer(source_cluster, [first], rate=800, seed=11)
     load.start()
@@ -321,6 +326,16 @@ def test_live_load_exact_new_topic_and_metrics(sandbox, source_cluster, target_c
     rounds, requests = metrics[("shoal_fetch_rounds_total", ())], metrics[("shoal_fetch_requests_total", ())]
     assert rounds > 20 and requests == rounds
     assert metrics[("shoal_fetch_partitions_total", ())] / requests > 2.5
+
+    # a topic config that matters, changed on the source, reaches the target without a restart
+    from tests.integration.test_topic_config_sync_kafka import alter, described
+
+    alter(source_cluster, first, {"retention.ms": "777600000", "cleanup.policy": "compact,delete"})
+    wait_for(lambda: described(target_cluster, f"dr.{first}")["retention.ms"][0] == "777600000" and
+             described(target_cluster, f"dr.{first}")["cleanup.policy"][0] == "compact,delete", 30,
+             "retention.ms and cleanup.policy synced to the target", daemons=(daemon,))
+    assert f"event=config_synced topic={first} target_topic=dr.{first} change='retention.ms:" in daemon.log_text()
+    assert daemon.metrics()[("shoal_topic_config_changes_total", (("topic", f"dr.{first}"),))] >= 2
     rc, seconds = daemon.terminate()
     assert rc == 0 and seconds < 10, (rc, seconds, daemon.tail())
 
