@@ -89,7 +89,12 @@ def fetch_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_
     if stats is not None:
         stats.rounds += 1
     for members, future in in_flight:
-        wait_fetch(client, future)
+        try:
+            wait_fetch(client, future)
+        except Exception as exc:  # noqa: BLE001 - e.g. authentication failing now: this broker's partitions fail
+            for i, _ in members:
+                _failed(fetchers[i], outcomes[i], exc)
+            continue
         error = future.exception if future.failed() else None
         if error is None and future.value.error_code:
             error = Errors.for_code(future.value.error_code)()

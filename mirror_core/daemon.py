@@ -55,7 +55,14 @@ from mirror_core.checkpointed import (
 from mirror_core.copier import CopyOptions, FetchedOnce
 from mirror_core.daemon_config import PipelineConfig, load_pipeline_config
 from mirror_core.daemon_metrics import DaemonMetrics, serve_metrics
-from mirror_core.errors import DataLossError, MirrorError, ProducerFencedError, TopicRecreatedError
+from mirror_core.daemon_retention import RetentionWatch
+from mirror_core.errors import (
+    CorruptBatchError,
+    DataLossError,
+    MirrorError,
+    ProducerFencedError,
+    TopicRecreatedError,
+)
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.handoff import DAEMON_OWNER, new_worker_id
 from mirror_core.kafka_wire import WireClient, is_retriable
@@ -132,6 +139,9 @@ class ShallowMirrorDaemon:
         self._next_lease = 0.0
         self._next_config_sync = 0.0
         self._round = 0
+        self.retention = RetentionWatch(config.source, config.target, self.metrics,
+                                        interval_s=config.retention_interval_s,
+                                        fetch_bytes=config.partition_fetch_max_bytes)
 
     # ---- main loop ---------------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -142,6 +152,7 @@ class ShallowMirrorDaemon:
             self.store = CheckpointStore(cfg.target, target)
             self.store.ensure_topic()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
+            self.retention.start()
             forced = False
             try:
                 while not stop.is_set():
@@ -160,6 +171,7 @@ class ShallowMirrorDaemon:
                            "resumes at the last committed checkpoints")
                 raise
             finally:
+                self.retention.stop()  # no join: an assessment stuck on a slow source must not eat the grace
                 if not forced:  # leases of a forced stop just expire (the target may be the reason for it)
                     self._shutdown()
         event("stop", pipeline=cfg.pipeline, worker=self.worker_id)
@@ -364,6 +376,8 @@ class ShallowMirrorDaemon:
                 self._failed(state, exc)
                 continue
             ready.append((state, fetcher.position))
+            self._leases_if_due()  # opening many lanes (startup, rebalance) must not let our leases lapse
+        ready = [(state, start) for state, start in ready if state.lane in self.held and state.fetcher is not None]
         if not ready:
             return None
         stats = RoundStats()
@@ -383,7 +397,21 @@ class ShallowMirrorDaemon:
             # renew between lanes, not once per round: many lanes (or slow commits) must not let our leases
             # lapse, or another daemon takes them and the two keep fencing each other
             self._leases_if_due()
+        self.retention.publish(self._held_positions())
         return copied
+
+    def _held_positions(self) -> dict[tuple[str, int], int]:
+        """(topic, partition) → next source offset to copy as committed (the checkpoint; a lane without one yet:
+        where it starts), for every held lane whose position is known."""
+        out = {}
+        for lane in self.held:
+            state = self.lanes[lane]
+            position = state.session.position if state.session is not None else None
+            if position is None:
+                position = state.start
+            if position is not None:
+                out[(state.topic, state.partition)] = position
+        return out
 
     def _copy_fetched(self, state: LaneState, start: int, outcome: PartitionOutcome) -> int:
         """Copy one lane's share of a fetch round, ``[start, fetcher.position)``, and commit it with its checkpoint."""
@@ -422,9 +450,13 @@ class ShallowMirrorDaemon:
         if isinstance(exc, ProducerFencedError | OwnershipError | NotHandedOffError):
             self.metrics.errors.labels("fenced").inc()
             self._drop(state.lane, f"fenced: {exc}")
-        elif isinstance(exc, TopicRecreatedError | DataLossError):
-            kind = "topic_recreated" if isinstance(exc, TopicRecreatedError) else "data_loss"
+        elif isinstance(exc, TopicRecreatedError | DataLossError | CorruptBatchError):
+            kind = "topic_recreated" if isinstance(exc, TopicRecreatedError) else \
+                "data_loss" if isinstance(exc, DataLossError) else "corrupt_batch"
             self.metrics.errors.labels(kind).inc()
+            if state.session is not None and state.session.writer._in_txn:  # a halted lane is not reopened: end
+                with contextlib.suppress(Exception):                       # its transaction now, not at timeout
+                    state.session.writer.abort_transaction()
             state.halted = str(exc)
             self.status.halted[state.lane] = str(exc)
             self.metrics.halted.set(len(self.status.halted))

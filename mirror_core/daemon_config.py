@@ -12,6 +12,7 @@
     poll_interval_ms: 200                              # how often an idle lane looks for new data
     rescan_interval_s: 10                              # topic regex re-evaluated this often
     config_sync_interval_s: 60                         # topic configs that matter synced to the target this often
+    retention_interval_s: 60                           # retention margin of the held partitions assessed this often
     lease_ttl_s: 15
     metrics_port: 9308                                 # 0: no HTTP endpoint
     new_partitions: earliest                           # where a partition without checkpoint starts
@@ -44,6 +45,7 @@ class PipelineConfig:
     poll_interval_ms: int = 200
     rescan_interval_s: float = 10.0
     config_sync_interval_s: float = 60.0
+    retention_interval_s: float = 60.0
     lease_ttl_s: float = 15.0
     metrics_port: int = 9308
     new_partitions: str = "earliest"
@@ -57,7 +59,8 @@ class PipelineConfig:
         if self.new_partitions not in ("earliest", "latest"):
             raise ConfigError(f"pipeline {self.pipeline!r}: new_partitions must be earliest or latest")
         for name in ("commit_interval_ms", "commit_bytes", "poll_interval_ms", "rescan_interval_s", "lease_ttl_s",
-                     "fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s", "config_sync_interval_s"):
+                     "fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s", "config_sync_interval_s",
+                     "retention_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
 

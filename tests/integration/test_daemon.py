@@ -291,7 +291,7 @@ def test_live_load_exact_new_topic_and_metrics(sandbox, source_cluster, target_c
     pipeline = f"live-{prefix.rsplit('.', 1)[-1]}"
     port = free_port()
     config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), metrics_port=port,
-                            config_sync_interval_s=1)
+                            config_sync_interval_s=1, retention_interval_s=2)
     daemon = daemon_factory(config, "live-1", port).start()
     load = LoadProducer(source_cluster, [first], rate=800, seed=11)
     load.start()
@@ -326,6 +326,20 @@ def test_live_load_exact_new_topic_and_metrics(sandbox, source_cluster, target_c
     rounds, requests = metrics[("shoal_fetch_rounds_total", ())], metrics[("shoal_fetch_requests_total", ())]
     assert rounds > 20 and requests == rounds
     assert metrics[("shoal_fetch_partitions_total", ())] / requests > 2.5
+    # retention margin of every held partition: caught up on a topic with the broker's 7-day retention → SAFE,
+    # nothing unmirrored, nothing lost
+    def retention_seen():
+        m = daemon.metrics()
+        return all(("shoal_retention_status", (("partition", str(p)), ("status", "SAFE"), ("topic", t))) in m
+                   for t, n in ((first, 3), (second, 2)) for p in range(n)) and m
+    metrics = wait_for(retention_seen, 20, "retention gauges", daemons=(daemon,))
+    for topic, partitions in ((first, 3), (second, 2)):
+        for p in range(partitions):
+            labels = (("partition", str(p)), ("topic", topic))
+            assert metrics[("shoal_retention_status", (("partition", str(p)), ("status", "SAFE"), ("topic", topic)))] \
+                == 1
+            assert metrics[("shoal_retention_lost_offsets", labels)] == 0
+            assert metrics[("shoal_retention_margin_seconds", labels)] > 3600
 
     # a topic config that matters, changed on the source, reaches the target without a restart
     from tests.integration.test_topic_config_sync_kafka import alter, described

@@ -32,6 +32,10 @@ def test_missing_keys_and_bad_values_are_named():
         pipeline_config_from_mapping({**BASE, "mode": "maybe-once"})
     with pytest.raises(ConfigError, match="lease_ttl_s"):
         pipeline_config_from_mapping({**BASE, "lease_ttl_s": 0})
+    for key in ("fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s", "config_sync_interval_s",
+                "retention_interval_s"):
+        with pytest.raises(ConfigError, match=key):
+            pipeline_config_from_mapping({**BASE, key: -1})
 
 
 def test_cluster_settings_may_live_in_their_own_file(tmp_path):
