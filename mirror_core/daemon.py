@@ -454,8 +454,9 @@ class ShallowMirrorDaemon:
             kind = "topic_recreated" if isinstance(exc, TopicRecreatedError) else \
                 "data_loss" if isinstance(exc, DataLossError) else "corrupt_batch"
             self.metrics.errors.labels(kind).inc()
-            if state.session is not None and state.session.writer._in_txn:  # a halted lane is not reopened: end
-                with contextlib.suppress(Exception):                       # its transaction now, not at timeout
+            # a halted lane is not reopened: end its open transaction now, not at its timeout
+            if state.session is not None and state.session.writer.in_transaction:
+                with contextlib.suppress(Exception):
                     state.session.writer.abort_transaction()
             state.halted = str(exc)
             self.status.halted[state.lane] = str(exc)

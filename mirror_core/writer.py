@@ -189,6 +189,11 @@ class BatchWriter:
         self._in_txn = True
         self._txn_partitions.clear()
 
+    @property
+    def in_transaction(self) -> bool:
+        """A transaction was begun and not yet committed or aborted."""
+        return self._in_txn
+
     def commit_transaction(self) -> None:
         self._end_transaction(committed=True)
 
