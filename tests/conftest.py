@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 FOLDER_MARKERS = {"unit": ("unit",), "integration": ("integration",), "spark": ("spark", "integration"),
-                  "airflow": ("airflow", "integration")}
+                  "airflow": ("airflow", "integration"), "faults": ("faults", "integration")}
 
 
 def pytest_collection_modifyitems(config, items):
