@@ -40,14 +40,13 @@ from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import DataLossError, MirrorError, PartitionUnavailableError, TopicRecreatedError
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
-from mirror_core.offset_map import OffsetMap
+from mirror_core.offset_map import OffsetMap, normalise_ranges
 from mirror_core.writer import OutgoingBatch
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_TOPIC = "__shoal_checkpoints"
 CHECKPOINT_PARTITIONS = 8
-FORMAT_VERSION = 2  # 2: offset map in OffsetMap's binary encoding
 SETTLE_TIMEOUT_S = 1.0  # how long a read waits for transactions written before it to settle (CheckpointStore.refresh)
 
 _OFFSET_SPECS = {  # as mirror_core.fetcher.list_offsets
@@ -59,7 +58,15 @@ _OFFSET_SPECS = {  # as mirror_core.fetcher.list_offsets
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """One source partition's copy state in one pipeline."""
+    """One source partition's copy state in one pipeline.
+
+    Invariants: ``position`` never passes what the target acknowledged (module docstring); ``lost_ranges`` are
+    sorted, disjoint source ranges ``[start, end)`` below ``position`` that an operator accepted as lost — they
+    were deleted (or truncated) on the source before they were copied, and the offset map declines to translate
+    into them (:attr:`offset_map` carries them); ``position_epoch`` is the source leader epoch of the last batch
+    below ``position`` (markers and aborted batches count), the pair a resumed lane validates with
+    OffsetsForLeaderEpoch; ``target_topic_id`` pins the target topic the offsets live in.
+    """
 
     pipeline: str
     topic: str
@@ -74,6 +81,16 @@ class Checkpoint:
     source_topic_id: str | None = None  # a different id later means the source topic was recreated
     handoff_position: int | None = None  # where ownership passed to the daemon (the seam `shoal verify seam` checks)
     updated_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    # -- format 3 --
+    position_epoch: int | None = None  # source leader epoch of the last batch below position (None: unknown)
+    target_topic_id: str | None = None  # a different id later means the target topic was recreated
+    lost_ranges: tuple[tuple[int, int], ...] = ()  # accepted losses, see the class docstring
+
+    def __post_init__(self) -> None:
+        lost = normalise_ranges(self.lost_ranges)
+        object.__setattr__(self, "lost_ranges", lost)
+        if self.offset_map is not None and self.offset_map.lost != lost:
+            object.__setattr__(self, "offset_map", self.offset_map.with_lost(lost))
 
     @property
     def key(self) -> bytes:
@@ -84,17 +101,54 @@ class Checkpoint:
         body = {f.name: getattr(self, f.name) for f in fields(self)}
         body["offset_map"] = None if self.offset_map is None else \
             base64.b64encode(self.offset_map.to_bytes()).decode()
+        body["lost_ranges"] = [list(r) for r in self.lost_ranges]
         body["v"] = FORMAT_VERSION
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
     def from_value(cls, value: bytes) -> Checkpoint:
-        body = json.loads(value)
-        version = body.pop("v", None)
-        if version != FORMAT_VERSION:
-            raise MirrorError(f"checkpoint format {version!r} is not supported (this Shoal reads {FORMAT_VERSION})")
+        """Decode any format this Shoal knows, migrating older ones step by step (see :data:`MIGRATIONS`)."""
+        body = upgrade_checkpoint_body(json.loads(value))
         encoded = body.pop("offset_map")
+        body["lost_ranges"] = tuple(tuple(r) for r in body.get("lost_ranges", ()))
         return cls(**body, offset_map=None if encoded is None else OffsetMap.from_bytes(base64.b64decode(encoded)))
+
+
+# -- checkpoint formats ----------------------------------------------------------------------------------------
+#
+# A checkpoint value is a JSON object with ``"v"``: the format version. Each format change adds fields with a
+# default meaning "unknown/none" and one migration step from the previous version; a reader upgrades old values
+# step by step and refuses values newer than itself (a newer Shoal wrote them: guessing would lose what the new
+# fields say). Writers always write FORMAT_VERSION.
+#   2: the offset map in OffsetMap's binary encoding
+#   3: position_epoch (truncation check), target_topic_id (recreated target), lost_ranges (accepted losses)
+
+FORMAT_VERSION = 3
+
+
+def _v2_to_v3(body: dict) -> dict:
+    return {**body, "position_epoch": None, "target_topic_id": None, "lost_ranges": []}
+
+
+MIGRATIONS = {2: _v2_to_v3}  # version -> step to version + 1
+
+
+def upgrade_checkpoint_body(body: dict) -> dict:
+    """A decoded checkpoint JSON body in today's format (without ``"v"``); refuses unknown versions and keys."""
+    body = dict(body)
+    version = body.pop("v", None)
+    if not isinstance(version, int) or version > FORMAT_VERSION or (version < FORMAT_VERSION
+                                                                     and version not in MIGRATIONS):
+        raise MirrorError(f"checkpoint format {version!r} is not supported (this Shoal reads formats "
+                          f"{min(MIGRATIONS)}..{FORMAT_VERSION}); a newer Shoal may have written it")
+    while version < FORMAT_VERSION:
+        body = MIGRATIONS[version](body)
+        version += 1
+    known = {f.name for f in fields(Checkpoint)}
+    unknown = set(body) - known
+    if unknown:
+        raise MirrorError(f"checkpoint has unknown fields {sorted(unknown)} for format {FORMAT_VERSION}")
+    return body
 
 
 def checkpoint_key(pipeline: str, topic: str, partition: int) -> bytes:

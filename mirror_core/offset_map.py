@@ -161,7 +161,10 @@ class OffsetMap:
       after ``s``. A consumer that committed ``s`` has read everything before it; it resumes on the target at
       the first record it has not read, and what lies between was never data it could see;
     - ``s == position``: ``target_next`` (a caught-up consumer group commits exactly that);
-    - ``s > position`` (not copied yet) or ``s < start`` (pruned, or before the copy began): None.
+    - ``s > position`` (not copied yet) or ``s < start`` (pruned, or before the copy began): None;
+    - ``s`` inside a ``lost`` range (deleted on the source before it was copied, accepted by an operator), or in
+      a gap whose next record lies in a lost range: None. Those records never reached the target, so no target
+      offset resumes a consumer "just before" them: translation declines rather than silently skipping them.
 
     :meth:`inverse` is the mirror image for target offsets (failback): the exact source offset of a copied
     record; for a target gap (the mirror's own transaction markers) the next copied record's source offset, or
@@ -170,13 +173,19 @@ class OffsetMap:
     """
 
     def __init__(self, position: int, target_next: int, runs: Iterable[OffsetRun] = (), *,
-                 start: int | None = None):
+                 start: int | None = None, lost: Iterable[tuple[int, int]] = ()):
         self._runs = OffsetRuns(runs)  # a copy: the caller's OffsetRuns stays theirs
         first = self._runs[0].source_start if self._runs else position
         self._start = first if start is None else start
         self._position = position
         self._target_next = target_next
+        self._lost = normalise_ranges(lost)
         self._check()
+
+    def with_lost(self, lost: Iterable[tuple[int, int]]) -> OffsetMap:
+        """The same map with ``lost`` as its accepted-loss ranges (kept outside the binary encoding: the
+        checkpoint stores them in a field of its own)."""
+        return OffsetMap(self._position, self._target_next, self._runs, start=self._start, lost=lost)
 
     @classmethod
     def from_runs(cls, runs: Iterable[OffsetRun], *, start: int, position: int, target_next: int) -> OffsetMap:
@@ -197,6 +206,10 @@ class OffsetMap:
                 raise ValueError(f"run {last} ends above position {self._position}")
             if last.target_end > self._target_next:
                 raise ValueError(f"run {last} ends above target_next {self._target_next}")
+        for lo, hi in self._lost:
+            i = self._runs.index_from_source(lo)
+            if i < len(self._runs) and self._runs[i].source_start < hi:
+                raise ValueError(f"lost range [{lo}, {hi}) overlaps copied run {self._runs[i]}")
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -216,6 +229,22 @@ class OffsetMap:
     def runs(self) -> tuple[OffsetRun, ...]:
         return tuple(self._runs)
 
+    @property
+    def lost(self) -> tuple[tuple[int, int], ...]:
+        """Accepted-loss source ranges ``[start, end)``: never copied, never translated into."""
+        return self._lost
+
+    def lost_range_at(self, source_offset: int) -> tuple[int, int] | None:
+        """The lost range a consumer committed at ``source_offset`` would read into next, if any: the one holding
+        it, or the first one above it when no copied record lies in between."""
+        following = next(((lo, hi) for lo, hi in self._lost if hi > source_offset), None)
+        if following is None or following[0] <= source_offset:
+            return following
+        i = self._runs.index_from_source(source_offset)
+        next_copied = self._runs[i].source_start if i < len(self._runs) else None
+        reads_copied_first = next_copied is not None and next_copied < following[0]
+        return None if reads_copied_first else following
+
     def __iter__(self) -> Iterator[OffsetRun]:
         return iter(self._runs)
 
@@ -223,16 +252,20 @@ class OffsetMap:
         return len(self._runs)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, OffsetMap) and (self._start, self._position, self._target_next, self._runs) == (
-            other._start, other._position, other._target_next, other._runs)
+        return isinstance(other, OffsetMap) and (self._start, self._position, self._target_next, self._runs,
+                                                 self._lost) == (other._start, other._position, other._target_next,
+                                                                 other._runs, other._lost)
 
     def __repr__(self) -> str:
+        lost = f", lost={list(self._lost)!r}" if self._lost else ""
         return (f"OffsetMap(start={self._start}, position={self._position}, target_next={self._target_next}, "
-                f"runs={self._runs.as_tuples()!r})")
+                f"runs={self._runs.as_tuples()!r}{lost})")
 
     def translate(self, source_offset: int) -> int | None:
         """The target offset a consumer committed at ``source_offset`` resumes from; None when not vouched for."""
         if source_offset < self._start or source_offset > self._position:
+            return None
+        if self._lost and self.lost_range_at(source_offset) is not None:
             return None
         i = self._runs.index_from_source(source_offset)
         if i == len(self._runs):
@@ -261,15 +294,16 @@ class OffsetMap:
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form of the whole map."""
         return {"start": self._start, "position": self._position, "target_next": self._target_next,
-                "runs": [list(t) for t in self.as_tuples()]}
+                "runs": [list(t) for t in self.as_tuples()], "lost": [list(r) for r in self._lost]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OffsetMap:
-        unknown = set(data) - {"start", "position", "target_next", "runs"}
+        unknown = set(data) - {"start", "position", "target_next", "runs", "lost"}
         if unknown:
             raise ValueError(f"unknown offset map keys {sorted(unknown)}")
         runs = (OffsetRun(int(s), int(e), int(t)) for s, e, t in data["runs"])
-        return cls(int(data["position"]), int(data["target_next"]), runs, start=int(data["start"]))
+        return cls(int(data["position"]), int(data["target_next"]), runs, start=int(data["start"]),
+                   lost=data.get("lost", ()))
 
     # -- growing and shrinking -------------------------------------------------------------------------------
 
@@ -297,6 +331,14 @@ class OffsetMap:
             self._append(run)
         self.advance(position, target_next)
 
+    def mark_lost(self, start: int, end: int) -> None:
+        """Record ``[start, end)`` as an accepted loss and move the position past it (it lies at or above the
+        position: everything below was copied)."""
+        if start < self._position:
+            raise ValueError(f"lost range [{start}, {end}) starts below the position {self._position}")
+        self.advance(end)
+        self._lost = normalise_ranges(self._lost + ((start, end),))
+
     def advance(self, position: int, target_next: int | None = None) -> None:
         """Move the copy position over offsets that carried nothing to copy (markers, aborted data, holes), and
         ``target_next`` over offsets the mirror itself used on the target (its transaction markers)."""
@@ -315,6 +357,7 @@ class OffsetMap:
             return 0
         dropped = self._runs.drop_below(below)
         self._start = min(below, self._runs[0].source_start) if self._runs else below
+        self._lost = tuple((lo, hi) for lo, hi in self._lost if hi > self._start)
         return dropped
 
     # -- checkpoint encoding ---------------------------------------------------------------------------------
@@ -368,6 +411,21 @@ class OffsetMap:
         target_next = target_end + reader.uvarint()
         reader.expect_end()
         return cls(position, target_next, runs, start=start)
+
+
+def normalise_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sorted, merged, non-empty ``[start, end)`` ranges; raises ValueError on a negative or inverted one."""
+    out: list[list[int]] = []
+    for start, end in sorted((int(a), int(b)) for a, b in ranges):
+        if start < 0 or end < start:
+            raise ValueError(f"invalid range [{start}, {end})")
+        if start == end:
+            continue
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return tuple((a, b) for a, b in out)
 
 
 def _zigzag(value: int) -> int:

@@ -185,3 +185,36 @@ def test_ten_thousand_transactions_encode_well_under_100_kib(transactional_targe
     print(f"10,000 runs ({transactional_target=}): {len(encoded)} bytes")
     assert len(encoded) < 16 * 1024, f"{len(encoded)} bytes"  # budget: 100 KiB; this pattern takes ~7 KiB
     assert OffsetMap.from_bytes(encoded) == m
+
+
+# -- accepted losses ---------------------------------------------------------------------------------------------
+
+def test_a_lost_range_and_the_gap_leading_into_it_decline_translation():
+    """[10, 20) was deleted before it was copied; 8-9 were markers, so a consumer at 8 would read 10 next."""
+    omap = OffsetMap(30, 22, [OffsetRun(0, 8, 0), OffsetRun(20, 30, 10)], lost=[(10, 20)])
+    assert omap.translate(7) == 7
+    assert omap.translate(8) is None and omap.translate(10) is None and omap.translate(19) is None
+    assert omap.translate(20) == 10
+    assert omap.translate(30) == 22
+    assert omap.lost_range_at(9) == (10, 20)
+    assert omap.lost_range_at(5) is None
+
+
+def test_mark_lost_moves_the_position_past_the_range_and_never_below_it():
+    omap = OffsetMap(10, 10, [OffsetRun(0, 10, 0)])
+    omap.mark_lost(10, 25)
+    assert (omap.position, omap.lost) == (25, ((10, 25),))
+    assert omap.translate(10) is None and omap.translate(25) == 10
+    with pytest.raises(ValueError):
+        omap.mark_lost(5, 8)
+
+
+def test_a_lost_range_cannot_overlap_copied_runs():
+    with pytest.raises(ValueError, match="overlaps"):
+        OffsetMap(30, 30, [OffsetRun(0, 30, 0)], lost=[(10, 20)])
+
+
+def test_pruning_forgets_lost_ranges_below_the_new_start():
+    omap = OffsetMap(40, 20, [OffsetRun(0, 10, 0), OffsetRun(20, 30, 10)], lost=[(10, 20)])
+    omap.prune(25)
+    assert omap.lost == ()

@@ -1,0 +1,63 @@
+"""The versioned checkpoint format: today's values round-trip, older ones migrate, newer ones are refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mirror_core.checkpoint import FORMAT_VERSION, Checkpoint
+from mirror_core.errors import MirrorError
+from mirror_core.offset_map import OffsetMap, OffsetRun
+
+
+def _checkpoint(**overrides) -> Checkpoint:
+    omap = OffsetMap(120, 95, [OffsetRun(0, 50, 0), OffsetRun(60, 100, 51)], start=0)
+    base = dict(pipeline="p", topic="orders", partition=3, position=120, target_topic="dr.orders",
+                target_partition=3, target_next=95, owner="daemon", owner_epoch=2, offset_map=omap,
+                source_topic_id="abc", handoff_position=60, updated_ms=1, position_epoch=7,
+                target_topic_id="def", lost_ranges=((100, 120),))
+    return Checkpoint(**{**base, **overrides})
+
+
+def test_a_checkpoint_round_trips_with_every_format_3_field():
+    cp = _checkpoint()
+    again = Checkpoint.from_value(cp.to_value())
+    assert again == cp
+    assert json.loads(cp.to_value())["v"] == FORMAT_VERSION == 3
+    assert (again.position_epoch, again.target_topic_id, again.lost_ranges) == (7, "def", ((100, 120),))
+
+
+def test_lost_ranges_travel_with_the_offset_map_so_translation_declines_inside_them():
+    cp = Checkpoint.from_value(_checkpoint().to_value())
+    assert cp.offset_map.lost == ((100, 120),)
+    assert cp.offset_map.translate(99) == 99 - 60 + 51
+    assert cp.offset_map.translate(100) is None
+    assert cp.offset_map.translate(119) is None
+    assert cp.offset_map.translate(120) == 95
+
+
+def test_a_format_2_checkpoint_written_by_the_previous_release_still_reads():
+    body = json.loads(_checkpoint().to_value())
+    for name in ("position_epoch", "target_topic_id", "lost_ranges"):
+        body.pop(name)
+    body["v"] = 2
+    old = Checkpoint.from_value(json.dumps(body).encode())
+    assert (old.position, old.target_next, old.owner_epoch) == (120, 95, 2)
+    assert (old.position_epoch, old.target_topic_id, old.lost_ranges) == (None, None, ())
+    assert old.offset_map.translate(60) == 51
+
+
+@pytest.mark.parametrize("version", [1, 4, None, "3"])
+def test_an_unknown_format_is_refused_by_name(version):
+    body = json.loads(_checkpoint().to_value())
+    body["v"] = version
+    with pytest.raises(MirrorError, match="checkpoint format"):
+        Checkpoint.from_value(json.dumps(body).encode())
+
+
+def test_an_unknown_field_is_refused_by_name():
+    body = json.loads(_checkpoint().to_value())
+    body["surprise"] = 1
+    with pytest.raises(MirrorError, match="surprise"):
+        Checkpoint.from_value(json.dumps(body).encode())
