@@ -34,7 +34,7 @@ from pathlib import Path
 import kafka.errors as Errors
 from kafka.protocol.consumer import IsolationLevel, ListOffsetsRequest, OffsetSpec
 
-from mirror_core.batch_codec import Codec
+from mirror_core.batch_codec import CONTROL_COMMIT, Codec, control_type
 from mirror_core.batch_deep import SourceRecord, decode_record_tail, encode_batch, encode_record_tail, read_records
 from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import DataLossError, MirrorError, PartitionUnavailableError, TopicRecreatedError
@@ -280,6 +280,57 @@ class CheckpointStore:
         value = self.latest(checkpoint_partition(key, self.partitions)).get(key)
         return None if value is None else Checkpoint.from_value(value)
 
+    def read_own(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:
+        """The lane's own checkpoint, including what it committed past the last stable offset.
+
+        Only sound once ``InitProducerId`` with the lane's transactional.id has returned: from then on every
+        transaction the lane ever wrote is decided and its markers are in the log. A READ_COMMITTED read stops at
+        the LSO, so another lane's open transaction on the same partition of the checkpoint topic (a hung writer,
+        a slow marker) would hide the lane's newer checkpoints and make it resume from an older one — a duplicate
+        range in exactly-once mode. So this reads the committed fold up to the LSO (no settle wait), then the log
+        above it up to the high watermark uncommitted, and resolves each producer's records of this key by that
+        producer's own commit/abort markers; records of still-undecided transactions (other writers) are ignored.
+        """
+        key = checkpoint_key(pipeline, topic, partition)
+        part = checkpoint_partition(key, self.partitions)
+        with self._lock:
+            self.refresh([part], settle=False)
+            cache = self._caches[part]
+            found = cache.entries.get(key)
+            value = None if found is None else found[1]
+            high_watermark = self._offsets([part], "latest")[part]
+            if high_watermark > cache.next_offset:
+                decided = self._decided_above_lso(part, key, cache.next_offset, high_watermark)
+                if decided is not None:
+                    value = decided[1]
+        return None if value is None else Checkpoint.from_value(value)
+
+    def _decided_above_lso(self, partition: int, key: bytes, start: int, end: int
+                           ) -> tuple[int, bytes | None] | None:
+        """(offset, value) of the last decided-committed record of ``key`` in ``[start, end)``, or None."""
+        fetcher = RawBatchFetcher(self.client, self.topic, partition, start, end,
+                                  isolation=IsolationLevel.READ_UNCOMMITTED, every_batch=True)
+        undecided: dict[int, list[tuple[int, bytes | None]]] = collections.defaultdict(list)
+        last: tuple[int, bytes | None] | None = None
+        while not fetcher.done:
+            for view in fetcher.fetch().batches:
+                if view.control:
+                    mine = undecided.pop(view.producer_id, [])
+                    if control_type(view) == CONTROL_COMMIT and mine:
+                        last = max([*mine, *(() if last is None else (last,))], key=lambda r: r[0])
+                    continue
+                for record in read_records(view):
+                    if not start <= record.offset < end:
+                        continue
+                    record_key, value, _headers = decode_record_tail(record.tail)
+                    if record_key != key:
+                        continue
+                    if view.transactional:
+                        undecided[view.producer_id].append((record.offset, value))
+                    elif last is None or record.offset > last[0]:
+                        last = (record.offset, value)
+        return last
+
     def latest(self, partition: int) -> dict[bytes, bytes]:
         """Key → last committed value of every live key in one partition of the topic (tombstoned keys absent),
         refreshed first; a new dict the caller may keep."""
@@ -309,7 +360,7 @@ class CheckpointStore:
             self._caches.clear()
             self._topic_id = None
 
-    def refresh(self, partitions: Iterable[int] | None = None) -> None:
+    def refresh(self, partitions: Iterable[int] | None = None, *, settle: bool = True) -> None:
         """Bring the cache of ``partitions`` (default: all) up to the current last stable offsets.
 
         Settling: the broker acknowledges a transaction's commit before it has written the commit markers, and
@@ -333,7 +384,7 @@ class CheckpointStore:
         with self._lock:
             for _attempt in range(5):
                 self._check_topic_id(self._topic_metadata(wanted[0], refresh=True).topic_id)
-                stable = self._settled_offsets(wanted)
+                stable = self._settled_offsets(wanted) if settle else self._offsets(wanted, "last_stable")
                 earliest = self._offsets(wanted, "earliest")
                 try:
                     for partition in wanted:

@@ -15,15 +15,30 @@ duplicate window is at most one commit interval of records (``commit_bytes`` of 
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from dataclasses import dataclass
 
+from kafka.protocol.consumer import IsolationLevel
+
+from mirror_core.batch_codec import PreparedBatch
+from mirror_core.batch_deep import decode_record_tail, read_records
 from mirror_core.checkpoint import Checkpoint, CheckpointStore
 from mirror_core.copier import BatchSource, CopyOptions, CopyResult, PartitionRange, Progress, RangeCopier
-from mirror_core.errors import ConfigError, MirrorError, TopicRecreatedError
+from mirror_core.errors import (
+    ConfigError,
+    DataLossError,
+    ForeignWriteError,
+    MirrorError,
+    SkipRefusedError,
+    TopicRecreatedError,
+)
+from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import WireClient
-from mirror_core.offset_map import OffsetMap, OffsetRuns
+from mirror_core.offset_map import OffsetMap, OffsetRuns, normalise_ranges
 from mirror_core.writer import BatchWriter
+
+log = logging.getLogger(__name__)
 
 
 class DeliveryMode(str, enum.Enum):
@@ -60,7 +75,8 @@ class CheckpointedCopier:
 
     def __init__(self, source: WireClient, target: WireClient, store: CheckpointStore, *, pipeline: str,
                  mode: DeliveryMode = DeliveryMode.EXACTLY_ONCE, owner: str = "copy", owner_epoch: int = 0,
-                 options: CopyOptions | None = None, policy: CommitPolicy | None = None):
+                 options: CopyOptions | None = None, policy: CommitPolicy | None = None,
+                 accept_loss: bool = False):
         if not pipeline or any(c in pipeline for c in " /\\"):
             raise ConfigError(f"pipeline name {pipeline!r} must be non-empty, without spaces or slashes")
         self.source = source
@@ -72,6 +88,9 @@ class CheckpointedCopier:
         self.owner_epoch = owner_epoch
         self.options = options or CopyOptions(max_inflight_bytes=(policy or CommitPolicy()).commit_bytes)
         self.policy = policy or CommitPolicy()
+        # a start past the checkpoint skips offsets never copied: refused, unless the operator accepts the loss
+        # (then it is recorded in the checkpoint's lost ranges, where translation declines, and in the ledger)
+        self.accept_loss = accept_loss
 
     def copy(self, rng: PartitionRange, progress: Progress | None = None, *, lane: int | str | None = None
              ) -> CopyResult:
@@ -99,8 +118,13 @@ class LaneSession:
     fenced, its open transaction aborted), the checkpoint has been read, and ranges can be copied repeatedly (the
     daemon calls :meth:`copy` in a loop).
 
-    Invariants: ``checkpoint`` is the last one committed by this session or found at open; ranges resume at its
-    position, so nothing below it is copied twice; the stored owner epoch is never newer than ours.
+    Invariants: ``checkpoint`` is the last one committed by this session or found at open — read past the LSO
+    (:meth:`CheckpointStore.read_own`), so it is never older than the lane's own last commit; ranges resume at
+    its position, so nothing below it is copied twice, and never start above it unless the loss is accepted and
+    recorded; the stored owner epoch is never newer than ours; the target topic is the one the checkpoint's
+    offsets live in (topic id checked at open and before every commit), and every copy's first batch lands where
+    the checkpoint says the target ends (:class:`_ResumeLanding`), so a foreign write or a recreated target
+    halts the lane instead of bending the offset map.
     """
 
     def __init__(self, owner: CheckpointedCopier, topic: str, partition: int, target_topic: str,
@@ -112,10 +136,26 @@ class LaneSession:
         self.writer = BatchWriter(owner.target, transactional_id=lane_transactional_id(owner.pipeline, lane)
                                   if self.exactly_once else None)
         self.writer.init_producer_id()  # exactly-once: fences older writers of the lane and aborts their transaction
-        self.checkpoint = owner.store.read(owner.pipeline, topic, partition)
+        # after InitProducerId the lane's own transactions are all decided: read its key past the LSO
+        self.checkpoint = owner.store.read_own(owner.pipeline, topic, partition)
         topic_id = owner.source.topic_metadata(topic, refresh=True).topic_id
         self.source_topic_id = str(topic_id) if topic_id else None
+        self.target_topic_id = self._current_target_topic_id()
+        self.duplicates_reported = 0  # at-least-once: records found twice on the target after a crash
         self._check_resumable(self.checkpoint)
+
+    def _current_target_topic_id(self) -> str | None:
+        topic_id = self.owner.target.topic_metadata(self.target_topic, refresh=True).topic_id
+        return str(topic_id) if topic_id else None
+
+    def check_target_topic(self) -> None:
+        """Raise :class:`TopicRecreatedError` if the target topic is not the one this lane's offsets live in
+        (Produce goes by name inside classic transactions, so a recreated topic would silently take our data)."""
+        pinned = self.checkpoint.target_topic_id if self.checkpoint is not None else None
+        pinned = pinned or self.target_topic_id
+        current = self._current_target_topic_id()
+        if pinned and current != pinned:
+            raise TopicRecreatedError(self.owner.target.cluster_name, self.target_topic, pinned, current)
 
     def _check_resumable(self, previous: Checkpoint | None) -> None:
         if previous is None:
@@ -131,6 +171,9 @@ class LaneSession:
                 f"{self.target_partition} (use another pipeline name)")
         if previous.owner_epoch > owner.owner_epoch:
             raise OwnershipError(owner.pipeline, self.topic, self.partition, owner.owner, owner.owner_epoch, previous)
+        if previous.target_topic_id and previous.target_topic_id != self.target_topic_id:
+            raise TopicRecreatedError(owner.target.cluster_name, self.target_topic, previous.target_topic_id,
+                                      self.target_topic_id)
 
     @property
     def position(self) -> int | None:
@@ -139,30 +182,130 @@ class LaneSession:
     def copy(self, start: int, end: int, progress: Progress | None = None, *,
              fetcher: BatchSource | None = None) -> CopyResult:
         """Copy ``[start, end)`` (resuming at the checkpoint when it is further), committing as the policy says.
-        ``fetcher``: batches already fetched (see :meth:`RangeCopier.copy`); they must start at the position."""
+        ``fetcher``: batches already fetched (see :meth:`RangeCopier.copy`); they must start at the position.
+
+        A ``start`` past the checkpoint would skip offsets never copied: :class:`DataLossError` when the source
+        has deleted them, :class:`SkipRefusedError` when it still has them — unless the copier accepts the loss,
+        which records ``[checkpoint, start)`` in the checkpoint's lost ranges (``CopyResult.lost_ranges``)."""
         owner, previous = self.owner, self.checkpoint
         runs = OffsetRuns(previous.offset_map.runs) if previous is not None and previous.offset_map else OffsetRuns()
+        lost: tuple[tuple[int, int], ...] = ()
         if previous is not None:
+            if start > previous.position:
+                lost = self._skipped_range(previous.position, min(start, end))
             start = min(max(start, previous.position), end)
-        listener = _CheckpointCommitter(self, start=start)
+        listener = _CheckpointCommitter(self, start=start, lost=lost)
         if self.exactly_once:
             self.writer.begin_transaction()
         copier = RangeCopier(owner.source, owner.target, self.writer, owner.options, listener=listener)
         rng = PartitionRange(self.topic, self.partition, start, end, self.target_topic, self.target_partition)
-        result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher)
+        result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher, landing=_ResumeLanding(self))
         result.commits = listener.commits
+        result.lost_ranges = lost
         return result
+
+    def _skipped_range(self, position: int, start: int) -> tuple[tuple[int, int], ...]:
+        """``[position, start)``, refused unless the loss is accepted (see :meth:`copy`)."""
+        if start <= position:
+            return ()
+        source = self.owner.source
+        if not self.owner.accept_loss:
+            log_start = list_offsets(source, self.topic, self.partition, "earliest")
+            if log_start > position:
+                raise DataLossError(source.cluster_name, self.topic, self.partition, position, log_start)
+            raise SkipRefusedError(source.cluster_name, self.topic, self.partition, position, start)
+        log.warning("cluster %r %s-%d: offsets [%d, %d) past the checkpoint are skipped (--accept-loss); recorded "
+                    "as lost", source.cluster_name, self.topic, self.partition, position, start)
+        return ((position, start),)
+
+
+class _ResumeLanding:
+    """The landing rule for a copy's first batch: it must land where the lane's checkpoint says the target ends.
+
+    ``[checkpoint.target_next, landing)`` may hold aborted data and transaction markers (an exactly-once commit
+    writes one marker right after its data, so the next copy lands one further on), never a committed record —
+    except in at-least-once mode, where a crash between the data's acknowledgement and the checkpoint leaves at
+    most one commit window of records equal to the source's from the checkpoint on: those are reported as
+    duplicates. Anything else (a foreign writer, a truncated or recreated target) raises
+    :class:`ForeignWriteError` naming both offsets. Checked once per copy, so a daemon round checks it too.
+    """
+
+    def __init__(self, session: LaneSession):
+        self.session = session
+
+    def first_landing(self, prepared: PreparedBatch, base: int) -> None:
+        session = self.session
+        checkpoint = session.checkpoint
+        if checkpoint is None or checkpoint.target_next is None:
+            return  # nothing of ours on the target yet
+        expected = checkpoint.target_next
+        own_marker = 1 if session.exactly_once else 0
+        if base == expected or base == expected + own_marker:
+            return
+        target = session.owner.target
+        where = (target.cluster_name, session.target_topic, session.target_partition, expected, base)
+        if base < expected:
+            raise ForeignWriteError(*where, "the target partition ends before the checkpoint (truncated or "
+                                            "recreated target topic)")
+        found = _committed_records(target, session.target_topic, session.target_partition, expected, base)
+        if not found:
+            return  # aborted transactions and markers only
+        if session.exactly_once:
+            raise ForeignWriteError(*where, f"{len(found)} committed record(s) from another writer lie in between")
+        copied = _committed_records(session.owner.source, session.topic, session.partition, checkpoint.position,
+                                    None, limit=len(found))
+        if not _restarted_copies(found, copied):
+            raise ForeignWriteError(*where, f"{len(found)} committed record(s) in between are not the source's "
+                                            f"records from offset {checkpoint.position}")
+        session.duplicates_reported += len(found)
+        log.warning("cluster %r %s-%d: at-least-once resume found %d record(s) at [%d, %d) equal to the source's "
+                    "from offset %d: a crash between write and checkpoint duplicated them (at most one commit "
+                    "window)", target.cluster_name, session.target_topic, session.target_partition, len(found),
+                    expected, base, checkpoint.position)
+
+
+def _restarted_copies(found: list[tuple], source: list[tuple]) -> bool:
+    """Whether ``found`` is one or more partial copies of ``source`` each starting at its beginning (every crashed
+    at-least-once run after the checkpoint started there)."""
+    j = 0
+    for record in found:
+        if j < len(source) and record == source[j]:
+            j += 1
+        elif source and record == source[0]:
+            j = 1
+        else:
+            return False
+    return True
+
+
+def _committed_records(client: WireClient, topic: str, partition: int, start: int, end: int | None, *,
+                       limit: int | None = None) -> list[tuple]:
+    """(timestamp, key, value, headers) of the committed records in ``[start, end)`` (or the first ``limit``
+    from ``start``), as a READ_COMMITTED consumer sees them."""
+    out: list[tuple] = []
+    fetcher = RawBatchFetcher(client, topic, partition, start, end, isolation=IsolationLevel.READ_COMMITTED,
+                              max_bytes=1024 * 1024)
+    while not fetcher.done and (limit is None or len(out) < limit):
+        fetched = fetcher.fetch()
+        for view in fetched.batches:
+            for record in read_records(view):
+                if record.offset >= start and (end is None or record.offset < end):
+                    out.append((record.timestamp, *decode_record_tail(record.tail)))
+        if end is None and fetcher.position >= fetched.last_stable_offset:
+            break
+    return out if limit is None else out[:limit]
 
 
 class _CheckpointCommitter:
     """Turns the copier's flushes into checkpoints (and, exactly-once, commits of the open transaction)."""
 
-    def __init__(self, session: LaneSession, *, start: int):
+    def __init__(self, session: LaneSession, *, start: int, lost: tuple[tuple[int, int], ...] = ()):
         self.session = session
         self.owner = session.owner
         previous = session.checkpoint
         self.previous_target_next = previous.target_next if previous is not None else None
         self.previous_handoff = previous.handoff_position if previous is not None else None
+        self.lost_ranges = normalise_ranges((previous.lost_ranges if previous is not None else ()) + lost)
         # the lowest source offset the map answers for: where this partition's copy began (or was pruned to)
         self.map_start = previous.offset_map.start if previous is not None and previous.offset_map is not None \
             else start
@@ -191,7 +334,9 @@ class _CheckpointCommitter:
             position=result.source_end, target_topic=session.target_topic,
             target_partition=session.target_partition, target_next=target_next, owner=self.owner.owner,
             owner_epoch=self.owner.owner_epoch, offset_map=offset_map, source_topic_id=session.source_topic_id,
-            handoff_position=self.previous_handoff)  # the seam stays on record for `shoal verify seam`
+            handoff_position=self.previous_handoff,  # the seam stays on record for `shoal verify seam`
+            target_topic_id=session.target_topic_id, lost_ranges=self.lost_ranges)
+        session.check_target_topic()  # the data just written went to the topic the map describes
         self.writer.write([self.owner.store.checkpoint_batch(checkpoint)])
         markers = 0
         if self.exactly_once:

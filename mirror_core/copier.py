@@ -86,6 +86,7 @@ class CopyResult:
     seconds: float = 0.0
     commits: int = 0
     newest_timestamp_ms: int | None = None  # the newest record timestamp among the copied batches (record age)
+    lost_ranges: tuple[tuple[int, int], ...] = ()  # source ranges skipped by an accepted loss (never copied)
 
     @property
     def last_target_offset(self) -> int | None:
@@ -100,6 +101,13 @@ class FlushListener(Protocol):
     target partition (each commit writes one), so the contiguity check can allow for them."""
 
     def flushed(self, result: CopyResult, *, final: bool) -> int: ...
+
+
+class LandingRule(Protocol):
+    """Told where a copy's first batch landed on the target (later ones are checked for contiguity by the copier
+    itself); raises to halt the copy when the target does not end where the caller's state says it should."""
+
+    def first_landing(self, prepared: PreparedBatch, base: int) -> None: ...
 
 
 class BatchSource(Protocol):
@@ -143,7 +151,8 @@ class RangeCopier:
         self.throttle = Throttle(self.options.throttle_bytes_per_s) if self.options.throttle_bytes_per_s else None
 
     def copy(self, rng: PartitionRange, progress: Progress | None = None, *,
-             offset_runs: OffsetRuns | None = None, fetcher: BatchSource | None = None) -> CopyResult:
+             offset_runs: OffsetRuns | None = None, fetcher: BatchSource | None = None,
+             landing: LandingRule | None = None) -> CopyResult:
         """Copy ``rng``; ``offset_runs`` continues an earlier map of this partition (a resumed copy).
 
         ``fetcher`` replaces the copier's own :class:`RawBatchFetcher` over ``rng`` (the daemon passes
@@ -152,7 +161,7 @@ class RangeCopier:
         started = time.monotonic()
         result = CopyResult(rng, source_start=rng.start, source_end=rng.start,
                             offset_runs=offset_runs if offset_runs is not None else OffsetRuns())
-        session = _Session(hashlib.blake2b(digest_size=16))
+        session = _Session(hashlib.blake2b(digest_size=16), landing=landing)
         if rng.start == rng.end:
             return self._finish(result, session, started, progress)
         if fetcher is None:
@@ -245,6 +254,7 @@ class _Session:
     digest: object
     expected: int | None = None
     markers_allowed: int = 0
+    landing: LandingRule | None = None  # checks the first batch (the copier has no earlier landing to go by)
 
     def check_landing(self, cluster: str, rng: PartitionRange, prepared: PreparedBatch, base: int) -> int:
         where = f"cluster {cluster!r} {rng.target_topic}-{rng.target_partition}"
@@ -252,6 +262,8 @@ class _Session:
             if self.expected is None:
                 raise MirrorError(f"{where}: first batch acknowledged without an offset")
             base = self.expected
+        elif self.expected is None and self.landing is not None:
+            self.landing.first_landing(prepared, base)
         elif self.expected is not None and not self.expected <= base <= self.expected + self.markers_allowed:
             raise MirrorError(
                 f"{where}: the batch from source offset {prepared.source_first_offset} landed at {base}, expected "

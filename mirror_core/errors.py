@@ -106,6 +106,42 @@ class TopicRecreatedError(MirrorError):
         )
 
 
+class ForeignWriteError(MirrorError):
+    """The target partition does not hold what the lane's checkpoint says: another writer produced to it, or the
+    target topic was truncated or recreated. The lane halts: continuing would make the offset map lie."""
+
+    def __init__(self, cluster: str, topic: str, partition: int, expected_offset: int, landed_offset: int,
+                 detail: str):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.expected_offset = expected_offset
+        self.landed_offset = landed_offset
+        super().__init__(
+            f"cluster {cluster!r} {topic}-{partition}: the lane's checkpoint says the target ends at "
+            f"{expected_offset}, but its next batch landed at {landed_offset}: {detail}; the lane halts (find and "
+            "stop the other writer, or copy into a fresh target topic with a new pipeline)")
+
+
+class SkipRefusedError(MirrorError):
+    """A requested start lies beyond the partition's checkpoint: starting there would skip offsets never copied."""
+
+    def __init__(self, cluster: str, topic: str, partition: int, checkpoint_position: int, start: int):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.checkpoint_position = checkpoint_position
+        self.start = start
+        super().__init__(
+            f"cluster {cluster!r} {topic}-{partition}: the requested start {start} is past the pipeline's checkpoint "
+            f"{checkpoint_position}, so offsets [{checkpoint_position}, {start}) would never be copied; start at the "
+            "checkpoint, or pass --accept-loss to skip them (recorded in the checkpoint and the ledger)")
+
+    @property
+    def lost_range(self) -> tuple[int, int]:
+        return (self.checkpoint_position, self.start)
+
+
 class FetchError(MirrorError):
     """The source broker refused a fetch or offset lookup with a non-retriable error (e.g. not authorized)."""
 

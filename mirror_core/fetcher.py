@@ -92,7 +92,7 @@ class RawBatchFetcher:
     def __init__(self, client: WireClient, topic: str, partition: int, start: int, end: int | None = None, *,
                  max_bytes: int = 8 * 1024 * 1024, max_wait_ms: int = 500,
                  isolation: IsolationLevel = IsolationLevel.READ_COMMITTED, retry_timeout_s: float = 120.0,
-                 topic_id: uuid.UUID | str | None = None):
+                 topic_id: uuid.UUID | str | None = None, every_batch: bool = False):
         if end is not None and end < start:
             raise ValueError(f"empty range [{start}, {end})")
         self.client = client
@@ -104,6 +104,7 @@ class RawBatchFetcher:
         self.max_wait_ms = max_wait_ms
         self.isolation = IsolationLevel(isolation)
         self.retry_timeout_s = retry_timeout_s
+        self.every_batch = every_batch  # yield control markers and aborted batches too (raw log readers)
         # pinned at the first lookup, or by the caller (the id a checkpoint was written under): a different id
         # later means the topic was recreated
         self._topic_id = uuid.UUID(str(topic_id)) if topic_id is not None else None
@@ -208,7 +209,7 @@ class RawBatchFetcher:
             raise FetchError(self.client.cluster_name, self.topic, self.partition, self.position,
                              f"a batch larger than max_bytes={self.max_bytes} could not be fetched whole")
         aborted = [AbortedTransaction(t.producer_id, t.first_offset) for t in (data.aborted_transactions or ())]
-        committed = select_committed(batches, aborted)
+        committed = batches if self.every_batch else select_committed(batches, aborted)
         start = self.position
         # Advance only over batches inside the range: a batch starting at or after ``end`` belongs to the next
         # range, and moving past it would make that range start too late (silent loss of the batches between).
