@@ -38,6 +38,7 @@ class LaneJob:
     source: ClusterConfig
     target: ClusterConfig
     units: tuple[Mapping, ...]  # WorkUnit dicts of one lane, in plan order
+    accept_loss: bool = False  # the plan accepted its recorded losses (a unit may start past its checkpoint)
 
 
 def lanes_of(units: Iterable[Mapping]) -> list[list[Mapping]]:
@@ -67,7 +68,7 @@ def run_lane(job: LaneJob) -> list[LedgerRow]:
     with WireClient.for_cluster(job.source) as source, WireClient.for_cluster(job.target) as target:
         store = CheckpointStore(job.target, target)
         copier = CheckpointedCopier(source, target, store, pipeline=job.pipeline, mode=DeliveryMode(job.mode),
-                                    owner=f"backfill:{job.run_id}", options=options)
+                                    owner=f"backfill:{job.run_id}", options=options, accept_loss=job.accept_loss)
         for index, unit in enumerate(job.units):
             started = time.monotonic()
             rng = PartitionRange(unit["topic"], unit["partition"], unit["start"], unit["end"], unit["target_topic"],
@@ -120,7 +121,7 @@ def lane_jobs(plan: Mapping, clusters: Mapping[str, Mapping[str, str]], run_id: 
     concurrent = max(1, min(parallelism, len(lanes)))
     per_task = throttle * 1e6 / concurrent if throttle else None
     return [LaneJob(run_id, plan["pipeline"], plan["mode"], plan["exact_bounds"], per_task, source, target,
-                    tuple(lane)) for lane in lanes]
+                    tuple(lane), accept_loss=bool(plan.get("accept_loss"))) for lane in lanes]
 
 
 def failed_units(rows: Sequence[LedgerRow]) -> list[LedgerRow]:

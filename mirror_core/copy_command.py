@@ -70,7 +70,8 @@ def _copier(cmd: CopyCommand, source: WireClient, target: WireClient):
     policy = CommitPolicy(commit_bytes=cmd.commit_bytes, commit_interval_ms=cmd.commit_interval_ms)
     options = replace(cmd.options, max_inflight_bytes=min(cmd.options.max_inflight_bytes, cmd.commit_bytes))
     return CheckpointedCopier(source, target, store, pipeline=cmd.pipeline or f"copy.{cmd.topic}.{cmd.target_topic}",
-                              mode=DeliveryMode(cmd.mode), options=options, policy=policy).copy
+                              mode=DeliveryMode(cmd.mode), options=options, policy=policy,
+                              accept_loss=cmd.accept_loss).copy
 
 
 def topic_metadata_or_error(client: WireClient, topic: str):

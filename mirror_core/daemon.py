@@ -59,6 +59,7 @@ from mirror_core.daemon_retention import RetentionWatch
 from mirror_core.errors import (
     CorruptBatchError,
     DataLossError,
+    ForeignWriteError,
     MirrorError,
     ProducerFencedError,
     TopicRecreatedError,
@@ -450,9 +451,10 @@ class ShallowMirrorDaemon:
         if isinstance(exc, ProducerFencedError | OwnershipError | NotHandedOffError):
             self.metrics.errors.labels("fenced").inc()
             self._drop(state.lane, f"fenced: {exc}")
-        elif isinstance(exc, TopicRecreatedError | DataLossError | CorruptBatchError):
+        elif isinstance(exc, TopicRecreatedError | DataLossError | CorruptBatchError | ForeignWriteError):
             kind = "topic_recreated" if isinstance(exc, TopicRecreatedError) else \
-                "data_loss" if isinstance(exc, DataLossError) else "corrupt_batch"
+                "data_loss" if isinstance(exc, DataLossError) else \
+                "foreign_write" if isinstance(exc, ForeignWriteError) else "corrupt_batch"
             self.metrics.errors.labels(kind).inc()
             # a halted lane is not reopened: end its open transaction now, not at its timeout
             if state.session is not None and state.session.writer.in_transaction:

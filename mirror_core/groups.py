@@ -128,6 +128,10 @@ def translation_refusal(checkpoint: Checkpoint | None, source_offset: int) -> st
         return f"not copied yet: the copy is at {offset_map.position}"
     if source_offset < offset_map.start:
         return f"before the offset map, which starts at {offset_map.start} (pruned, or before the copy began)"
+    lost = offset_map.lost_range_at(source_offset)
+    if lost is not None:
+        return (f"its next records [{lost[0]}, {lost[1]}) were lost before they were copied (accepted loss); "
+                "moving the group past them is an operator's decision")
     return None
 
 

@@ -6,7 +6,8 @@ leader covering all its partitions; a partition whose answer is an error is retr
 :func:`mirror_core.fetcher.list_offsets`). Partition sizes for the bytes estimate come from DescribeLogDirs on each
 leader through kafka-python's admin client (confluent-kafka 2.16 has no DescribeLogDirs); a cluster that refuses
 it gives no sizes and estimates of 0 rather than no plan. Target cluster: the pipeline's checkpoint positions,
-read only when the start is ``checkpoint``.
+whatever the start (a start past a checkpoint would skip offsets never copied; the planner refuses it), required
+when the start is ``checkpoint``.
 
 :func:`build_plan` runs the whole flow; :func:`dry_run` prints a plan as a table and writes its JSON.
 """
@@ -59,7 +60,7 @@ def build_plan(source: ClusterConfig, target: ClusterConfig, request: PlanReques
     with WireClient.for_cluster(source) as client:
         topics = list_topics(client)
         selected = select_topics(request, topics)
-        checkpoints = read_checkpoints(target, request.pipeline) if request.start.kind == "checkpoint" else {}
+        checkpoints = read_checkpoints(target, request.pipeline, required=request.start.kind == "checkpoint")
         inputs = gather_plan_inputs(client, request, topics, selected, checkpoints=checkpoints,
                                     sizes=partition_sizes(source, client, _partitions(topics, selected)))
     return plan_backfill(request, inputs, deadline_for=deadline_for, created_ms=int(clock() * 1000))
@@ -160,8 +161,10 @@ def partition_sizes(cluster: ClusterConfig, client: WireClient,
         return None
 
 
-def read_checkpoints(target: ClusterConfig, pipeline: str) -> dict[TopicPartition, CheckpointPosition]:
-    """The pipeline's stored positions on the target; refuses a pipeline that has none (a typo, or never ran)."""
+def read_checkpoints(target: ClusterConfig, pipeline: str, *, required: bool = True
+                     ) -> dict[TopicPartition, CheckpointPosition]:
+    """The pipeline's stored positions on the target; when ``required``, refuses a pipeline that has none (a typo,
+    or never ran)."""
     with WireClient.for_cluster(target) as client:
         meta = client.metadata([CHECKPOINT_TOPIC]).get(CHECKPOINT_TOPIC)
         found = {}
@@ -169,7 +172,7 @@ def read_checkpoints(target: ClusterConfig, pipeline: str) -> dict[TopicPartitio
             store = CheckpointStore(target, client, partitions=len(meta.partitions))
             found = {(topic, partition): CheckpointPosition(cp.position, cp.target_topic, cp.target_partition)
                      for (_pipeline, topic, partition), cp in store.read_all(pipeline).items()}
-    if not found:
+    if not found and required:
         raise ConfigError(f"start checkpoint: pipeline {pipeline!r} has no checkpoints in {CHECKPOINT_TOPIC!r} on "
                           f"cluster {target.name!r}; check the pipeline name or start from earliest or a time")
     return found

@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from mirror_core.errors import ConfigError, DataLossError
+from mirror_core.errors import ConfigError, DataLossError, SkipRefusedError
 from mirror_core.positions import parse_position
 from mirror_core.preflight_rules import KAFKA_INTERNAL_TOPICS, is_internal_topic, target_topic_name
 
@@ -656,7 +656,29 @@ def resolve_unit_range(request: PlanRequest, state: PartitionState,
                                     request.start)
         lost = LossRange(state.topic, state.partition, start, min(state.log_start, end))
         start, start_from = min(state.log_start, end), "log start (accept-loss)"
+    skipped = _skipped_past_checkpoint(request, state, target_topic, start)
+    if skipped is not None:
+        first = skipped.lost_start if lost is None else min(lost.lost_start, skipped.lost_start)
+        lost = LossRange(state.topic, state.partition, first, skipped.lost_end)
+        start_from = f"{start_from}, past the checkpoint (accept-loss)"
     return start, end, start_from, lost
+
+
+def _skipped_past_checkpoint(request: PlanRequest, state: PartitionState, target_topic: str,
+                             start: int) -> LossRange | None:
+    """A start past the pipeline's checkpoint skips ``[checkpoint, start)``, which was never copied: refused as
+    data loss (deleted on the source) or as a skip (still there), unless ``accept_loss``; then the range to
+    record. The lane refuses the same at run time (:meth:`LaneSession.copy`); the plan says it first."""
+    checkpoint = state.checkpoint
+    if checkpoint is None or start <= checkpoint.position or \
+            (checkpoint.target_topic, checkpoint.target_partition) != (target_topic, state.partition):
+        return None
+    if not request.accept_loss:
+        if state.log_start > checkpoint.position:
+            raise DataLossError(request.source_cluster, state.topic, state.partition, checkpoint.position,
+                                state.log_start)
+        raise SkipRefusedError(request.source_cluster, state.topic, state.partition, checkpoint.position, start)
+    return LossRange(state.topic, state.partition, checkpoint.position, start)
 
 
 def _resolve_start(request: PlanRequest, state: PartitionState, target_topic: str, where: str) -> tuple[int, str]:

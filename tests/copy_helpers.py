@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from mirror_core.batch_codec import walk_batches
 from mirror_core.copier import CopyOptions, CopyResult, PartitionRange, RangeCopier
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import WireClient
 from mirror_core.preflight import run_preflight
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def shoal(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the ``shoal`` CLI as an operator would (a fresh process; output captured as text)."""
+    return subprocess.run([sys.executable, "-m", "mirror_core.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "COLUMNS": "200"}, timeout=timeout)
 
 
 def copy_topic(source_cluster, target_cluster, topic: str, target_topic: str | None = None, *,

@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def shoal(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mirror_core.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, "COLUMNS": "200"}, timeout=300)
+from tests.copy_helpers import shoal
 
 
 def test_copy_prints_a_summary_and_the_target_matches(source_cluster, target_cluster, unique_name):

@@ -173,3 +173,16 @@ def test_kafka_errors_read_as_one_line():
     assert describe_kafka_error(err).startswith("UNKNOWN_MEMBER_ID: ")
     assert describe_kafka_error(KafkaException(err)) == describe_kafka_error(err)
     assert describe_kafka_error(TimeoutError()) == "TimeoutError"
+
+
+
+def test_an_offset_leading_into_an_accepted_loss_is_refused_with_the_lost_range():
+    from mirror_core.groups import translation_refusal
+
+    cp = Checkpoint(pipeline="p", topic="t", partition=0, position=40, target_topic="dr.t", target_partition=0,
+                    target_next=20, owner="copy", owner_epoch=0, updated_ms=0, lost_ranges=((10, 30),),
+                    offset_map=OffsetMap(40, 20, [OffsetRun(0, 10, 0), OffsetRun(30, 40, 10)]))
+    assert translation_refusal(cp, 5) is None
+    assert "[10, 30)" in translation_refusal(cp, 10)
+    assert "lost" in translation_refusal(cp, 29)
+    assert translation_refusal(cp, 30) is None
