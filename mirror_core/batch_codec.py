@@ -49,7 +49,7 @@ import hashlib
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -415,6 +415,7 @@ class PreparedBatch:
     deep: bool = False  # records were decompressed/decoded: a named deep case, counted in deep_batches
     records_identical: bool = True  # records section byte-identical to the source's (shallow header rewrite)
     source_offsets: tuple[int, ...] | None = None
+    source_leader_epoch: int = -1  # the source batch's partitionLeaderEpoch (-1: legacy), the epoch of its span
 
     def offset_runs(self) -> list[tuple[int, int, int]]:
         """(source_offset, target_delta, length) runs of constant shift, for the offset map."""
@@ -459,15 +460,17 @@ def prepare_for_target(view: BatchView, *, preserve_log_append_time: bool = True
         data = rewrite_header(view, producer_id=producer_id, producer_epoch=producer_epoch,
                               base_sequence=base_sequence, transactional=transactional,
                               clear_log_append_time=True)
-        return PreparedBatch(data, view.records_count, view.base_offset, view.next_offset)
+        return PreparedBatch(data, view.records_count, view.base_offset, view.next_offset,
+                             source_leader_epoch=view.partition_leader_epoch)
 
     from mirror_core import batch_deep  # batch_deep builds on this module; only this path needs it
 
     # a legacy wrapper's offset field is its last offset, so its straddling is only known once decoded
     start, end = exact_bounds if exact_bounds is not None and (straddles or is_legacy) else (None, None)
-    return batch_deep.reencode(view, start=start, end=end, log_append_time_to_max=rewrite_timestamps,
-                               producer_id=producer_id, producer_epoch=producer_epoch,
-                               base_sequence=base_sequence, transactional=transactional)
+    prepared = batch_deep.reencode(view, start=start, end=end, log_append_time_to_max=rewrite_timestamps,
+                                   producer_id=producer_id, producer_epoch=producer_epoch,
+                                   base_sequence=base_sequence, transactional=transactional)
+    return None if prepared is None else replace(prepared, source_leader_epoch=view.partition_leader_epoch)
 
 
 def records_digest(sections: Iterable[BatchView | bytes | bytearray | memoryview], *,

@@ -25,6 +25,7 @@ from mirror_core.batch_codec import PreparedBatch
 from mirror_core.batch_deep import decode_record_tail, read_records
 from mirror_core.checkpoint import Checkpoint, CheckpointStore
 from mirror_core.copier import BatchSource, CopyOptions, CopyResult, PartitionRange, Progress, RangeCopier
+from mirror_core.epochs import validate_position
 from mirror_core.errors import (
     ConfigError,
     DataLossError,
@@ -143,6 +144,9 @@ class LaneSession:
         self.target_topic_id = self._current_target_topic_id()
         self.duplicates_reported = 0  # at-least-once: records found twice on the target after a crash
         self._check_resumable(self.checkpoint)
+        if self.checkpoint is not None:  # before the first fetch: the source log below the position is still ours
+            validate_position(owner.source, topic, partition, self.checkpoint.position,
+                              self.checkpoint.position_epoch)
 
     def _current_target_topic_id(self) -> str | None:
         topic_id = self.owner.target.topic_metadata(self.target_topic, refresh=True).topic_id
@@ -179,6 +183,11 @@ class LaneSession:
     def position(self) -> int | None:
         return None if self.checkpoint is None else self.checkpoint.position
 
+    @property
+    def position_epoch(self) -> int | None:
+        """The source leader epoch below :attr:`position` (a fetcher starting there sends it as LastFetchedEpoch)."""
+        return None if self.checkpoint is None else self.checkpoint.position_epoch
+
     def copy(self, start: int, end: int, progress: Progress | None = None, *,
              fetcher: BatchSource | None = None) -> CopyResult:
         """Copy ``[start, end)`` (resuming at the checkpoint when it is further), committing as the policy says.
@@ -199,7 +208,9 @@ class LaneSession:
             self.writer.begin_transaction()
         copier = RangeCopier(owner.source, owner.target, self.writer, owner.options, listener=listener)
         rng = PartitionRange(self.topic, self.partition, start, end, self.target_topic, self.target_partition)
-        result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher, landing=_ResumeLanding(self))
+        start_epoch = previous.position_epoch if previous is not None and start == previous.position else None
+        result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher, landing=_ResumeLanding(self),
+                             start_epoch=start_epoch)
         result.commits = listener.commits
         result.lost_ranges = lost
         return result
@@ -305,6 +316,7 @@ class _CheckpointCommitter:
         previous = session.checkpoint
         self.previous_target_next = previous.target_next if previous is not None else None
         self.previous_handoff = previous.handoff_position if previous is not None else None
+        self.previous_position = (previous.position, previous.position_epoch) if previous is not None else None
         self.lost_ranges = normalise_ranges((previous.lost_ranges if previous is not None else ()) + lost)
         # the lowest source offset the map answers for: where this partition's copy began (or was pruned to)
         self.map_start = previous.offset_map.start if previous is not None and previous.offset_map is not None \
@@ -335,7 +347,8 @@ class _CheckpointCommitter:
             target_partition=session.target_partition, target_next=target_next, owner=self.owner.owner,
             owner_epoch=self.owner.owner_epoch, offset_map=offset_map, source_topic_id=session.source_topic_id,
             handoff_position=self.previous_handoff,  # the seam stays on record for `shoal verify seam`
-            target_topic_id=session.target_topic_id, lost_ranges=self.lost_ranges)
+            target_topic_id=session.target_topic_id, lost_ranges=self.lost_ranges,
+            position_epoch=self._position_epoch(result))
         session.check_target_topic()  # the data just written went to the topic the map describes
         self.writer.write([self.owner.store.checkpoint_batch(checkpoint)])
         markers = 0
@@ -349,3 +362,10 @@ class _CheckpointCommitter:
         self._bytes_at_commit = result.bytes
         self._last_commit = time.monotonic()
         return markers
+
+    def _position_epoch(self, result: CopyResult) -> int | None:
+        """The epoch below the new position: the copy's, or the previous checkpoint's when it did not move."""
+        if result.source_end_epoch is not None:
+            return result.source_end_epoch
+        previous = self.previous_position
+        return previous[1] if previous is not None and previous[0] == result.source_end else None

@@ -87,6 +87,7 @@ class CopyResult:
     commits: int = 0
     newest_timestamp_ms: int | None = None  # the newest record timestamp among the copied batches (record age)
     lost_ranges: tuple[tuple[int, int], ...] = ()  # source ranges skipped by an accepted loss (never copied)
+    source_end_epoch: int | None = None  # source leader epoch of the last batch below source_end (None: unknown)
 
     @property
     def last_target_offset(self) -> int | None:
@@ -114,6 +115,7 @@ class BatchSource(Protocol):
     """What the copier reads from: :class:`RawBatchFetcher`, or :class:`FetchedOnce`."""
 
     position: int
+    last_epoch: int  # leader epoch of the batch just below position (-1: unknown)
 
     @property
     def done(self) -> bool: ...
@@ -130,11 +132,13 @@ class FetchedOnce:
     def __init__(self, result: FetchResult, start: int):
         self._result = result
         self.position = start
+        self.last_epoch = -1
         self.done = False
 
     def fetch(self) -> FetchResult:
         self.done = True
-        self.position = max(self.position, self._result.next_offset)
+        if self._result.next_offset > self.position:
+            self.position, self.last_epoch = self._result.next_offset, self._result.last_epoch
         return self._result
 
 
@@ -152,8 +156,9 @@ class RangeCopier:
 
     def copy(self, rng: PartitionRange, progress: Progress | None = None, *,
              offset_runs: OffsetRuns | None = None, fetcher: BatchSource | None = None,
-             landing: LandingRule | None = None) -> CopyResult:
-        """Copy ``rng``; ``offset_runs`` continues an earlier map of this partition (a resumed copy).
+             landing: LandingRule | None = None, start_epoch: int | None = None) -> CopyResult:
+        """Copy ``rng``; ``offset_runs`` continues an earlier map of this partition (a resumed copy), and
+        ``start_epoch`` is the source leader epoch below ``rng.start`` (a checkpoint's, sent as LastFetchedEpoch).
 
         ``fetcher`` replaces the copier's own :class:`RawBatchFetcher` over ``rng`` (the daemon passes
         :class:`FetchedOnce`: batches it already fetched for many partitions in one request per broker)."""
@@ -166,7 +171,7 @@ class RangeCopier:
             return self._finish(result, session, started, progress)
         if fetcher is None:
             fetcher = RawBatchFetcher(self.source, rng.topic, rng.partition, rng.start, rng.end,
-                                      max_bytes=opts.fetch_max_bytes)
+                                      max_bytes=opts.fetch_max_bytes, last_epoch=start_epoch)
         bounds = (rng.start, rng.end) if opts.exact_bounds else None
         pending: list[PreparedBatch] = []
         pending_bytes = 0
@@ -202,14 +207,14 @@ class RangeCopier:
                     " plan the range up to the last stable offset")
             # everything up to the fetch position is either pending or needs no copy (markers, aborted data)
             if not pending:
-                result.source_end = max(result.source_end, self._reachable_end(fetcher, rng))
+                _advance_end(result, self._reachable_end(fetcher, rng), fetcher.last_epoch)
             if progress is not None:
                 progress(result)
             # drop this response's views before the next fetch, so two response buffers are never alive at once
             fetched = view = None
         if pending:
             self._flush(rng, pending, result, session)
-        result.source_end = max(result.source_end, self._reachable_end(fetcher, rng))
+        _advance_end(result, self._reachable_end(fetcher, rng), fetcher.last_epoch)
         return self._finish(result, session, started, progress)
 
     def _finish(self, result: CopyResult, session: _Session, started: float, progress: Progress | None):
@@ -239,12 +244,18 @@ class RangeCopier:
             result.batches += 1
             result.bytes += len(prepared.data)
             result.deep_batches += prepared.deep
-            result.source_end = max(result.source_end, prepared.source_next_offset)
+            _advance_end(result, prepared.source_next_offset, prepared.source_leader_epoch)
             section = memoryview(prepared.data)[RECORDS_SECTION:]
             session.digest.update(len(section).to_bytes(4, "big"))
             session.digest.update(section)
         if self.listener is not None:
             session.markers_allowed += self.listener.flushed(result, final=False)
+
+
+def _advance_end(result: CopyResult, offset: int, epoch: int) -> None:
+    """Move ``result.source_end`` forward to ``offset``, with the epoch of the source batch just below it."""
+    if offset > result.source_end or (offset == result.source_end and result.source_end_epoch is None):
+        result.source_end, result.source_end_epoch = offset, (epoch if epoch >= 0 else None)
 
 
 @dataclass

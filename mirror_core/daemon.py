@@ -13,8 +13,9 @@ checkpoint belongs to the daemon (handed off by a backfill) or when it has none 
 its beginning); a lane a backfill still owns is left alone until it is handed off.
 
 Failure behaviour: a fenced lane (another daemon took it) or a handed-over one is dropped; a recreated source topic
-or data deleted before it was copied halts the partition with a clear status and is not retried (an operator
-decides); a retriable source error (leader moved, broker restarting) retries the fetch with a short backoff; an
+or data deleted before it was copied (or truncated from the source log after it was) halts the partition with a
+clear status and is not retried (an operator decides); a retriable source error (leader moved, broker restarting)
+retries the fetch with a short backoff; an
 unreachable target closes the lane's session and retries with backoff, resuming from the last committed checkpoint
 — nothing is buffered across a failure, so memory stays at one fetch round plus one flush however long the target
 is down; a failed rescan or lease round is logged and retried on the next round, never the end of the process.
@@ -62,6 +63,7 @@ from mirror_core.errors import (
     ForeignWriteError,
     MirrorError,
     ProducerFencedError,
+    SourceTruncatedError,
     TopicRecreatedError,
 )
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
@@ -350,7 +352,7 @@ class ShallowMirrorDaemon:
         """The lane's session (opened with its transactional.id) and a fetcher at its committed position."""
         session = self._session(state)
         if state.fetcher is None:
-            position = session.position
+            position, epoch = session.position, session.position_epoch
             if position is None:  # no checkpoint yet: fix the start once, or "latest" would move with the data
                 if state.start is None:
                     state.start = list_offsets(self.source, state.topic, state.partition,
@@ -360,7 +362,7 @@ class ShallowMirrorDaemon:
             state.fetcher = RawBatchFetcher(
                 self.source, state.topic, state.partition, position, None,
                 max_bytes=self.config.partition_fetch_max_bytes, max_wait_ms=self.config.poll_interval_ms,
-                topic_id=session.source_topic_id)
+                topic_id=session.source_topic_id, last_epoch=epoch)
         return state.fetcher
 
     def _copy_round(self) -> int | None:
@@ -451,9 +453,11 @@ class ShallowMirrorDaemon:
         if isinstance(exc, ProducerFencedError | OwnershipError | NotHandedOffError):
             self.metrics.errors.labels("fenced").inc()
             self._drop(state.lane, f"fenced: {exc}")
-        elif isinstance(exc, TopicRecreatedError | DataLossError | CorruptBatchError | ForeignWriteError):
+        elif isinstance(exc, TopicRecreatedError | DataLossError | CorruptBatchError | ForeignWriteError |
+                        SourceTruncatedError):
             kind = "topic_recreated" if isinstance(exc, TopicRecreatedError) else \
                 "data_loss" if isinstance(exc, DataLossError) else \
+                "source_truncated" if isinstance(exc, SourceTruncatedError) else \
                 "foreign_write" if isinstance(exc, ForeignWriteError) else "corrupt_batch"
             self.metrics.errors.labels(kind).inc()
             # a halted lane is not reopened: end its open transaction now, not at its timeout

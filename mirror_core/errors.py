@@ -106,6 +106,43 @@ class TopicRecreatedError(MirrorError):
         )
 
 
+class SourceTruncatedError(MirrorError):
+    """The source partition's log was truncated below the copy position (unclean leader election, a replaced
+    broker) and may have regrown with other records: the target holds records the source no longer has.
+
+    ``diverged_from`` is the source's end offset for the last leader epoch both logs share (None when the source
+    knows no epoch up to ours, so the point is unknown): the target holds copies of ``[diverged_from, position)``
+    that the source lost, and the source's records from ``diverged_from`` on differ from what was copied.
+    """
+
+    def __init__(self, cluster: str, topic: str, partition: int, diverged_from: int | None, position: int,
+                 position_epoch: int | None, source_epoch: int | None = None):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.diverged_from = diverged_from
+        self.position = position
+        self.position_epoch = position_epoch
+        self.source_epoch = source_epoch
+        if diverged_from is None:
+            what = (f"the source knows no leader epoch up to {position_epoch}, so offsets below the copy position "
+                    f"{position} were replaced; the target holds copies of records the source no longer has")
+        else:
+            ends = f"epoch {source_epoch} ends" if source_epoch is not None and source_epoch >= 0 else "log ends"
+            what = (f"the source's {ends} at {diverged_from}, below the copy position {position} (epoch "
+                    f"{position_epoch}): the target holds copies of [{diverged_from}, {position}) that the source "
+                    f"no longer has, and the source now holds different records from {diverged_from} on")
+        super().__init__(
+            f"source log truncation on cluster {cluster!r} {topic}-{partition}: {what} (unclean leader election or "
+            "a replaced broker); the copy halts: rebuild the target from the diverged offset, or copy into a fresh "
+            "target topic with a new pipeline")
+
+    @property
+    def diverged_range(self) -> tuple[int | None, int]:
+        """``[diverged_from, position)``: what the target holds that the source lost."""
+        return (self.diverged_from, self.position)
+
+
 class ForeignWriteError(MirrorError):
     """The target partition does not hold what the lane's checkpoint says: another writer produced to it, or the
     target topic was truncated or recreated. The lane halts: continuing would make the offset map lie."""

@@ -25,11 +25,13 @@ from kafka.future import Future
 from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsRequest, OffsetSpec
 
 from mirror_core.batch_codec import CONTROL_ABORT, BatchView, control_type, walk_batches
+from mirror_core.epochs import validate_position
 from mirror_core.errors import (
     CorruptBatchError,
     DataLossError,
     FetchError,
     PartitionUnavailableError,
+    SourceTruncatedError,
     TopicRecreatedError,
 )
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
@@ -78,6 +80,7 @@ class FetchResult:
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
+    last_epoch: int = -1         # leader epoch of the batch just below next_offset (-1: unknown)
 
 
 class RawBatchFetcher:
@@ -87,18 +90,22 @@ class RawBatchFetcher:
     (kept, skipped control marker or aborted); batches are yielded in offset order, each at most once; a batch
     that straddles ``start`` or ``end`` is yielded whole (trimming is the caller's choice); data deleted before it
     was read raises :class:`DataLossError`, a recreated topic :class:`TopicRecreatedError`, never a silent reset.
+    ``last_epoch`` is the leader epoch of the batch just below ``position`` (every batch moved past counts,
+    markers and aborted ones too; -1: unknown), sent as Fetch's LastFetchedEpoch, so a source log that was
+    truncated below ``position`` answers with a DivergingEpoch and raises :class:`SourceTruncatedError`.
     """
 
     def __init__(self, client: WireClient, topic: str, partition: int, start: int, end: int | None = None, *,
                  max_bytes: int = 8 * 1024 * 1024, max_wait_ms: int = 500,
                  isolation: IsolationLevel = IsolationLevel.READ_COMMITTED, retry_timeout_s: float = 120.0,
-                 topic_id: uuid.UUID | str | None = None, every_batch: bool = False):
+                 topic_id: uuid.UUID | str | None = None, every_batch: bool = False, last_epoch: int | None = None):
         if end is not None and end < start:
             raise ValueError(f"empty range [{start}, {end})")
         self.client = client
         self.topic = topic
         self.partition = partition
         self.position = start
+        self.last_epoch = -1 if last_epoch is None else last_epoch  # the caller's: e.g. a checkpoint's epoch
         self.end = end
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
@@ -163,7 +170,8 @@ class RawBatchFetcher:
     def spec(self, leader_epoch: int) -> FetchPartitionSpec:
         """This partition's entry in a FetchRequest, at the current position."""
         return FetchPartitionSpec(partition=self.partition, current_leader_epoch=leader_epoch,
-                                  fetch_offset=self.position, partition_max_bytes=self.max_bytes)
+                                  fetch_offset=self.position, partition_max_bytes=self.max_bytes,
+                                  last_fetched_epoch=self.last_epoch)
 
     def _request(self, leader_epoch: int) -> FetchRequest:
         return kafka_python_fetch_request(
@@ -188,8 +196,12 @@ class RawBatchFetcher:
         """Take this partition's part of a Fetch response (from our own request or a shared one): advance the
         position and return the committed batches. Raises kafka-python's error for a partition error code (the
         caller retries retriable ones after :meth:`forget_leader`), :class:`DataLossError` for
-        OFFSET_OUT_OF_RANGE below the log start, :class:`TopicRecreatedError` for a changed topic id."""
+        OFFSET_OUT_OF_RANGE below the log start, :class:`TopicRecreatedError` for a changed topic id,
+        :class:`SourceTruncatedError` for a DivergingEpoch (the source log no longer holds what we read)."""
         error = Errors.for_code(data.error_code)
+        diverging = diverging_epoch(data)
+        if diverging is not None and error is Errors.NoError:
+            self._raise_diverged(*diverging)
         if error is Errors.OffsetOutOfRangeError:
             self._raise_out_of_range()
         if error in (Errors.UnknownTopicIdError, Errors.InconsistentTopicIdError):
@@ -217,11 +229,20 @@ class RawBatchFetcher:
         reached = ours[-1].next_offset if ours else self.position
         if len(ours) < len(batches):  # the response went past the end: every offset before it was seen
             reached = max(reached, self.end)
+        if ours and ours[-1].next_offset > self.position:
+            self.last_epoch = max(ours[-1].partition_leader_epoch, -1)  # legacy entries carry none: unknown
         self.position = max(self.position, reached)
         kept = [b for b in committed
                 if b.next_offset > start and (self.end is None or b.base_offset < self.end)]
         return FetchResult(kept, self.position, data.high_watermark, data.last_stable_offset,
-                           data.log_start_offset)
+                           data.log_start_offset, self.last_epoch)
+
+    def _raise_diverged(self, epoch: int, end_offset: int) -> None:
+        """The leader says our last fetched epoch ends at ``end_offset`` on its log (``epoch``: the largest one it
+        has up to ours): what we read from there on is no longer in the source log."""
+        diverged_from = end_offset if 0 <= end_offset < self.position else None
+        raise SourceTruncatedError(self.client.cluster_name, self.topic, self.partition, diverged_from,
+                                   self.position, self.last_epoch, epoch)
 
     def _raise_out_of_range(self) -> None:
         cluster, topic, partition = self.client.cluster_name, self.topic, self.partition
@@ -229,11 +250,30 @@ class RawBatchFetcher:
         if earliest > self.position:
             raise DataLossError(cluster, topic, partition, self.position, earliest)
         latest = list_offsets(self.client, topic, partition, "latest")
+        if self.last_epoch >= 0 and self.position <= latest:
+            # in range: the leader may have found no end offset for our last fetched epoch (it answers that with
+            # OFFSET_OUT_OF_RANGE); raises SourceTruncatedError if the log below our position was replaced
+            if not validate_position(self.client, topic, partition, self.position, self.last_epoch,
+                                     log_start=earliest):
+                self.last_epoch = -1  # nothing below the position left to compare: fetch without it
         if self.position > latest:
             raise FetchError(cluster, topic, partition, self.position,
                              f"OFFSET_OUT_OF_RANGE: the log ends at {latest}, before the requested offset "
                              "(source truncated or range planned past its end)")
         raise Errors.OffsetNotAvailableError()   # in range now: a lagging leader, retried as transient
+
+
+def diverging_epoch(data) -> tuple[int, int] | None:
+    """(epoch, end offset) of a Fetch response partition's DivergingEpoch (v12+, tagged field 0), or None when
+    the leader found no divergence (field absent, or its defaults -1/-1). Works on kafka-python's PartitionData
+    and on :class:`mirror_core.wire_fastpath.FetchPartitionData`."""
+    value = getattr(data, "diverging_epoch", None)
+    if value is None:
+        return None
+    epoch, end_offset = (value.epoch, value.end_offset) if hasattr(value, "end_offset") else value
+    if epoch < 0 and end_offset < 0:
+        return None
+    return epoch, end_offset
 
 
 def kafka_python_fetch_request(topics: Sequence[FetchTopicSpec], *, max_wait_ms: int, max_bytes: int,

@@ -10,8 +10,9 @@ records field is a ``memoryview`` into that frame.
 
 What is hand-encoded, and tested byte-identical against kafka-python's own encoder and decoder
 (``tests/unit/test_wire_fastpath.py``): request header v1/v2, ProduceRequest v3-v11 (v9+ flexible), ProduceResponse
-v3-v11, FetchRequest v4-v18 (v12+ flexible, v13+ topic ids) with any number of topics and partitions, FetchResponse
-v4-v18, ApiVersions v0.
+v3-v11, FetchRequest v4-v18 (v12+ flexible with LastFetchedEpoch, v13+ topic ids) with any number of topics and
+partitions, FetchResponse v4-v18 (its partitions' DivergingEpoch tagged field read, other tags skipped), ApiVersions
+v0.
 
 Scope: :class:`FastConnection` speaks PLAINTEXT only; :meth:`mirror_core.kafka_wire.WireClient.fast_connection`
 hands one out per broker for PLAINTEXT clusters (``WireClient(..., fast_path=False)`` turns it off); everything
@@ -359,6 +360,14 @@ class AbortedTxn(NamedTuple):
     first_offset: int
 
 
+class EpochEndOffset(NamedTuple):
+    """A FetchResponse partition's DivergingEpoch (v12+, tagged field 0): the largest epoch up to the request's
+    LastFetchedEpoch the leader has, and its end offset; the leader's log differs from ours from there on."""
+
+    epoch: int
+    end_offset: int
+
+
 class FetchPartitionData(NamedTuple):
     partition_index: int
     error_code: int
@@ -368,6 +377,7 @@ class FetchPartitionData(NamedTuple):
     aborted_transactions: list[AbortedTxn] | None
     preferred_read_replica: int
     records: memoryview | None     # a view into the response frame: no copy
+    diverging_epoch: EpochEndOffset | None = None   # None: the field was absent (no divergence)
 
 
 class FetchTopicResponse(NamedTuple):
@@ -414,16 +424,37 @@ def decode_fetch_response(version: int, frame: memoryview) -> FetchResult:
                         r.skip_tags()
             preferred = r.i32() if version >= 11 else -1
             records = r.bytes_view(flexible)
-            if flexible:
-                r.skip_tags()
+            diverging = _partition_tags(r) if flexible else None
             parts.append(FetchPartitionData(index, error, high_watermark, last_stable, log_start, aborted,
-                                            preferred, records))
+                                            preferred, records, diverging))
         if flexible:
             r.skip_tags()
         topics.append(FetchTopicResponse(name, topic_id, parts))
     if flexible:
         r.skip_tags()
     return FetchResult(throttle, error_code, session_id, topics, version)
+
+
+FETCH_TAG_DIVERGING_EPOCH = 0
+_EPOCH_END_OFFSET = struct.Struct(">iq")   # DivergingEpoch: epoch, end offset (then the struct's own tags)
+
+
+def _partition_tags(r: _Reader) -> EpochEndOffset | None:
+    """A FetchResponse partition's tagged fields: DivergingEpoch (tag 0) is read, the others (CurrentLeader,
+    SnapshotId, unknown ones) skipped by their size."""
+    diverging = None
+    for _ in range(r.uvarint()):
+        tag = r.uvarint()
+        size = r.uvarint()
+        end = r.pos + size
+        if end > len(r.buf):
+            raise ValueError("tagged fields run past the frame")
+        if tag == FETCH_TAG_DIVERGING_EPOCH:
+            if size < _EPOCH_END_OFFSET.size:
+                raise ValueError(f"DivergingEpoch of {size} bytes")
+            diverging = EpochEndOffset(*_EPOCH_END_OFFSET.unpack_from(r.buf, r.pos))
+        r.pos = end
+    return diverging
 
 
 # -- the connection ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from mirror_core import wire_fastpath as fp
-from mirror_core.fetcher import RawBatchFetcher, kafka_python_fetch_request
+from mirror_core.fetcher import RawBatchFetcher, diverging_epoch, kafka_python_fetch_request
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
 ascii_names = st.text("abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, max_size=30)
@@ -116,12 +116,12 @@ def test_produce_response_decodes_like_kafka_python(version, throttle, topics, e
 @given(version=st.integers(4, 18), correlation_id=st.integers(0, 2**31 - 1), client_id=st.one_of(st.none(), names),
        topic=names, topic_id=st.uuids(), partition=st.integers(0, 2**31 - 1), position=st.integers(0, 2**62),
        max_bytes=st.integers(1, 2**31 - 1), max_wait_ms=st.integers(0, 2**31 - 1), epoch=i32,
-       isolation=st.sampled_from([0, 1]))
+       isolation=st.sampled_from([0, 1]), last_epoch=st.one_of(st.none(), st.integers(-1, 2**31 - 1)))
 def test_fetch_request_is_byte_identical_to_the_fetchers(version, correlation_id, client_id, topic, topic_id,
                                                           partition, position, max_bytes, max_wait_ms, epoch,
-                                                          isolation):
+                                                          isolation, last_epoch):
     fetcher = RawBatchFetcher(None, topic, partition, position, max_bytes=max_bytes, max_wait_ms=max_wait_ms,
-                              isolation=isolation)
+                              isolation=isolation, last_epoch=last_epoch)
     fetcher._topic_id = topic_id if version >= 13 else None
     theirs = _kafka_python_request(fetcher._request(epoch), version, correlation_id, client_id)
     ours = fp.encode_fetch_request(version, correlation_id, client_id, max_wait_ms=max_wait_ms, min_bytes=1,
@@ -209,6 +209,10 @@ def test_fetch_response_decodes_like_kafka_python(version, throttle, error_code,
                 [(t.producer_id, t.first_offset) for t in b.aborted_transactions])
             assert (None if a.records is None else bytes(a.records)) == (
                 None if b.records is None else bytes(b.records))
+            theirs_diverging = None if b.diverging_epoch is None else (b.diverging_epoch.epoch,
+                                                                       b.diverging_epoch.end_offset)
+            assert (None if a.diverging_epoch is None else tuple(a.diverging_epoch)) == theirs_diverging
+            assert diverging_epoch(a) == diverging_epoch(b)
 
 
 def test_fetch_records_are_a_view_into_the_frame():
