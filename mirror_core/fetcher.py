@@ -250,12 +250,11 @@ class RawBatchFetcher:
         if earliest > self.position:
             raise DataLossError(cluster, topic, partition, self.position, earliest)
         latest = list_offsets(self.client, topic, partition, "latest")
-        if self.last_epoch >= 0 and self.position <= latest:
-            # in range: the leader may have found no end offset for our last fetched epoch (it answers that with
-            # OFFSET_OUT_OF_RANGE); raises SourceTruncatedError if the log below our position was replaced
-            if not validate_position(self.client, topic, partition, self.position, self.last_epoch,
-                                     log_start=earliest):
-                self.last_epoch = -1  # nothing below the position left to compare: fetch without it
+        # the log may have been truncated below our position (the leader also answers OFFSET_OUT_OF_RANGE when it
+        # finds no end offset for our last fetched epoch): SourceTruncatedError names the diverged range
+        if self.last_epoch >= 0 and not validate_position(self.client, topic, partition, self.position,
+                                                          self.last_epoch, log_start=earliest):
+            self.last_epoch = -1  # nothing below the position left to compare: fetch without it
         if self.position > latest:
             raise FetchError(cluster, topic, partition, self.position,
                              f"OFFSET_OUT_OF_RANGE: the log ends at {latest}, before the requested offset "

@@ -8,8 +8,9 @@ record it has not read: no duplicate, no skip.
 
 :func:`plan_group_sync` decides, the way MirrorMaker 2's ``MirrorCheckpointTask`` does, and never guesses:
 
-- a partition whose offset the map does not vouch for (not copied yet, pruned, no checkpoint) is **not committed**
-  and reported with the reason;
+- a partition whose offset the map does not vouch for (not copied yet, pruned, no checkpoint, or in a range the
+  source log no longer holds since a truncation below the copy position) is **not committed** and reported with
+  the reason;
 - a group with members on the target, or in any state other than Empty/Dead there, is **skipped whole**: its
   consumers own their offsets, and the broker would refuse the commit anyway;
 - a target offset already at or past the translation is **left alone**: a target group that has moved on is never
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from mirror_core.checkpoint import Checkpoint
 
 TopicPartitionKey = tuple[str, int]
+DivergedRange = tuple[int | None, int]  # [source end offset of the shared epoch (None: unknown), copy position)
 
 # Target group states in which nobody consumes: Empty (offsets only) and Dead (no such group; a commit creates it).
 IDLE_STATES = frozenset({"EMPTY", "DEAD"})
@@ -117,10 +119,18 @@ class GroupSyncPlan:
         return all(d.status.settled for d in self.decisions)
 
 
-def translation_refusal(checkpoint: Checkpoint | None, source_offset: int) -> str | None:
-    """Why ``source_offset`` has no exact target offset in ``checkpoint`` (None when it has one)."""
+def translation_refusal(checkpoint: Checkpoint | None, source_offset: int,
+                        diverged: DivergedRange | None = None) -> str | None:
+    """Why ``source_offset`` has no exact target offset in ``checkpoint`` (None when it has one). ``diverged``: the
+    range the target holds that the source log lost to a truncation (:class:`~mirror_core.errors.
+    SourceTruncatedError`); offsets from its start on name different records on the two clusters now."""
     if checkpoint is None:
         return "partition not copied by this pipeline"
+    if diverged is not None and (diverged[0] is None or source_offset >= diverged[0]):
+        start = "?" if diverged[0] is None else diverged[0]
+        return (f"the source log was truncated below the copy position: the target's copies of [{start}, "
+                f"{diverged[1]}) are records the source no longer has, and the source's offsets from {start} on "
+                "hold other records")
     offset_map = checkpoint.offset_map
     if offset_map is None:
         return f"nothing copied yet (copy position {checkpoint.position})"
@@ -137,12 +147,15 @@ def translation_refusal(checkpoint: Checkpoint | None, source_offset: int) -> st
 
 def plan_group_sync(source_offsets: Mapping[str, Mapping[TopicPartitionKey, CommittedOffset]],
                     checkpoints: Mapping[TopicPartitionKey, Checkpoint],
-                    target_groups: Mapping[str, TargetGroup]) -> GroupSyncPlan:
+                    target_groups: Mapping[str, TargetGroup],
+                    diverged: Mapping[TopicPartitionKey, DivergedRange] | None = None) -> GroupSyncPlan:
     """Decide, per source group and mirrored partition, what to commit on the target (see the module docstring).
 
     ``source_offsets``: group → committed offsets on the source (negative offsets, "no commit", are ignored).
     ``checkpoints``: the pipeline's checkpoints by source (topic, partition). ``target_groups``: the target's view
-    of each group; a group missing there is taken as Dead (nothing on the target yet).
+    of each group; a group missing there is taken as Dead (nothing on the target yet). ``diverged``: partitions
+    whose source log was truncated below the checkpoint's position, with the diverged range (nothing translates
+    from its start on).
     """
     mirrored_topics = {topic for topic, _ in checkpoints}
     decisions: list[PartitionDecision] = []
@@ -155,13 +168,14 @@ def plan_group_sync(source_offsets: Mapping[str, Mapping[TopicPartitionKey, Comm
             unmirrored[group] = tuple(skipped_topics)
         for (topic, partition) in sorted(tp for tp in offsets if tp[0] in mirrored_topics):
             decisions.append(_decide(group, topic, partition, offsets[(topic, partition)],
-                                     checkpoints.get((topic, partition)), target))
+                                     checkpoints.get((topic, partition)), target,
+                                     (diverged or {}).get((topic, partition))))
     return GroupSyncPlan(tuple(decisions), unmirrored)
 
 
 def _decide(group: str, topic: str, partition: int, committed: CommittedOffset, checkpoint: Checkpoint | None,
-            target: TargetGroup) -> PartitionDecision:
-    refusal = translation_refusal(checkpoint, committed.offset)
+            target: TargetGroup, diverged: DivergedRange | None = None) -> PartitionDecision:
+    refusal = translation_refusal(checkpoint, committed.offset, diverged)
     translated = None if refusal is not None else checkpoint.offset_map.translate(committed.offset)
     if refusal is None and translated is None:  # the map declined for a reason of its own: never guess
         refusal = "the offset map does not vouch for this offset"

@@ -3,7 +3,8 @@
 For every source group whose id matches ``--groups`` (a regex matched whole, like MirrorMaker 2's ``groups``), the
 committed offsets on partitions the pipeline mirrors are translated through the pipeline's checkpoints (stored on
 the target) and committed on the target: a group moved there resumes at exactly the next record. A partition the
-offset map does not vouch for is not committed; a group with active members on the target is skipped; a target
+offset map does not vouch for is not committed, nor an offset in a range the source log lost to a truncation below
+the checkpoint (checked with OffsetsForLeaderEpoch); a group with active members on the target is skipped; a target
 group already past the translation is never rewound (decisions: :mod:`mirror_core.groups`). The failover table
 shows every (group, partition) with its source offset, target offset and what happened; ``--dry-run`` commits
 nothing.
@@ -151,6 +152,24 @@ def load_checkpoints(target: ClusterConfig, pipeline: str):
     return {(topic, partition): cp for (_p, topic, partition), cp in found.items()}
 
 
+def diverged_ranges(source: ClusterConfig, checkpoints) -> dict[TopicPartitionKey, tuple[int | None, int]]:
+    """(topic, partition) → diverged range, for each checkpoint whose (position, position_epoch) the source
+    leader no longer vouches for (OffsetsForLeaderEpoch, :func:`mirror_core.epochs.validate_position`); a
+    checkpoint without an epoch cannot be checked and is left out (logged)."""
+    from mirror_core.epochs import validate_position
+    from mirror_core.errors import SourceTruncatedError
+    from mirror_core.kafka_wire import WireClient
+
+    out: dict[TopicPartitionKey, tuple[int | None, int]] = {}
+    with WireClient.for_cluster(source) as client:
+        for cp in checkpoints:
+            try:
+                validate_position(client, cp.topic, cp.partition, cp.position, cp.position_epoch)
+            except SourceTruncatedError as exc:
+                out[(cp.topic, cp.partition)] = exc.diverged_range
+    return out
+
+
 def sync_groups(source: ClusterConfig, target: ClusterConfig, pipeline: str, pattern: re.Pattern, *,
                 dry_run: bool = False) -> GroupSyncResult:
     """Read, decide (:func:`~mirror_core.groups.plan_group_sync`), and commit unless ``dry_run``.
@@ -161,7 +180,9 @@ def sync_groups(source: ClusterConfig, target: ClusterConfig, pipeline: str, pat
     source_offsets = {g: source_admin.committed(g) for g in groups}
     # the checkpoints after the source offsets: a position read later only covers more of them
     checkpoints = load_checkpoints(target, pipeline)
-    plan = plan_group_sync(source_offsets, checkpoints, target_admin.describe(groups))
+    wanted = {tp for offsets in source_offsets.values() for tp in offsets}
+    diverged = diverged_ranges(source, [cp for tp, cp in checkpoints.items() if tp in wanted])
+    plan = plan_group_sync(source_offsets, checkpoints, target_admin.describe(groups), diverged)
     committed, failures = [], {}
     if not dry_run:
         for group, decisions in plan.commits().items():

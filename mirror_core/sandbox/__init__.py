@@ -2,8 +2,9 @@
 
 ``source`` and ``target`` (newest Kafka 4.x; ``source`` also has a SASL_SSL/SCRAM listener with a throw-away CA)
 are the default pair; ``legacy`` runs Kafka 3.9 for cross-version work. Used by ``shoal sandbox up|down|status``,
-the README's main job and the test suite. Files: ``<sandbox_dir>/<cluster>/`` (see :mod:`.broker`); jars are cached
-under ``<cache_dir>/kafka/<version>/lib``.
+the README's main job and the test suite. ``replicated`` (a controller-only node and two brokers, :mod:`.quorum`) is
+started only by the tests that need leader changes, through :meth:`Sandbox.replicated`. Files:
+``<sandbox_dir>/<cluster>/`` (see :mod:`.broker`); jars are cached under ``<cache_dir>/kafka/<version>/lib``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from pathlib import Path
 
 from mirror_core.errors import ConfigError, SandboxError
 from mirror_core.sandbox.broker import BrokerStatus, SandboxBroker
+from mirror_core.sandbox.quorum import QuorumCluster
 from mirror_core.sandbox.spec import CLUSTERS, DEFAULT_CLUSTERS, ClusterSpec
 
-__all__ = ["CLUSTERS", "DEFAULT_CLUSTERS", "BrokerStatus", "ClusterSpec", "Sandbox", "SandboxBroker"]
+__all__ = ["CLUSTERS", "DEFAULT_CLUSTERS", "BrokerStatus", "ClusterSpec", "QuorumCluster", "Sandbox",
+           "SandboxBroker"]
 
 
 class Sandbox:
@@ -29,6 +32,10 @@ class Sandbox:
         if name not in CLUSTERS:
             raise ConfigError(f"unknown sandbox cluster {name!r}; known: {', '.join(CLUSTERS)}")
         return SandboxBroker(CLUSTERS[name], self.sandbox_dir, self.cache_dir)
+
+    def replicated(self, name: str = "replicated") -> QuorumCluster:
+        """A replicated cluster of this sandbox (not started: its caller starts and stops it)."""
+        return QuorumCluster.named(name, self.sandbox_dir, self.cache_dir)
 
     def up(self, names: Iterable[str] = DEFAULT_CLUSTERS, *, timeout: float = 90.0) -> list[BrokerStatus]:
         """Start the named clusters in parallel (reusing any that already run).

@@ -115,7 +115,7 @@ class SandboxBroker:
         self.home.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
         tls_meta = tls.ensure_tls_material(self.home / "tls") if self.spec.secure_port else None
-        self.properties.write_text(render_server_properties(self.spec, data_dir=str(self.data_dir), tls=tls_meta))
+        self.properties.write_text(self._render_properties(tls_meta))
         self.properties.chmod(0o600)
         if not (self.data_dir / "meta.properties").exists():
             self._format(lib)
@@ -152,8 +152,15 @@ class SandboxBroker:
                 f"-Dkafka.logs.dir={self.log_dir}", f"{log_prop}{log_cfg}",
                 "-cp", f"{lib}/*", main, *args]
 
+    def _render_properties(self, tls_meta: dict | None) -> str:
+        return render_server_properties(self.spec, data_dir=str(self.data_dir), tls=tls_meta)
+
+    def _new_cluster_id(self) -> str:
+        """The id a first start formats the storage with (the nodes of one multi-node cluster share theirs)."""
+        return new_cluster_id()
+
     def _format(self, lib: Path) -> None:
-        cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = self._new_cluster_id()
         cmd = self._java_cmd(lib, "kafka.tools.StorageTool", "format", "-t", cluster_id,
                              "-c", str(self.properties), "--ignore-formatted")
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=self.home)
@@ -252,6 +259,10 @@ class SandboxBroker:
         rerun = " ".join(cmd) if cmd else f"shoal sandbox up {self.spec.name}"
         return (f"sandbox cluster {self.spec.name!r} (Kafka {self.spec.version}) {what}\n"
                 f"{self.log_tail()}\nlogs: {self.log_dir}\nrerun: {rerun}")
+
+
+def new_cluster_id() -> str:
+    return urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def _is_zombie(pid: int) -> bool:
