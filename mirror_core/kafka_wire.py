@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
 DEFAULT_BOOTSTRAP_TIMEOUT_MS = 30_000
+REBOOTSTRAP_TIMEOUT_MS = 10_000  # a metadata request that found no known broker retries from the bootstrap list
+
 
 def kafka_python_kwargs(config: Mapping[str, str], cluster_name: str = "cluster") -> dict:
     """kafka-python network kwargs for a librdkafka-style connection dict.
@@ -343,7 +345,13 @@ class WireClient:
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )
-        response = self.send(None, request)
+        try:
+            response = self.send(None, request)
+        except (Errors.NodeNotReadyError, Errors.KafkaConnectionError):
+            # every broker this client knows may be gone (stopped, replaced): start over from the bootstrap
+            # addresses once, like the Java client's metadata.recovery.strategy=rebootstrap
+            self._manager.bootstrap(REBOOTSTRAP_TIMEOUT_MS, refresh=True)
+            response = self.send(None, request)
         self._manager.cluster.update_metadata(response)  # learn broker addresses for new leaders
         result = {}
         for t in response.topics:
