@@ -31,7 +31,8 @@ from tests.copy_helpers import shoal
 from tests.kafka_helpers import KafkaTestCluster
 
 LEADER, FOLLOWER = 2, 3
-SHARED, ONLY_ON_LEADER, REGROWN = 20, 20, 40  # records: on both replicas, then on the leader only, then after
+SHARED, ONLY_ON_LEADER = 20, 20  # records on both replicas, then on the leader only (the target has them all)
+POSITION = SHARED + ONLY_ON_LEADER  # the copy position when the log is truncated back to SHARED
 
 
 @pytest.fixture(scope="module")
@@ -105,16 +106,19 @@ def truncation(replicated, target_cluster):
     t.produce(_records("b", SHARED, ONLY_ON_LEADER))
     second = t.copy()
     assert second.returncode == 0, second.stderr
-    lane.copy(SHARED, SHARED + ONLY_ON_LEADER)
+    lane.copy(SHARED, POSITION)
     t.copied = target_cluster.read_all(f"dr.{topic}")
     t.live_copied = target_cluster.read_all(f"live.{topic}")
-    assert len(t.copied) == len(t.live_copied) == SHARED + ONLY_ON_LEADER
+    assert len(t.copied) == len(t.live_copied) == POSITION
 
     replicated.broker(LEADER).stop()
     replicated.broker(FOLLOWER).start()
     t.admin.elect_leaders(ElectionType.UNCLEAN, [TopicPartition(topic, 0)]).result(30)
     _wait_for_leader(t.admin, topic, FOLLOWER)
-    t.produce(_records("c", SHARED, REGROWN))  # other records, and the log grows past the copy position
+    # other records regrow the log past the copy position, the second batch starting right at it: a copy that
+    # resumes there without checking goes on silently, and the new [SHARED, POSITION) is never copied
+    t.produce(_records("c", SHARED, ONLY_ON_LEADER))
+    t.produce(_records("c", POSITION, 20))
     t.lane = lane
     try:
         yield t
@@ -129,18 +133,17 @@ def test_a_resumed_copy_halts_naming_the_range_the_source_lost(truncation):
     assert third.returncode != 0, "the copy went on past a truncated source log:\n" + third.stdout
     said = " ".join((third.stderr + third.stdout).split())
     assert "source log truncation" in said and t.topic in said
-    assert f"[{SHARED}, {SHARED + ONLY_ON_LEADER})" in said, said
+    assert f"[{SHARED}, {POSITION})" in said, said
     assert t.target.read_all(f"dr.{t.topic}") == t.copied  # nothing new written
 
 
 def test_a_running_lane_halts_on_the_diverging_epoch_of_its_next_fetch(truncation):
     t = truncation
-    end = SHARED + REGROWN
     with pytest.raises(SourceTruncatedError) as info:
-        t.lane.copy(SHARED + ONLY_ON_LEADER, end)
+        t.lane.copy(POSITION, POSITION + 20)
     error = info.value
     assert (error.cluster, error.topic, error.partition) == ("replicated", t.topic, 0)
-    assert error.diverged_range == (SHARED, SHARED + ONLY_ON_LEADER)
+    assert error.diverged_range == (SHARED, POSITION)
     if t.lane.writer.in_transaction:
         t.lane.writer.abort_transaction()
     assert t.target.read_all(f"live.{t.topic}") == t.live_copied
@@ -150,9 +153,9 @@ def test_groups_sync_does_not_translate_offsets_in_the_diverged_range(truncation
     t = truncation
     with WireClient.for_cluster(t.target.config) as client:
         checkpoint = CheckpointStore(t.target.config, client).read(f"p.{t.topic}", t.topic, 0)
-    assert checkpoint.position == SHARED + ONLY_ON_LEADER and checkpoint.position_epoch is not None
+    assert checkpoint.position == POSITION and checkpoint.position_epoch is not None
     diverged = diverged_ranges(t.source.config, [checkpoint])
-    assert diverged == {(t.topic, 0): (SHARED, SHARED + ONLY_ON_LEADER)}
+    assert diverged == {(t.topic, 0): (SHARED, POSITION)}
     assert translation_refusal(checkpoint, SHARED - 1, diverged[(t.topic, 0)]) is None
-    for offset in (SHARED, SHARED + ONLY_ON_LEADER - 1):
+    for offset in (SHARED, POSITION - 1):
         assert "truncated" in translation_refusal(checkpoint, offset, diverged[(t.topic, 0)])
