@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.sandbox.spec import CLUSTERS, FAST_TIMERS, render_server_properties
+from mirror_core.sandbox.spec import (
+    CLUSTERS,
+    FAST_TIMERS,
+    QUORUM_CLUSTERS,
+    render_quorum_node_properties,
+    render_server_properties,
+)
 
 
 def _props(text: str) -> dict[str, str]:
@@ -26,6 +32,7 @@ def test_every_cluster_gets_the_fast_timers_and_its_own_ports(name):
 
 def test_ports_never_collide_between_clusters():
     ports = [p for spec in CLUSTERS.values() for p in spec.ports()]
+    ports += [p for spec in QUORUM_CLUSTERS.values() for p in spec.ports()]
     assert len(ports) == len(set(ports))
 
 
@@ -52,3 +59,22 @@ def test_legacy_cluster_runs_kafka_39_with_reload4j():
 def test_ports_stay_below_the_ephemeral_range():
     """A port in 32768+ can be taken at random by any client socket on the machine, failing a start."""
     assert all(p < 32768 for spec in CLUSTERS.values() for p in spec.ports())
+    assert all(p < 32768 for spec in QUORUM_CLUSTERS.values() for p in spec.ports())
+
+
+@pytest.mark.parametrize("name", sorted(QUORUM_CLUSTERS))
+def test_a_replicated_cluster_is_a_controller_only_node_and_brokers_that_keep_writing_on_one_replica(name):
+    spec = QUORUM_CLUSTERS[name]
+    controller = _props(render_quorum_node_properties(spec.controller(), data_dir="/d"))
+    assert controller["process.roles"] == "controller" and "PLAINTEXT" not in controller["listeners"]
+    assert controller["controller.quorum.voters"] == f"1@127.0.0.1:{spec.controller_port}"
+    brokers = [_props(render_quorum_node_properties(node, data_dir="/d")) for node in spec.brokers()]
+    assert len(brokers) >= 2 and [b["node.id"] for b in brokers] == [str(i) for i in range(2, 2 + len(brokers))]
+    for props, port in zip(brokers, spec.broker_ports, strict=True):
+        assert props["process.roles"] == "broker" and props["listeners"] == f"PLAINTEXT://127.0.0.1:{port}"
+        assert props["controller.quorum.voters"] == controller["controller.quorum.voters"]
+        assert props["min.insync.replicas"] == "1"
+        assert int(props["offsets.topic.replication.factor"]) <= 2
+        assert int(props["transaction.state.log.replication.factor"]) <= 2
+        for key, value in FAST_TIMERS.items():
+            assert props[key] == value
