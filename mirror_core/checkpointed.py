@@ -336,7 +336,8 @@ class _CheckpointCommitter:
             owner_epoch=self.owner.owner_epoch, offset_map=offset_map, source_topic_id=session.source_topic_id,
             handoff_position=self.previous_handoff,  # the seam stays on record for `shoal verify seam`
             target_topic_id=session.target_topic_id, lost_ranges=self.lost_ranges)
-        session.check_target_topic()  # the data just written went to the topic the map describes
+        if result.bytes > self._bytes_at_commit:
+            session.check_target_topic()  # the data just written went to the topic the map describes
         self.writer.write([self.owner.store.checkpoint_batch(checkpoint)])
         markers = 0
         if self.exactly_once:
