@@ -188,6 +188,11 @@ class LaneSession:
         has deleted them, :class:`SkipRefusedError` when it still has them — unless the copier accepts the loss,
         which records ``[checkpoint, start)`` in the checkpoint's lost ranges (``CopyResult.lost_ranges``)."""
         owner, previous = self.owner, self.checkpoint
+        if previous is not None and previous.position >= end:
+            # a rerun of finished work (the checkpoint may even lie past ``end``: a straddling batch was copied
+            # whole): nothing to copy, nothing to commit
+            done = PartitionRange(self.topic, self.partition, end, end, self.target_topic, self.target_partition)
+            return CopyResult(done, source_start=previous.position, source_end=previous.position)
         runs = OffsetRuns(previous.offset_map.runs) if previous is not None and previous.offset_map else OffsetRuns()
         lost: tuple[tuple[int, int], ...] = ()
         if previous is not None:
