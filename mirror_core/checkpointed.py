@@ -197,6 +197,11 @@ class LaneSession:
         has deleted them, :class:`SkipRefusedError` when it still has them — unless the copier accepts the loss,
         which records ``[checkpoint, start)`` in the checkpoint's lost ranges (``CopyResult.lost_ranges``)."""
         owner, previous = self.owner, self.checkpoint
+        if previous is not None and previous.position >= end:
+            # a rerun of finished work (the checkpoint may even lie past ``end``: a straddling batch was copied
+            # whole): nothing to copy, nothing to commit
+            done = PartitionRange(self.topic, self.partition, end, end, self.target_topic, self.target_partition)
+            return CopyResult(done, source_start=previous.position, source_end=previous.position)
         runs = OffsetRuns(previous.offset_map.runs) if previous is not None and previous.offset_map else OffsetRuns()
         lost: tuple[tuple[int, int], ...] = ()
         if previous is not None:
@@ -349,7 +354,8 @@ class _CheckpointCommitter:
             handoff_position=self.previous_handoff,  # the seam stays on record for `shoal verify seam`
             target_topic_id=session.target_topic_id, lost_ranges=self.lost_ranges,
             position_epoch=self._position_epoch(result))
-        session.check_target_topic()  # the data just written went to the topic the map describes
+        if result.bytes > self._bytes_at_commit:
+            session.check_target_topic()  # the data just written went to the topic the map describes
         self.writer.write([self.owner.store.checkpoint_batch(checkpoint)])
         markers = 0
         if self.exactly_once:

@@ -101,3 +101,8 @@ def _summary(console, cmd: CopyCommand, results: list[CopyResult]) -> None:
     total = sum(r.records for r in results)
     console.print(f"copied {total} records in {sum(r.batches for r in results)} batches "
                   f"({sum(r.deep_batches for r in results)} deep)")
+    for r in results:
+        for lo, hi in r.lost_ranges:
+            console.print(f"[yellow]accepted loss[/]: {cmd.topic}-{r.range.partition} offsets [{lo}, {hi}) were "
+                          "never copied (recorded in the checkpoint; group sync declines to translate into them)",
+                          highlight=False)

@@ -1,8 +1,9 @@
 """Handoff from a backfill to the daemon, and the proof that the seam is clean.
 
-Handoff: the partition's checkpoint is rewritten with owner ``daemon`` and owner epoch + 1, inside a transaction
-of the lane's own transactional.id. Opening that id fences the backfill's writer (it can no longer commit), and the
-newer epoch makes any later backfill of the lane refuse to start (:class:`~mirror_core.checkpointed.OwnershipError`).
+Handoff: the lane's own transactional.id is opened first, which fences the backfill's writer (it can no longer
+commit); only then is the checkpoint read, and it is rewritten with owner ``daemon`` and owner epoch + 1 inside a
+transaction of that same id. The newer epoch makes any later backfill of the lane refuse to start
+(:class:`~mirror_core.checkpointed.OwnershipError`).
 The daemon then resumes at exactly the checkpoint position X. ``verify_seam`` proves per partition that the target is
 contiguous across X: the source records around X, translated through the offset map, are the target records
 around translate(X), one for one, in order, with equal content — no gap, no duplicate.
@@ -34,26 +35,47 @@ def hand_off(target: ClusterConfig, pipeline: str, topic: str, partitions: list[
     with WireClient.for_cluster(target) as client:
         store = CheckpointStore(target, client)
         for partition in partitions:
-            current = store.read(pipeline, topic, partition)
-            if current is None:
-                raise ConfigError(f"pipeline {pipeline!r} has no checkpoint for {topic}-{partition}: back-fill it "
-                                  "before handing it off")
-            if current.owner == DAEMON_OWNER:
-                handed.append(current)
-                continue
-            lane = default_lane(current.target_topic, current.target_partition)
-            writer = BatchWriter(client, transactional_id=lane_transactional_id(pipeline, lane))
-            writer.init_producer_id()  # fences the backfill writer of this lane
-            updated = dataclasses.replace(current, owner=DAEMON_OWNER, owner_epoch=current.owner_epoch + 1,
-                                          handoff_position=current.position, updated_ms=now_ms())
-            writer.begin_transaction()
-            writer.write([store.checkpoint_batch(updated)])
-            writer.commit_transaction()
-            handed.append(updated)
+            handed.append(_hand_off_partition(store, client, pipeline, topic, partition))
         if wait_for_daemon_s > 0:
             _wait_for_daemon(store, target, pipeline, [default_lane(c.target_topic, c.target_partition)
                                                        for c in handed], wait_for_daemon_s)
     return handed
+
+
+def _hand_off_partition(store: CheckpointStore, client: WireClient, pipeline: str, topic: str,
+                        partition: int) -> Checkpoint:
+    """Fence, then read, then write: the handed-off position is the backfill's last commit, never an older one.
+
+    The first read only names the lane (a pipeline's source partition is bound to one target partition for good,
+    so even a stale checkpoint names it). ``InitProducerId`` with the lane's transactional.id then fences the
+    backfill's writer and decides every transaction it began: its last commit is final and nothing can follow it.
+    Only the checkpoint read after that (past the LSO, :meth:`CheckpointStore.read_own`) is written back with
+    owner ``daemon``, in a transaction of that same id. Reading before fencing would let a backfill commit land
+    in between, be overwritten by the older position and be copied again by the daemon.
+    """
+    seen = store.read(pipeline, topic, partition)
+    if seen is None:
+        raise ConfigError(f"pipeline {pipeline!r} has no checkpoint for {topic}-{partition}: back-fill it "
+                          "before handing it off")
+    if seen.owner == DAEMON_OWNER:
+        return seen
+    lane = default_lane(seen.target_topic, seen.target_partition)
+    writer = BatchWriter(client, transactional_id=lane_transactional_id(pipeline, lane))
+    writer.init_producer_id()  # fences the backfill writer of this lane; its transactions are all decided now
+    current = store.read_own(pipeline, topic, partition)
+    lane_now = None if current is None else default_lane(current.target_topic, current.target_partition)
+    if lane_now != lane:
+        raise MirrorError(f"pipeline {pipeline!r} {topic}-{partition}: the checkpoint changed lanes during the "
+                          f"handoff (was {lane}, now {lane_now or 'gone'}); nothing was handed off: check what else "
+                          "writes this pipeline's checkpoints")
+    if current.owner == DAEMON_OWNER:  # another handoff won the race
+        return current
+    updated = dataclasses.replace(current, owner=DAEMON_OWNER, owner_epoch=current.owner_epoch + 1,
+                                  handoff_position=current.position, updated_ms=now_ms())
+    writer.begin_transaction()
+    writer.write([store.checkpoint_batch(updated)])
+    writer.commit_transaction()
+    return updated
 
 
 def _wait_for_daemon(store: CheckpointStore, target: ClusterConfig, pipeline: str, lanes: list[str],

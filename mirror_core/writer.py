@@ -155,9 +155,10 @@ class BatchWriter:
         log.info("writer on %r: %s has epoch %d", self.client.cluster_name, self._who, self.producer_epoch)
         return self.producer_id, self.producer_epoch
 
-    def _coordinator_call(self, request, what: str):
-        """Send to the transaction coordinator (any broker for idempotent-only InitProducerId), retrying."""
-        backoff = Backoff(give_up_after=self.retry_timeout_s)
+    def _coordinator_call(self, request, what: str, *, give_up_after_s: float | None = None):
+        """Send to the transaction coordinator (any broker for idempotent-only InitProducerId), retrying for
+        ``give_up_after_s`` (default ``retry_timeout_s``)."""
+        backoff = Backoff(give_up_after=self.retry_timeout_s if give_up_after_s is None else give_up_after_s)
         coordinator = None
         while True:
             try:
@@ -197,16 +198,18 @@ class BatchWriter:
     def commit_transaction(self) -> None:
         self._end_transaction(committed=True)
 
-    def abort_transaction(self) -> None:
-        self._end_transaction(committed=False)
+    def abort_transaction(self, *, give_up_after_s: float | None = None) -> None:
+        """Abort the open transaction; ``give_up_after_s`` bounds the retries (default ``retry_timeout_s``)."""
+        self._end_transaction(committed=False, give_up_after_s=give_up_after_s)
 
-    def _end_transaction(self, committed: bool) -> None:
+    def _end_transaction(self, committed: bool, give_up_after_s: float | None = None) -> None:
         if not self._in_txn:
             raise MirrorError("no transaction is open")
         if self._txn_partitions:
             self._coordinator_call(EndTxnRequest(
                 transactional_id=self.transactional_id, producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch, committed=committed, max_version=3), "EndTxn")
+                producer_epoch=self.producer_epoch, committed=committed, max_version=3), "EndTxn",
+                give_up_after_s=give_up_after_s)
         self._in_txn = False
         self._txn_partitions.clear()
 

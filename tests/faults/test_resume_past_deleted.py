@@ -47,6 +47,7 @@ def test_resume_past_records_deleted_since_the_checkpoint_halts_then_accept_loss
 
     accepted = _copy(topic, pipeline, "--accept-loss")
     assert accepted.returncode == 0, accepted.stderr
+    assert f"offsets [{position}, 80) were never copied" in " ".join(accepted.stdout.split())
     expected = [b"v%d" % i for i in range(position)] + [b"v%d" % i for i in range(80, 120)]
     assert [r.value for r in target_cluster.read_all(f"dr.{topic}")] == expected
     assert [r.value for r in source_cluster.read_all(topic)] == [b"v%d" % i for i in range(80, 120)]

@@ -221,6 +221,25 @@ def test_recreated_source_topic_halts_instead_of_resuming(source_cluster, target
             copier.copy(PartitionRange(topic, 0, 0, 10, f"{topic}.dr", 0))
 
 
+def test_a_rerun_whose_checkpoint_is_past_the_range_end_is_skipped_not_an_error(source_cluster, target_cluster,
+                                                                                 unique_name):
+    """A whole-batch copy ends past the requested end; rerunning the same range reports it done."""
+    topic = unique_name()
+    source_cluster.create_topic(topic)
+    source_cluster.produce(topic, [(b"k%d" % i, b"v%d" % i) for i in range(10)])  # one batch
+    with WireClient.for_cluster(source_cluster.config) as source, \
+            WireClient.for_cluster(target_cluster.config) as target:
+        store = CheckpointStore(target_cluster.config, target)
+        store.ensure_topic()
+        run_preflight(source_cluster.config, target_cluster.config, topic, target_topic=f"{topic}.dr")
+        copier = CheckpointedCopier(source, target, store, pipeline=f"p.{topic}")
+        first = copier.copy(PartitionRange(topic, 0, 0, 5, f"{topic}.dr", 0))
+        assert first.source_end == 10
+        again = copier.copy(PartitionRange(topic, 0, 0, 5, f"{topic}.dr", 0))
+        assert (again.source_start, again.source_end, again.records, again.commits) == (10, 10, 0, 0)
+    assert len(target_cluster.read_all(f"{topic}.dr")) == 10
+
+
 def test_checkpoint_stays_small_after_ten_thousand_source_transactions(source_cluster, target_cluster, unique_name):
     """Every source transaction leaves a commit marker, so 10,000 of them cut the offset map into 10,000 runs;
     the stored checkpoint must still stay under 100 KiB per lane."""

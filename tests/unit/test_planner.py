@@ -10,7 +10,7 @@ import re
 import pytest
 from rich.console import Console
 
-from mirror_core.errors import ConfigError, DataLossError
+from mirror_core.errors import ConfigError, DataLossError, MirrorError
 from mirror_core.planner import (
     BoundSpec,
     CheckpointPosition,
@@ -312,6 +312,26 @@ def test_checkpoint_to_another_target_is_refused():
     with pytest.raises(ConfigError, match="pipeline 'p1' checkpointed a copy to orders-0, but this plan targets "
                                           "dr.orders-0"):
         plan(req, inputs)
+
+
+@pytest.mark.parametrize("start, log_start, refusal", [
+    ("earliest", 60, "offsets \\[40, 60\\) were deleted before they were copied"),  # retention passed the checkpoint
+    ("latest", 0, "start 100 is past the pipeline's checkpoint 40"),
+    ("orders:0=70", 0, "offsets \\[40, 70\\) would never be copied"),
+])
+def test_a_start_past_the_checkpoint_is_refused_whatever_the_start_spec(start, log_start, refusal):
+    inputs = inputs_for({"orders": 1}, **{"orders-0": {"checkpoint": CheckpointPosition(40, "dr.orders", 0),
+                                                       "log_start": log_start}})
+    with pytest.raises(MirrorError, match=refusal):
+        plan(request(start=start, naming="prefix:dr."), inputs)
+
+
+def test_accept_loss_records_the_skipped_range_past_the_checkpoint():
+    inputs = inputs_for({"orders": 1}, **{"orders-0": {"checkpoint": CheckpointPosition(40, "dr.orders", 0),
+                                                       "log_start": 60}})
+    result = plan(request(start="earliest", naming="prefix:dr.", accept_loss=True), inputs)
+    assert [(u.start, u.end) for u in result.units] == [(60, 100)]
+    assert [(x.lost_start, x.lost_end) for x in result.losses] == [(40, 60)]
 
 
 def test_empty_ranges_are_not_units_but_are_counted():
