@@ -190,3 +190,18 @@ def test_group_offsets_from_the_diverged_start_on_are_not_translated():
     assert translation_refusal(cp, 39, (20, 40)) is not None
     assert translation_refusal(cp, 5, (None, 40)) is not None      # unknown point: nothing below is trusted
     assert translation_refusal(cp, 39) is None
+
+
+def test_the_daemons_shared_fetch_keeps_a_diverging_partition_to_itself_as_a_halting_error():
+    """(broker_fetch dispatches each partition's part to its fetcher: a truncated one fails alone, not retriable.)"""
+    from mirror_core.broker_fetch import PartitionOutcome, _dispatch
+
+    truncated, healthy = _fetcher(40, last_epoch=0), RawBatchFetcher(SimpleNamespace(cluster_name="source"), "t", 1, 0)
+    response = SimpleNamespace(responses=[SimpleNamespace(topic="t", topic_id=None, partitions=[
+        SimpleNamespace(partition_index=0, **vars(_response(diverging=fp.EpochEndOffset(0, 20)))),
+        SimpleNamespace(partition_index=1, **vars(_response(with_epoch(make_batch(0, 2), 1))))])])
+    outcomes = [PartitionOutcome(), PartitionOutcome()]
+    _dispatch(response, [(0, truncated), (1, healthy)], outcomes)
+    assert isinstance(outcomes[0].error, SourceTruncatedError) and not outcomes[0].retriable
+    assert outcomes[0].error.diverged_range == (20, 40)
+    assert outcomes[1].error is None and healthy.position == 2 and healthy.last_epoch == 1
