@@ -149,7 +149,8 @@ class LaneSession:
             self.writer.begin_transaction()
         copier = RangeCopier(owner.source, owner.target, self.writer, owner.options, listener=listener)
         rng = PartitionRange(self.topic, self.partition, start, end, self.target_topic, self.target_partition)
-        result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher)
+        result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher,
+                             resume=previous is not None and start == previous.position)
         result.commits = listener.commits
         return result
 
