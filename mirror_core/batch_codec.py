@@ -434,15 +434,16 @@ class PreparedBatch:
 def prepare_for_target(view: BatchView, *, preserve_log_append_time: bool = True,
                        producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
                        base_sequence: int = NO_SEQUENCE, transactional: bool = False,
-                       exact_bounds: tuple[int, int] | None = None,
+                       exact_bounds: tuple[int | None, int | None] | None = None,
                        check_crc: bool = True) -> PreparedBatch | None:
     """Decide how ``view`` reaches the target and do it; None means skip (control marker, empty batch, or
     nothing inside ``exact_bounds``).
 
     Shallow header rewrite unless a named case needs more: legacy magic, offset holes, a compressed
     LogAppendTime batch (when preserving what consumers saw), or a batch straddling ``exact_bounds`` =
-    [start, end) are decoded (``deep=True``); an uncompressed LogAppendTime batch gets a cheap record-level
-    timestamp rewrite. With ``preserve_log_append_time=False`` the LogAppendTime bit is simply cleared, so
+    [start, end) are decoded (``deep=True``); a None bound is not trimmed (``(start, None)`` trims only the
+    head below ``start``: a copy resuming inside a batch). An uncompressed LogAppendTime batch gets a cheap
+    record-level timestamp rewrite. With ``preserve_log_append_time=False`` the LogAppendTime bit is simply cleared, so
     consumers of the target see the producers' create times. Raises :class:`CorruptBatchError` on a CRC
     mismatch when ``check_crc``.
     """
@@ -452,8 +453,8 @@ def prepare_for_target(view: BatchView, *, preserve_log_append_time: bool = True
     if kind is BatchKind.CONTROL or kind is BatchKind.EMPTY:
         return None
     is_legacy = kind is BatchKind.LEGACY
-    straddles = exact_bounds is not None and (view.base_offset < exact_bounds[0]
-                                              or view.next_offset > exact_bounds[1])
+    lo, hi = exact_bounds if exact_bounds is not None else (None, None)
+    straddles = (lo is not None and view.base_offset < lo) or (hi is not None and view.next_offset > hi)
     rewrite_timestamps = preserve_log_append_time and view.log_append_time
     needs_reencode = is_legacy or straddles or view.has_offset_holes or rewrite_timestamps
     if not needs_reencode:
@@ -466,7 +467,7 @@ def prepare_for_target(view: BatchView, *, preserve_log_append_time: bool = True
     from mirror_core import batch_deep  # batch_deep builds on this module; only this path needs it
 
     # a legacy wrapper's offset field is its last offset, so its straddling is only known once decoded
-    start, end = exact_bounds if exact_bounds is not None and (straddles or is_legacy) else (None, None)
+    start, end = (lo, hi) if straddles or is_legacy else (None, None)
     prepared = batch_deep.reencode(view, start=start, end=end, log_append_time_to_max=rewrite_timestamps,
                                    producer_id=producer_id, producer_epoch=producer_epoch,
                                    base_sequence=base_sequence, transactional=transactional)

@@ -215,7 +215,7 @@ class LaneSession:
         rng = PartitionRange(self.topic, self.partition, start, end, self.target_topic, self.target_partition)
         start_epoch = previous.position_epoch if previous is not None and start == previous.position else None
         result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher, landing=_ResumeLanding(self),
-                             start_epoch=start_epoch)
+                             start_epoch=start_epoch, resume=previous is not None and start == previous.position)
         result.commits = listener.commits
         result.lost_ranges = lost
         return result

@@ -7,7 +7,9 @@ batches are written whenever they reach ``max_inflight_bytes``.
 
 Range bounds: by default whole batches are copied, so a batch that straddles ``end`` is copied whole and the
 actual end (the next offset after it) is reported; the next range or the daemon starts there. With
-``exact_bounds`` straddling batches are trimmed (a deep case).
+``exact_bounds`` straddling batches are trimmed (a deep case). A *resumed* copy (its start is a checkpoint position,
+so everything below it is on the target already) trims the head of a first batch straddling the start, exact
+bounds or not: an exact range or a time bound may have ended inside that batch.
 
 Delivery: the copier itself only writes; a :class:`FlushListener` (see :mod:`mirror_core.checkpointed`) turns
 flushes into transactions and checkpoints. Invariants: batches reach the target in source order; within a session
@@ -156,12 +158,16 @@ class RangeCopier:
 
     def copy(self, rng: PartitionRange, progress: Progress | None = None, *,
              offset_runs: OffsetRuns | None = None, fetcher: BatchSource | None = None,
-             landing: LandingRule | None = None, start_epoch: int | None = None) -> CopyResult:
+             landing: LandingRule | None = None, start_epoch: int | None = None,
+             resume: bool = False) -> CopyResult:
         """Copy ``rng``; ``offset_runs`` continues an earlier map of this partition (a resumed copy), and
         ``start_epoch`` is the source leader epoch below ``rng.start`` (a checkpoint's, sent as LastFetchedEpoch).
 
         ``fetcher`` replaces the copier's own :class:`RawBatchFetcher` over ``rng`` (the daemon passes
-        :class:`FetchedOnce`: batches it already fetched for many partitions in one request per broker)."""
+        :class:`FetchedOnce`: batches it already fetched for many partitions in one request per broker).
+        ``resume``: every offset below ``rng.start`` is on the target already (the start is a checkpoint
+        position), so a first batch straddling the start is trimmed to it (a counted deep case) instead of being
+        copied whole as a fresh copy does; otherwise its head would be copied twice."""
         opts = self.options
         started = time.monotonic()
         result = CopyResult(rng, source_start=rng.start, source_end=rng.start,
@@ -172,23 +178,22 @@ class RangeCopier:
         if fetcher is None:
             fetcher = RawBatchFetcher(self.source, rng.topic, rng.partition, rng.start, rng.end,
                                       max_bytes=opts.fetch_max_bytes, last_epoch=start_epoch)
-        bounds = (rng.start, rng.end) if opts.exact_bounds else None
+        bounds = (rng.start, rng.end) if opts.exact_bounds else (rng.start, None) if resume else None
         pending: list[PreparedBatch] = []
         pending_bytes = 0
-        first_fetched = True
         last_progress = time.monotonic()
         while not fetcher.done:
             fetched = fetcher.fetch()
             if self.throttle is not None and fetched.batches:
                 self.throttle.consume(sum(view.size for view in fetched.batches))
             for view in fetched.batches:
-                if first_fetched and not opts.exact_bounds:
-                    result.source_start = min(rng.start, view.base_offset)
-                first_fetched = False
                 prepared = prepare_for_target(view, preserve_log_append_time=opts.preserve_log_append_time,
                                               exact_bounds=bounds)
                 if prepared is None:
                     continue
+                # a whole first batch straddling the start: the copy began below it (a legacy wrapper's first
+                # offset is known only once decoded, hence the prepared batch, not the view)
+                result.source_start = min(result.source_start, prepared.source_first_offset)
                 if result.newest_timestamp_ms is None or view.max_timestamp > result.newest_timestamp_ms:
                     result.newest_timestamp_ms = view.max_timestamp
                 pending.append(prepared)

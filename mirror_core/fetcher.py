@@ -73,6 +73,25 @@ def select_committed(batches: Iterable[BatchView], aborted: Iterable[AbortedTran
     return kept
 
 
+def batches_reaching_below(batches: Sequence[BatchView], position: int, end: int) -> list[BatchView]:
+    """The leading ``batches`` (fetched from ``position``, in order) that may hold offsets below ``end``.
+
+    A v2 batch does when its base offset is below ``end``. A legacy (magic 0/1) compressed wrapper's offset field
+    is its *last* inner offset, so its first one is known only once decoded: it may hold offsets below ``end``
+    whenever the batches before it ended below ``end`` (a wrapper straddling an exact bound belongs to both
+    ranges; the copier trims it to each).
+    """
+    ours = []
+    reached = position
+    for batch in batches:
+        first_possible = reached if batch.legacy else batch.base_offset
+        if first_possible >= end:
+            break
+        ours.append(batch)
+        reached = batch.next_offset
+    return ours
+
+
 @dataclass(frozen=True)
 class FetchResult:
     batches: list[BatchView]     # committed data batches that end at or after the requested offset, in order
@@ -225,15 +244,14 @@ class RawBatchFetcher:
         start = self.position
         # Advance only over batches inside the range: a batch starting at or after ``end`` belongs to the next
         # range, and moving past it would make that range start too late (silent loss of the batches between).
-        ours = [b for b in batches if self.end is None or b.base_offset < self.end]
+        ours = batches if self.end is None else batches_reaching_below(batches, start, self.end)
         reached = ours[-1].next_offset if ours else self.position
         if len(ours) < len(batches):  # the response went past the end: every offset before it was seen
             reached = max(reached, self.end)
         if ours and ours[-1].next_offset > self.position:
             self.last_epoch = max(ours[-1].partition_leader_epoch, -1)  # legacy entries carry none: unknown
         self.position = max(self.position, reached)
-        kept = [b for b in committed
-                if b.next_offset > start and (self.end is None or b.base_offset < self.end)]
+        kept = [b for b in committed if start < b.next_offset <= reached]
         return FetchResult(kept, self.position, data.high_watermark, data.last_stable_offset,
                            data.log_start_offset, self.last_epoch)
 

@@ -541,3 +541,45 @@ def test_property_walk_splits_at_batch_boundaries(sizes, cut):
     assert len(views) == len(complete)
     assert tail == cut - (complete[-1] if complete else 0)
     assert [bytes(v.buffer) for v in views] == batches[:len(views)]
+
+
+# --- resuming inside a batch, legacy wrappers at a bound ----------------------------------------------------
+
+
+@codecs
+@pytest.mark.parametrize("resume_at, kept", [(1001, [1, 2, 3, 4, 5]), (1004, [4, 5]), (1005, [5])])
+def test_head_only_bound_trims_below_a_resume_position(codec, resume_at, kept):
+    source = build(codec=codec, base_offset=1000)
+    prepared = prepare_for_target(parse_batch(source), exact_bounds=(resume_at, None))
+    assert prepared.deep, "trimming is a named deep case"
+    assert decoded(bytes(prepared.data)) == dense([decoded(source)[d] for d in kept])
+    assert (prepared.source_first_offset, prepared.source_next_offset) == (resume_at, 1006)
+    assert prepared.offset_runs() == [(resume_at, 0, len(kept))]
+
+
+@codecs
+def test_head_only_bound_leaves_a_batch_at_or_after_it_shallow(codec):
+    prepared = prepare_for_target(parse_batch(build(codec=codec, base_offset=1000)), exact_bounds=(1000, None))
+    assert not prepared.deep and prepared.records_identical
+    assert (prepared.source_first_offset, prepared.source_next_offset) == (1000, 1006)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", COMPRESSED[:3], ids=lambda c: c.name.lower())
+@pytest.mark.parametrize("bound", [301, 303, 305])
+def test_legacy_wrapper_straddling_a_bound_splits_between_the_two_ranges(magic, codec, bound):
+    rows = [(d, ts, key, value, []) for d, ts, key, value, _ in RECORDS]
+    view = parse_batch(legacy(magic, codec, rows, 300))
+    assert view.base_offset == 305, "a compressed wrapper's offset field is its last inner offset"
+    whole = batch_deep.read_records(view)
+    before = prepare_for_target(view, exact_bounds=(0, bound))
+    after_exact = prepare_for_target(view, exact_bounds=(bound, 400))
+    after_resumed = prepare_for_target(view, exact_bounds=(bound, None))
+    assert (before.source_first_offset, before.source_next_offset) == (300, bound)
+    for after in (after_exact, after_resumed):
+        assert (after.source_first_offset, after.source_next_offset) == (bound, 306)
+        assert before.deep and after.deep
+        got = decoded(bytes(before.data)) + decoded(bytes(after.data))
+        assert [(r[2], r[3]) for r in got] == [(k, v) for _, _, k, v, _ in rows]
+    assert before.offset_runs() + after_exact.offset_runs() == [(300, 0, bound - 300), (bound, 0, 306 - bound)]
+    assert len(whole) == 6
