@@ -341,7 +341,7 @@ class _CheckpointCommitter:
         target_next = result.next_target_offset if result.next_target_offset is not None else \
             self.previous_target_next
         offset_map = None if target_next is None else OffsetMap.from_runs(
-            # a first batch straddling the requested start is copied whole: the map starts where the copy did
+            # a fresh copy copies a first batch straddling its start whole: the map starts where the copy did
             result.offset_runs, start=min(self.map_start, result.source_start, result.source_end),
             position=result.source_end,
             target_next=target_next)
