@@ -19,8 +19,8 @@ from typing import NamedTuple
 import kafka.errors as Errors
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 
-from mirror_core.errors import FetchError, PartitionUnavailableError, SourceTruncatedError
-from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
+from mirror_core.errors import SourceTruncatedError
+from mirror_core.kafka_wire import WireClient, partition_request_with_retries
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +42,9 @@ class EpochEnd(NamedTuple):
 def epoch_end_offset(client: WireClient, topic: str, partition: int, epoch: int, *,
                      retry_timeout_s: float = 60.0) -> EpochEnd:
     """Ask the partition leader where ``epoch`` ends on its log (retrying leader moves and transient errors)."""
-    backoff = Backoff(give_up_after=retry_timeout_s)
-    while True:
-        try:
-            return _epoch_end_once(client, topic, partition, epoch)
-        except Errors.KafkaError as exc:
-            if not is_retriable(type(exc)):
-                raise FetchError(client.cluster_name, topic, partition, None,
-                                 f"OffsetsForLeaderEpoch({epoch}): {type(exc).__name__}") from None
-            client.invalidate(topic)
-            if not backoff.wait():
-                raise PartitionUnavailableError(client.cluster_name, topic, partition,
-                                                f"OffsetsForLeaderEpoch({epoch}): {type(exc).__name__}") from None
+    return partition_request_with_retries(client, topic, partition, f"OffsetsForLeaderEpoch({epoch})",
+                                          lambda: _epoch_end_once(client, topic, partition, epoch),
+                                          retry_timeout_s=retry_timeout_s)
 
 
 def _epoch_end_once(client: WireClient, topic: str, partition: int, epoch: int) -> EpochEnd:

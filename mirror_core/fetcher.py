@@ -34,7 +34,7 @@ from mirror_core.errors import (
     SourceTruncatedError,
     TopicRecreatedError,
 )
-from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
+from mirror_core.kafka_wire import Backoff, WireClient, is_retriable, partition_request_with_retries
 from mirror_core.wire_fastpath import FetchPartitionSpec, FetchTopicSpec
 
 log = logging.getLogger(__name__)
@@ -369,21 +369,15 @@ def list_offsets(client: WireClient, topic: str, partition: int, which: str | in
         if which < 0:
             raise ValueError(f"timestamp must be >= 0, got {which}")
         timestamp, isolation = int(which), IsolationLevel.READ_UNCOMMITTED
-    backoff = Backoff(give_up_after=retry_timeout_s)
-    while True:
-        try:
-            offset = _list_offset_once(client, topic, partition, int(timestamp), isolation)
-            if offset == -1 and isinstance(which, str):
-                raise Errors.OffsetNotAvailableError()
-            return None if offset == -1 else offset
-        except Errors.KafkaError as exc:
-            if not is_retriable(type(exc)):
-                raise FetchError(client.cluster_name, topic, partition, None,
-                                 f"ListOffsets({which}): {type(exc).__name__}") from None
-            client.invalidate(topic)
-            if not backoff.wait():
-                raise PartitionUnavailableError(client.cluster_name, topic, partition,
-                                                f"ListOffsets({which}): {type(exc).__name__}") from None
+
+    def attempt() -> int | None:
+        offset = _list_offset_once(client, topic, partition, int(timestamp), isolation)
+        if offset == -1 and isinstance(which, str):
+            raise Errors.OffsetNotAvailableError()
+        return None if offset == -1 else offset
+
+    return partition_request_with_retries(client, topic, partition, f"ListOffsets({which})", attempt,
+                                          retry_timeout_s=retry_timeout_s)
 
 
 def _list_offset_once(client: WireClient, topic: str, partition: int, timestamp: int,

@@ -63,7 +63,7 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, Met
 
 from mirror_core.cluster import ClusterConfig
 from mirror_core.cluster import kafka_python_kwargs as cluster_kafka_python_kwargs
-from mirror_core.errors import ClusterUnavailableError, MirrorError
+from mirror_core.errors import ClusterUnavailableError, FetchError, MirrorError, PartitionUnavailableError
 from mirror_core.wire_fastpath import FastConnection
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,26 @@ def kafka_python_kwargs(config: Mapping[str, str], cluster_name: str = "cluster"
 
 
 
+
+
+def partition_request_with_retries(client: WireClient, topic: str, partition: int, what: str, attempt, *,
+                                   retry_timeout_s: float = 60.0):
+    """``attempt()`` (one request about ``topic-partition`` to its leader), retried after leader moves and
+    transient errors (metadata refreshed between tries) until ``retry_timeout_s``: then
+    :class:`PartitionUnavailableError`; a non-retriable error at once as :class:`FetchError`. ``what`` names the
+    request in those errors, e.g. ``"ListOffsets(earliest)"``."""
+    backoff = Backoff(give_up_after=retry_timeout_s)
+    while True:
+        try:
+            return attempt()
+        except Errors.KafkaError as exc:
+            if not is_retriable(type(exc)):
+                raise FetchError(client.cluster_name, topic, partition, None,
+                                 f"{what}: {type(exc).__name__}") from None
+            client.invalidate(topic)
+            if not backoff.wait():
+                raise PartitionUnavailableError(client.cluster_name, topic, partition,
+                                                f"{what}: {type(exc).__name__}") from None
 
 
 class Backoff:
