@@ -290,6 +290,8 @@ class CheckpointStore:
         range in exactly-once mode. So this reads the committed fold up to the LSO (no settle wait), then the log
         above it up to the high watermark uncommitted, and resolves each producer's records of this key by that
         producer's own commit/abort markers; records of still-undecided transactions (other writers) are ignored.
+        Before the lane's InitProducerId (a daemon deciding whether a lane was handed off) it gives the newest
+        *decided* value — never older than what a READ_COMMITTED reader sees.
         """
         key = checkpoint_key(pipeline, topic, partition)
         part = checkpoint_partition(key, self.partitions)

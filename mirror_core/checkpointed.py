@@ -19,6 +19,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+import kafka.errors as Errors
 from kafka.protocol.consumer import IsolationLevel
 
 from mirror_core.batch_codec import PreparedBatch
@@ -29,8 +30,10 @@ from mirror_core.epochs import validate_position
 from mirror_core.errors import (
     ConfigError,
     DataLossError,
+    FetchError,
     ForeignWriteError,
     MirrorError,
+    PartitionUnavailableError,
     SkipRefusedError,
     TopicRecreatedError,
 )
@@ -40,6 +43,9 @@ from mirror_core.offset_map import OffsetMap, OffsetRuns, normalise_ranges
 from mirror_core.writer import BatchWriter
 
 log = logging.getLogger(__name__)
+
+OPEN_VALIDATION_TIMEOUT_S = 5.0  # how long a lane open waits for the source leader's OffsetsForLeaderEpoch answer
+ABORT_GIVE_UP_S = 2.0  # how long a failed copy's abort may retry before the next InitProducerId is left to end it
 
 
 class DeliveryMode(str, enum.Enum):
@@ -144,12 +150,29 @@ class LaneSession:
         self.target_topic_id = self._current_target_topic_id()
         self.duplicates_reported = 0  # at-least-once: records found twice on the target after a crash
         self._check_resumable(self.checkpoint)
-        if self.checkpoint is not None:  # before the first fetch: the source log below the position is still ours
-            validate_position(owner.source, topic, partition, self.checkpoint.position,
-                              self.checkpoint.position_epoch)
+        if self.checkpoint is not None:
+            self._validate_source_position(self.checkpoint)
+
+    def _validate_source_position(self, checkpoint: Checkpoint) -> None:
+        """Before the first fetch: does the source log below the position still hold what was copied? Best
+        effort and quick: when the source leader cannot answer now (offline partition, an old broker), the first
+        fetch's LastFetchedEpoch makes the broker run the same check, so the lane does not wait here."""
+        try:
+            validate_position(self.owner.source, self.topic, self.partition, checkpoint.position,
+                              checkpoint.position_epoch, retry_timeout_s=OPEN_VALIDATION_TIMEOUT_S)
+        except (PartitionUnavailableError, FetchError) as exc:
+            log.info("cluster %r %s-%d: position %d not validated at lane open (%s); the first fetch checks it",
+                     self.owner.source.cluster_name, self.topic, self.partition, checkpoint.position, exc)
 
     def _current_target_topic_id(self) -> str | None:
-        topic_id = self.owner.target.topic_metadata(self.target_topic, refresh=True).topic_id
+        try:
+            topic_id = self.owner.target.topic_metadata(self.target_topic, refresh=True).topic_id
+        except Errors.UnknownTopicOrPartitionError:
+            pinned = self.checkpoint.target_topic_id if getattr(self, "checkpoint", None) is not None else None
+            if pinned:  # the lane wrote there before: the topic was deleted under it
+                raise TopicRecreatedError(self.owner.target.cluster_name, self.target_topic, pinned, None) from None
+            raise ConfigError(f"target topic {self.target_topic!r} does not exist on cluster "
+                              f"{self.owner.target.cluster_name!r}") from None
         return str(topic_id) if topic_id else None
 
     def check_target_topic(self) -> None:
@@ -214,11 +237,28 @@ class LaneSession:
         copier = RangeCopier(owner.source, owner.target, self.writer, owner.options, listener=listener)
         rng = PartitionRange(self.topic, self.partition, start, end, self.target_topic, self.target_partition)
         start_epoch = previous.position_epoch if previous is not None and start == previous.position else None
-        result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher, landing=_ResumeLanding(self),
-                             start_epoch=start_epoch, resume=previous is not None and start == previous.position)
+        try:
+            # resume: below ``start`` everything is on the target (or an accepted loss), so a first batch
+            # straddling it is trimmed there, never copied whole
+            result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher, landing=_ResumeLanding(self),
+                                 start_epoch=start_epoch, resume=previous is not None)
+        except BaseException:
+            self._abort_quietly()
+            raise
         result.commits = listener.commits
         result.lost_ranges = lost
         return result
+
+    def _abort_quietly(self) -> None:
+        """After a failed copy: end the open transaction now (bounded, best effort), so it does not hold back the
+        last stable offset of the target and checkpoint partitions until its timeout; never masks the error."""
+        if self.exactly_once and self.writer.in_transaction:
+            try:
+                self.writer.abort_transaction(give_up_after_s=ABORT_GIVE_UP_S)
+            except Exception as exc:  # noqa: BLE001 - the copy's own error is the one that matters
+                log.info("cluster %r %s-%d: the failed copy's transaction was not aborted (%s); the next "
+                         "InitProducerId or the transaction timeout ends it", self.owner.target.cluster_name,
+                         self.target_topic, self.target_partition, exc)
 
     def _skipped_range(self, position: int, start: int) -> tuple[tuple[int, int], ...]:
         """``[position, start)``, refused unless the loss is accepted (see :meth:`copy`)."""
@@ -240,10 +280,12 @@ class _ResumeLanding:
 
     ``[checkpoint.target_next, landing)`` may hold aborted data and transaction markers (an exactly-once commit
     writes one marker right after its data, so the next copy lands one further on), never a committed record —
-    except in at-least-once mode, where a crash between the data's acknowledgement and the checkpoint leaves at
-    most one commit window of records equal to the source's from the checkpoint on: those are reported as
-    duplicates. Anything else (a foreign writer, a truncated or recreated target) raises
-    :class:`ForeignWriteError` naming both offsets. Checked once per copy, so a daemon round checks it too.
+    except in at-least-once mode, where a crash between the data's acknowledgement and the checkpoint leaves
+    partial copies of the source from the checkpoint on, at most one commit window of distinct records: those
+    are reported as duplicates. Anything else (a foreign writer, a foreign transaction left open in between, a
+    truncated or recreated target) raises :class:`ForeignWriteError` naming both offsets. Checked once per copy,
+    so every daemon round checks it; the common case (landing exactly where expected) costs nothing, and the
+    check never waits on a transaction: the target's last stable offset is looked up first.
     """
 
     def __init__(self, session: LaneSession):
@@ -258,26 +300,38 @@ class _ResumeLanding:
         own_marker = 1 if session.exactly_once else 0
         if base == expected or base == expected + own_marker:
             return
-        target = session.owner.target
-        where = (target.cluster_name, session.target_topic, session.target_partition, expected, base)
+        target, topic, partition = session.owner.target, session.target_topic, session.target_partition
+        where = (target.cluster_name, topic, partition, expected, base)
         if base < expected:
             raise ForeignWriteError(*where, "the target partition ends before the checkpoint (truncated or "
                                             "recreated target topic)")
-        found = _committed_records(target, session.target_topic, session.target_partition, expected, base)
+        # exactly-once, our own transaction starts at ``base``; anything open below it is another producer's
+        stable = list_offsets(target, topic, partition, "last_stable")
+        if stable < base:
+            raise ForeignWriteError(*where, f"another producer's transaction is open at offset {stable}")
+        lo = max(expected, list_offsets(target, topic, partition, "earliest"))
+        if lo >= base:
+            return  # retention already removed what lay in between: nothing of it can be read any more
+        window = session.owner.policy.commit_bytes
+        found = _committed_records(target, topic, partition, lo, base, limit=1 if session.exactly_once else None,
+                                   max_bytes=2 * window)
         if not found:
             return  # aborted transactions and markers only
         if session.exactly_once:
-            raise ForeignWriteError(*where, f"{len(found)} committed record(s) from another writer lie in between")
+            raise ForeignWriteError(*where, "committed records from another writer lie in between")
+        if found is _TOO_MANY or lo > expected:
+            detail = "more than one commit window of records" if found is _TOO_MANY else "records whose start " \
+                     "retention removed"
+            raise ForeignWriteError(*where, f"{detail} lie in between, more than an at-least-once restart leaves")
         copied = _committed_records(session.owner.source, session.topic, session.partition, checkpoint.position,
-                                    None, limit=len(found))
-        if not _restarted_copies(found, copied):
+                                    None, limit=len(found), max_bytes=2 * window)
+        if copied is _TOO_MANY or not _restarted_copies(found, copied):
             raise ForeignWriteError(*where, f"{len(found)} committed record(s) in between are not the source's "
                                             f"records from offset {checkpoint.position}")
         session.duplicates_reported += len(found)
         log.warning("cluster %r %s-%d: at-least-once resume found %d record(s) at [%d, %d) equal to the source's "
-                    "from offset %d: a crash between write and checkpoint duplicated them (at most one commit "
-                    "window)", target.cluster_name, session.target_topic, session.target_partition, len(found),
-                    expected, base, checkpoint.position)
+                    "from offset %d: a crash between write and checkpoint duplicated them", target.cluster_name,
+                    topic, partition, len(found), expected, base, checkpoint.position)
 
 
 def _restarted_copies(found: list[tuple], source: list[tuple]) -> bool:
@@ -294,11 +348,16 @@ def _restarted_copies(found: list[tuple], source: list[tuple]) -> bool:
     return True
 
 
+_TOO_MANY: list = []  # sentinel: _committed_records read past its byte budget
+
+
 def _committed_records(client: WireClient, topic: str, partition: int, start: int, end: int | None, *,
-                       limit: int | None = None) -> list[tuple]:
+                       limit: int | None = None, max_bytes: int) -> list[tuple]:
     """(timestamp, key, value, headers) of the committed records in ``[start, end)`` (or the first ``limit``
-    from ``start``), as a READ_COMMITTED consumer sees them."""
+    from ``start``), as a READ_COMMITTED consumer sees them; never past the last stable offset (it does not
+    wait for open transactions) and never more than ``max_bytes`` of keys and values (then :data:`_TOO_MANY`)."""
     out: list[tuple] = []
+    size = 0
     fetcher = RawBatchFetcher(client, topic, partition, start, end, isolation=IsolationLevel.READ_COMMITTED,
                               max_bytes=1024 * 1024)
     while not fetcher.done and (limit is None or len(out) < limit):
@@ -306,9 +365,13 @@ def _committed_records(client: WireClient, topic: str, partition: int, start: in
         for view in fetched.batches:
             for record in read_records(view):
                 if record.offset >= start and (end is None or record.offset < end):
-                    out.append((record.timestamp, *decode_record_tail(record.tail)))
-        if end is None and fetcher.position >= fetched.last_stable_offset:
-            break
+                    key, value, headers = decode_record_tail(record.tail)
+                    size += len(key or b"") + len(value or b"")
+                    if size > max_bytes:
+                        return _TOO_MANY
+                    out.append((record.timestamp, key, value, headers))
+        if fetcher.position >= fetched.last_stable_offset:
+            break  # the rest is not decided (or not there): READ_COMMITTED readers stop here too
     return out if limit is None else out[:limit]
 
 

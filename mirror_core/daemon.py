@@ -75,7 +75,6 @@ from mirror_core.preflight import run_preflight
 from mirror_core.preflight_rules import is_internal_topic
 
 log = logging.getLogger("shoal.daemon")
-ABORT_GIVE_UP_S = 2.0  # how long a failed lane's abort may retry (see ShallowMirrorDaemon._abort_open_transaction)
 
 
 
@@ -329,7 +328,8 @@ class ShallowMirrorDaemon:
     def _session(self, state: LaneState) -> LaneSession:
         if state.session is None:
             cfg = self.config
-            cp = self.store.read(cfg.pipeline, state.topic, state.partition)
+            # past the LSO: a handoff committed behind another lane's open transaction still counts
+            cp = self.store.read_own(cfg.pipeline, state.topic, state.partition)
             if cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
                 raise NotHandedOffError(cfg.pipeline, cp)
             epoch = cp.owner_epoch if cp is not None else 1
@@ -461,7 +461,6 @@ class ShallowMirrorDaemon:
                 "source_truncated" if isinstance(exc, SourceTruncatedError) else \
                 "foreign_write" if isinstance(exc, ForeignWriteError) else "corrupt_batch"
             self.metrics.errors.labels(kind).inc()
-            self._abort_open_transaction(state)  # a halted lane is not reopened
             state.halted = str(exc)
             self.status.halted[state.lane] = str(exc)
             self.metrics.halted.set(len(self.status.halted))
@@ -478,29 +477,12 @@ class ShallowMirrorDaemon:
         else:  # MirrorError, or transport trouble the wire library raised as is
             state.failures += 1
             offset = state.session.position if state.session else None
-            self._abort_open_transaction(state)
             state.reset()
             state.retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** min(state.failures, 6))
             self.metrics.errors.labels(type(exc).__name__).inc()
             event("lane_error", logging.WARNING, topic=state.topic, partition=state.partition, offset=offset,
                   error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
                   exc_info=not isinstance(exc, MirrorError | Errors.KafkaError))
-
-    def _abort_open_transaction(self, state: LaneState) -> None:
-        """Best effort, bounded: abort a failed lane's open transaction now. Left open, it holds back the last
-        stable offset of every partition it wrote — the target partition, and the lane's checkpoint partition
-        when the failure came after the checkpoint write, hiding other lanes' checkpoints from READ_COMMITTED
-        readers — until the lane is reopened or the transaction times out. Never raises: the lane's own error
-        is the one reported, and a transaction this cannot abort is fenced and aborted by the reopen's
-        InitProducerId (or the broker's timeout)."""
-        writer = state.session.writer if state.session is not None else None
-        if writer is None or not writer.in_transaction:
-            return
-        try:
-            writer.abort_transaction(give_up_after_s=ABORT_GIVE_UP_S)
-        except Exception as exc:  # noqa: BLE001 - never masks the lane's error
-            event("abort_failed", logging.INFO, topic=state.topic, partition=state.partition, lane=state.lane,
-                  error=f"{type(exc).__name__}: {exc}")
 
 
 def main(argv: list[str] | None = None) -> int:

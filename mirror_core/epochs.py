@@ -75,7 +75,8 @@ def check_truncation(cluster: str, topic: str, partition: int, position: int, po
 
 
 def validate_position(client: WireClient, topic: str, partition: int, position: int,
-                      position_epoch: int | None, *, log_start: int | None = None) -> bool:
+                      position_epoch: int | None, *, log_start: int | None = None,
+                      retry_timeout_s: float = 60.0) -> bool:
     """Check a resumed position against the source leader before the first fetch from it (see the module
     docstring). Returns False when it cannot be checked (no epoch known: a v2 checkpoint, legacy batches; or
     nothing below the position is left in the source log), True when the source still holds the log below it.
@@ -88,7 +89,7 @@ def validate_position(client: WireClient, topic: str, partition: int, position: 
                  "batches); the source log cannot be checked for truncation below it",
                  client.cluster_name, topic, partition, position)
         return False
-    answer = epoch_end_offset(client, topic, partition, position_epoch)
+    answer = epoch_end_offset(client, topic, partition, position_epoch, retry_timeout_s=retry_timeout_s)
     if answer.undefined and log_start is None:
         from mirror_core.fetcher import list_offsets  # the fetcher builds on this module
 

@@ -53,7 +53,7 @@ def _hand_off_partition(store: CheckpointStore, client: WireClient, pipeline: st
     owner ``daemon``, in a transaction of that same id. Reading before fencing would let a backfill commit land
     in between, be overwritten by the older position and be copied again by the daemon.
     """
-    seen = store.read(pipeline, topic, partition)
+    seen = store.read_own(pipeline, topic, partition)
     if seen is None:
         raise ConfigError(f"pipeline {pipeline!r} has no checkpoint for {topic}-{partition}: back-fill it "
                           "before handing it off")

@@ -74,3 +74,26 @@ def test_an_explicit_start_past_the_checkpoint_is_refused_while_the_data_still_e
     message = " ".join(skipped.stderr.split())
     assert "[20, 40)" in message and "--accept-loss" in message and "Traceback" not in skipped.stderr
     assert len(target_cluster.read_all(f"dr.{topic}")) == 20
+
+
+def test_accept_loss_with_the_log_start_inside_a_batch_copies_exactly_the_rest(source_cluster, target_cluster,
+                                                                              unique_name):
+    """delete_records (or a time start) can put the new start inside a batch: the batch's head below it was
+    accepted as lost, so only its tail is copied (trimmed, a deep batch), and the offset map stays consistent."""
+    topic = unique_name()
+    pipeline = f"p.{topic}"
+    source_cluster.create_topic(topic)
+    source_cluster.produce(topic, [(b"k%d" % i, b"v%d" % i) for i in range(100)])
+    source_cluster.produce(topic, [(b"k%d" % i, b"v%d" % i) for i in range(100, 200)])
+    assert _copy(topic, pipeline, "--to", "100").returncode == 0
+    _delete_records_below(source_cluster, topic, 150)  # inside the batch [100, 200)
+    accepted = _copy(topic, pipeline, "--accept-loss")
+    assert accepted.returncode == 0, accepted.stderr
+    expected = [b"v%d" % i for i in range(100)] + [b"v%d" % i for i in range(150, 200)]
+    assert [r.value for r in target_cluster.read_all(f"dr.{topic}")] == expected
+    with WireClient.for_cluster(target_cluster.config) as client:
+        checkpoint = CheckpointStore(target_cluster.config, client).read(pipeline, topic, 0)
+    assert checkpoint.lost_ranges == ((100, 150),) and checkpoint.position == 200
+    omap = checkpoint.offset_map
+    assert omap.translate(199) - omap.translate(150) == 49  # the trimmed tail landed densely
+    assert omap.translate(100) is None and omap.translate(149) is None
