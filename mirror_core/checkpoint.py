@@ -40,6 +40,7 @@ from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import DataLossError, MirrorError, PartitionUnavailableError, TopicRecreatedError
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
+from mirror_core.lane_status import PersistedLaneState
 from mirror_core.offset_map import OffsetMap, normalise_ranges
 from mirror_core.writer import OutgoingBatch
 
@@ -85,6 +86,8 @@ class Checkpoint:
     position_epoch: int | None = None  # source leader epoch of the last batch below position (None: unknown)
     target_topic_id: str | None = None  # a different id later means the target topic was recreated
     lost_ranges: tuple[tuple[int, int], ...] = ()  # accepted losses, see the class docstring
+    # -- format 4 --
+    lane_state: PersistedLaneState | None = None  # halted or retired lane (None: healthy), see lane_status
 
     def __post_init__(self) -> None:
         lost = normalise_ranges(self.lost_ranges)
@@ -102,6 +105,7 @@ class Checkpoint:
         body["offset_map"] = None if self.offset_map is None else \
             base64.b64encode(self.offset_map.to_bytes()).decode()
         body["lost_ranges"] = [list(r) for r in self.lost_ranges]
+        body["lane_state"] = None if self.lane_state is None else self.lane_state.to_dict()
         body["v"] = FORMAT_VERSION
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -111,6 +115,8 @@ class Checkpoint:
         body = upgrade_checkpoint_body(json.loads(value))
         encoded = body.pop("offset_map")
         body["lost_ranges"] = tuple(tuple(r) for r in body.get("lost_ranges", ()))
+        lane_state = body.pop("lane_state", None)
+        body["lane_state"] = None if lane_state is None else PersistedLaneState.from_dict(lane_state)
         return cls(**body, offset_map=None if encoded is None else OffsetMap.from_bytes(base64.b64decode(encoded)))
 
 
@@ -122,15 +128,20 @@ class Checkpoint:
 # fields say). Writers always write FORMAT_VERSION.
 #   2: the offset map in OffsetMap's binary encoding
 #   3: position_epoch (truncation check), target_topic_id (recreated target), lost_ranges (accepted losses)
+#   4: lane_state (a halted or retired lane and why: a restarted daemon does not reopen it)
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 def _v2_to_v3(body: dict) -> dict:
     return {**body, "position_epoch": None, "target_topic_id": None, "lost_ranges": []}
 
 
-MIGRATIONS = {2: _v2_to_v3}  # version -> step to version + 1
+def _v3_to_v4(body: dict) -> dict:
+    return {**body, "lane_state": None}
+
+
+MIGRATIONS = {2: _v2_to_v3, 3: _v3_to_v4}  # version -> step to version + 1
 
 
 def upgrade_checkpoint_body(body: dict) -> dict:
