@@ -621,8 +621,7 @@ class ShallowMirrorDaemon:
         if not changes:
             return False
         state.repaired_at = exc.source_offset
-        for change in changes:
-            self.metrics.config_changes.labels(state.target_topic).inc()
+        self.metrics.config_changes.labels(state.target_topic).inc(len(changes))
         event("config_repaired", logging.WARNING, topic=state.topic, partition=state.partition,
               target_topic=state.target_topic, rejected=exc.error, source_offset=exc.source_offset,
               changes=f"'{'; '.join(map(str, changes))}'")

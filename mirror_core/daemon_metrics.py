@@ -11,6 +11,7 @@ latency, record age, lag per partition, deep batches, errors by kind; retention 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -104,10 +105,8 @@ class DaemonMetrics:
         with self._lanes_lock:
             for stale in self._lane_series - series:
                 gauge = self.lane_state if stale[0] == "state" else self.lane_halt_offset
-                try:
+                with contextlib.suppress(KeyError):  # never set in this process
                     gauge.remove(*stale[1:])
-                except KeyError:
-                    pass
             self._lane_series = series
             self._lanes = {name: {"lane": name, "pipeline": pipeline, **lane} for name, lane in lanes.items()}
 
@@ -120,7 +119,8 @@ class DaemonMetrics:
 
 
 def serve_metrics(metrics: DaemonMetrics, port: int, *, stale_after_s: float = 60.0) -> ThreadingHTTPServer:
-    """Start ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (127.0.0.1 unless bound otherwise) in a daemon thread."""
+    """Start ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (127.0.0.1 unless bound otherwise) in a daemon
+    thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's naming

@@ -57,7 +57,7 @@ def _shoal(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_refusal_sync_cannot_repair_halts_the_lane_until_the_operator_resumes_it(
-        sandbox, source_cluster, target_cluster, unique_name, tmp_path, daemon_factory):
+        sandbox, source_cluster, target_cluster, unique_name, tmp_path, daemon_factory):  # noqa: F811
     prefix = unique_name()
     halting, repaired = f"{prefix}.halt", f"{prefix}.repair"
     # the big record was accepted under a raised source limit that was lowered again afterwards: the target is
@@ -142,7 +142,7 @@ def _copied_to(cluster, topic: str, partition: int) -> int:
 
 
 def test_a_source_topic_deleted_under_a_running_daemon_halts_naming_the_range_or_retires(
-        sandbox, source_cluster, target_cluster, unique_name, tmp_path, daemon_factory):
+        sandbox, source_cluster, target_cluster, unique_name, tmp_path, daemon_factory):  # noqa: F811
     prefix = unique_name()
     done_topic, busy_topic = f"{prefix}.done", f"{prefix}.busy"
     source_cluster.create_topic(done_topic, partitions=1)
