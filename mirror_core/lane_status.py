@@ -35,18 +35,26 @@ REASONS = (
 
 
 def classify_failure(exc: BaseException) -> tuple[bool, str]:
-    """(retriable, reason) of a lane's error: the error's own ``retriable``/``lane_reason`` for Shoal's errors;
-    kafka-python's own classification for a broker error that escaped as is; unknown errors retry (reason
-    ``unknown``), so they turn ``stalled`` after the bound rather than halt a lane on a guess."""
+    """(retriable, reason) of a lane's error.
+
+    - Shoal's named errors: their own ``retriable`` and ``lane_reason``;
+    - a broker error code that escaped as is (kafka-python's error with an ``errno``): kafka-python's
+      ``retriable``; a non-retriable code (not authorized, invalid request) halts as ``kafka_refused``;
+    - anything unnamed (a plain :class:`MirrorError`, a client-side library error, a bug): retried as ``unknown``,
+      so it turns ``stalled`` after the bound and alerts, rather than halt a lane on a guess.
+    """
     from mirror_core.errors import MirrorError
 
     if isinstance(exc, MirrorError):
         reason = getattr(exc, "lane_reason", "unknown")
-        return bool(exc.retriable), reason if reason in REASONS else "unknown"
+        if reason not in REASONS or reason == "unknown":
+            return True, "unknown"
+        return bool(exc.retriable), reason
     if isinstance(exc, Errors.KafkaError):
-        retriable = bool(getattr(type(exc), "retriable", False)) or isinstance(
-            exc, Errors.KafkaConnectionError | Errors.KafkaTimeoutError | Errors.NodeNotReadyError)
-        return retriable, "kafka_retriable" if retriable else "kafka_refused"
+        if getattr(type(exc), "retriable", False):
+            return True, "kafka_retriable"
+        if getattr(type(exc), "errno", None) is not None:
+            return False, "kafka_refused"
     return True, "unknown"
 
 

@@ -47,6 +47,8 @@ def _lane(daemon, topic: str, partition: int) -> tuple[int, dict | None]:
         status, body = daemon.get("/readyz")
     except urllib.error.URLError:  # not listening yet
         return 0, None
+    if status == 404:  # a daemon without readiness
+        return status, None
     lanes = {(lane["topic"], lane["partition"]): lane for lane in json.loads(body)["lanes"]}
     return status, lanes.get((topic, partition))
 

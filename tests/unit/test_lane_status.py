@@ -42,10 +42,11 @@ from mirror_core.lane_status import REASONS, LaneHealth, PersistedLaneState, cla
     (PartitionUnavailableError("source", "t", 0, "NotLeader"), (True, "unavailable")),
     (AmbiguousWriteError("target", "t", 0, 5, "UNKNOWN_PRODUCER_ID"), (True, "ambiguous_write")),
     (CheckpointReadStalledError("target", "__shoal_checkpoints", 0, 5, 9, 3), (True, "checkpoint")),
-    (MirrorError("something Shoal did not name"), (False, "unknown")),
+    (MirrorError("something Shoal did not name"), (True, "unknown")),
     (Errors.NotLeaderForPartitionError(), (True, "kafka_retriable")),
     (Errors.KafkaConnectionError(), (True, "kafka_retriable")),
     (Errors.TopicAuthorizationFailedError(), (False, "kafka_refused")),
+    (Errors.IllegalStateError("client side"), (True, "unknown")),
     (RuntimeError("a bug"), (True, "unknown")),
 ])
 def test_every_lane_error_is_classified_once_from_the_error_itself(error, expected):
