@@ -77,6 +77,7 @@ from mirror_core.preflight_rules import is_internal_topic
 log = logging.getLogger("shoal.daemon")
 ABORT_GIVE_UP_S = 2.0  # how long a failed lane's abort may retry (see ShallowMirrorDaemon._abort_open_transaction)
 REPAIRABLE_REJECTIONS = ("MESSAGE_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_TIMESTAMP")  # config sync may fix
+DELETION_SIGNS = ("UnknownTopicOrPartition", "UnknownTopicId", "UNKNOWN_TOPIC", "InconsistentTopicId")
 DELETION_CONFIRM_S = 1.0  # a source topic must be missing from metadata twice, this far apart, to count as deleted
 
 
@@ -310,6 +311,7 @@ class ShallowMirrorDaemon:
             return
         if health.stopped and cp is not None and health.since_ms is not None and cp.updated_ms > health.since_ms:
             health.resumed()
+            self.status.halted.pop(state.lane, None)
             state.failures = state.fetch_failures = 0
             state.retry_at = 0.0
             state.repaired_at = None
@@ -323,6 +325,7 @@ class ShallowMirrorDaemon:
         now = now_ms()
         for state in self.lanes.values():
             state.health.refresh(now)
+        self.metrics.halted.set(sum(1 for s in self.lanes.values() if s.health.state == HALTED))
         self.metrics.publish_lanes(self.config.pipeline, {
             lane: {"topic": s.topic, "partition": s.partition, **s.health.as_dict()}
             for lane, s in self.lanes.items()})
@@ -506,7 +509,7 @@ class ShallowMirrorDaemon:
             self._drop(state.lane, f"fenced: {exc}")
             return
         retriable, reason = classify_failure(exc)
-        if self._maybe_deleted(exc, retriable) and self._source_deleted(state):
+        if self._maybe_deleted(exc) and self._source_deleted(state):
             return
         if isinstance(exc, BatchRejectedError) and self._repaired_by_config_sync(state, exc):
             retriable = True
@@ -546,7 +549,6 @@ class ShallowMirrorDaemon:
         persisted = PersistedLaneState(stopped, reason, str(exc), now_ms(), position, range_end)
         state.health.stop(persisted)
         self.status.halted[state.lane] = str(exc)
-        self.metrics.halted.set(sum(1 for s in self.lanes.values() if s.health.state == HALTED))
         self._drop(state.lane, reason)
         saved = self._persist(state, persisted)
         event("lane_halted" if stopped == HALTED else "lane_retired", logging.ERROR if stopped == HALTED
@@ -571,10 +573,13 @@ class ShallowMirrorDaemon:
             return False
 
     @staticmethod
-    def _maybe_deleted(exc: BaseException, retriable: bool) -> bool:
-        """Errors a deleted source topic shows up as: unknown topic (retriable to kafka-python, so also any other
-        retriable failure) or a topic id that is "now gone"."""
-        return retriable or isinstance(exc, TopicRecreatedError) and exc.new_id is None
+    def _maybe_deleted(exc: BaseException) -> bool:
+        """Errors a deleted source topic shows up as (an unknown topic or topic id, as raised or inside a retry's
+        give-up, or a topic id that is "now gone"); only these pay for the metadata look-ups that confirm it."""
+        if isinstance(exc, TopicRecreatedError):
+            return exc.new_id is None
+        text = f"{type(exc).__name__} {exc}"
+        return any(sign in text for sign in DELETION_SIGNS)
 
     def _source_deleted(self, state: LaneState) -> bool:
         """Confirm a source topic deletion (missing from fresh metadata twice, ``DELETION_CONFIRM_S`` apart), then
