@@ -122,6 +122,10 @@ def test_a_refusal_sync_cannot_repair_halts_the_lane_until_the_operator_resumes_
     assert cli.returncode == 1, cli.stdout + cli.stderr  # a halted lane: scripts can alert on the exit code
     rows = {(r["topic"], r["partition"]): r for r in json.loads(cli.stdout)}
     assert (rows[(halting, 0)]["state"], rows[(halting, 0)]["reason"]) == ("halted", "batch_rejected")
+    live = _shoal("mirror", "status", "--config", str(config), "--json")  # persisted states + the daemon's /readyz
+    assert live.returncode == 1, live.stdout + live.stderr
+    states = {(r["topic"], r["partition"]): (r["state"], r["reason"]) for r in json.loads(live.stdout)}
+    assert states[(halting, 0)] == ("halted", "batch_rejected") and states[(halting, 1)] == ("copying", "none")
     time.sleep(2)
     assert f"event=lane_opened topic={halting} partition=0" not in daemon.log_text().split("---- start")[-1]
 
