@@ -37,9 +37,16 @@ from kafka.protocol.consumer import IsolationLevel, ListOffsetsRequest, OffsetSp
 from mirror_core.batch_codec import CONTROL_COMMIT, Codec, control_type
 from mirror_core.batch_deep import SourceRecord, decode_record_tail, encode_batch, encode_record_tail, read_records
 from mirror_core.cluster import ClusterConfig
-from mirror_core.errors import DataLossError, MirrorError, PartitionUnavailableError, TopicRecreatedError
+from mirror_core.errors import (
+    CheckpointReadStalledError,
+    DataLossError,
+    MirrorError,
+    PartitionUnavailableError,
+    TopicRecreatedError,
+)
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
+from mirror_core.lane_status import PersistedLaneState
 from mirror_core.offset_map import OffsetMap, normalise_ranges
 from mirror_core.writer import OutgoingBatch
 
@@ -48,6 +55,7 @@ log = logging.getLogger(__name__)
 CHECKPOINT_TOPIC = "__shoal_checkpoints"
 CHECKPOINT_PARTITIONS = 8
 SETTLE_TIMEOUT_S = 1.0  # how long a read waits for transactions written before it to settle (CheckpointStore.refresh)
+READ_STALL_S = 30.0  # a checkpoint read making no progress this long ends in CheckpointReadStalledError
 
 _OFFSET_SPECS = {  # as mirror_core.fetcher.list_offsets
     "earliest": (OffsetSpec.EARLIEST, IsolationLevel.READ_UNCOMMITTED),
@@ -85,6 +93,8 @@ class Checkpoint:
     position_epoch: int | None = None  # source leader epoch of the last batch below position (None: unknown)
     target_topic_id: str | None = None  # a different id later means the target topic was recreated
     lost_ranges: tuple[tuple[int, int], ...] = ()  # accepted losses, see the class docstring
+    # -- format 4 --
+    lane_state: PersistedLaneState | None = None  # halted or retired lane (None: healthy), see lane_status
 
     def __post_init__(self) -> None:
         lost = normalise_ranges(self.lost_ranges)
@@ -102,6 +112,7 @@ class Checkpoint:
         body["offset_map"] = None if self.offset_map is None else \
             base64.b64encode(self.offset_map.to_bytes()).decode()
         body["lost_ranges"] = [list(r) for r in self.lost_ranges]
+        body["lane_state"] = None if self.lane_state is None else self.lane_state.to_dict()
         body["v"] = FORMAT_VERSION
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -111,6 +122,8 @@ class Checkpoint:
         body = upgrade_checkpoint_body(json.loads(value))
         encoded = body.pop("offset_map")
         body["lost_ranges"] = tuple(tuple(r) for r in body.get("lost_ranges", ()))
+        lane_state = body.pop("lane_state", None)
+        body["lane_state"] = None if lane_state is None else PersistedLaneState.from_dict(lane_state)
         return cls(**body, offset_map=None if encoded is None else OffsetMap.from_bytes(base64.b64decode(encoded)))
 
 
@@ -122,15 +135,20 @@ class Checkpoint:
 # fields say). Writers always write FORMAT_VERSION.
 #   2: the offset map in OffsetMap's binary encoding
 #   3: position_epoch (truncation check), target_topic_id (recreated target), lost_ranges (accepted losses)
+#   4: lane_state (a halted or retired lane and why: a restarted daemon does not reopen it)
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 def _v2_to_v3(body: dict) -> dict:
     return {**body, "position_epoch": None, "target_topic_id": None, "lost_ranges": []}
 
 
-MIGRATIONS = {2: _v2_to_v3}  # version -> step to version + 1
+def _v3_to_v4(body: dict) -> dict:
+    return {**body, "lane_state": None}
+
+
+MIGRATIONS = {2: _v2_to_v3, 3: _v3_to_v4}  # version -> step to version + 1
 
 
 def upgrade_checkpoint_body(body: dict) -> dict:
@@ -472,6 +490,7 @@ class CheckpointStore:
 
     def _refresh_partition(self, partition: int, earliest: int, stable: int) -> None:
         """Apply the partition's current log start (``earliest``) and read its new records up to ``stable``."""
+        last_error: MirrorError | None = None
         for _attempt in range(5):
             cache = self._caches.get(partition)
             if cache is not None and (stable < cache.next_offset or earliest < cache.log_start
@@ -491,21 +510,42 @@ class CheckpointStore:
             try:
                 self._read_into(cache, partition, stable)
                 return
-            except DataLossError:  # the log start passed our position between the look-up and the fetch
+            except (DataLossError, CheckpointReadStalledError) as exc:
+                # the log start passed our position between the look-up and the fetch, or the log was truncated
+                # below the LSO we measured: measure again and re-read from the log start
+                last_error = exc
                 self._caches.pop(partition, None)
                 self.cache_resets += 1
                 earliest = list_offsets(self.client, self.topic, partition, "earliest")
                 stable = list_offsets(self.client, self.topic, partition, "last_stable")
+        if isinstance(last_error, CheckpointReadStalledError):
+            raise last_error
         raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic}-{partition} kept losing "
                           "its log start while it was read")
 
     def _read_into(self, cache: _PartitionCache, partition: int, end: int) -> None:
-        """Fold the committed records of ``[cache.next_offset, end)`` into ``cache``; ``end`` is an LSO."""
+        """Fold the committed records of ``[cache.next_offset, end)`` into ``cache``; ``end`` is an LSO.
+
+        Ends in progress or :class:`CheckpointReadStalledError`: a fetch that moves nothing while the partition's
+        LSO (as the broker answers now) is at or below our position means the log no longer reaches ``end`` (it
+        was truncated below the LSO measured before); any other run without progress is bounded by
+        ``READ_STALL_S``."""
         start = cache.next_offset
         fetcher = RawBatchFetcher(self.client, self.topic, partition, start, end)
         updates: list[tuple[int, bytes, bytes | None]] = []
+        stalled_since = None
         while not fetcher.done:
-            for view in fetcher.fetch().batches:
+            before = fetcher.position
+            fetched = fetcher.fetch()
+            if fetcher.position > before:
+                stalled_since = None
+            else:
+                now = time.monotonic()
+                stalled_since = now if stalled_since is None else stalled_since
+                if 0 <= fetched.last_stable_offset <= fetcher.position or now - stalled_since > READ_STALL_S:
+                    raise CheckpointReadStalledError(self.cluster.name, self.topic, partition, fetcher.position,
+                                                     end, fetched.last_stable_offset)
+            for view in fetched.batches:
                 for record in read_records(view):
                     if record.offset < start or record.offset >= end:
                         continue

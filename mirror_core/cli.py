@@ -102,6 +102,31 @@ def build_parser() -> argparse.ArgumentParser:
     mirror_run.add_argument("--config", required=True, type=Path,
                             help="pipeline YAML (see mirror_core/daemon_config.py)")
     mirror_run.add_argument("--worker-id", help="this process's name in leases (default: random)")
+    mirror_status = mirror_sub.add_parser("status", help="each lane's state: what the daemon persisted on the "
+                                                         "target, and live states from its /readyz when it runs")
+    mirror_status.add_argument("--config", required=True, type=Path, help="pipeline YAML")
+    mirror_status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    lanes = sub.add_parser("lanes", help="daemon lanes: status, and resuming a halted lane")
+    lanes_sub = lanes.add_subparsers(dest="action", required=True, metavar="ACTION")
+    lanes_status = lanes_sub.add_parser("status", help="each lane's persisted state (halted/retired, reason, offsets)")
+    lanes_status.add_argument("--target", required=True, metavar="CLUSTER", help="the cluster holding the checkpoints")
+    lanes_status.add_argument("--pipeline", required=True)
+    lanes_status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    resume = lanes_sub.add_parser("resume", help="let the daemon reopen a halted lane (after fixing the cause), or "
+                                                 "accept a named loss; recorded in the ledger")
+    resume.add_argument("--target", required=True, metavar="CLUSTER", help="the cluster holding the checkpoints")
+    resume.add_argument("--pipeline", required=True)
+    resume.add_argument("--topic", required=True, help="source topic")
+    resume.add_argument("--partition", required=True, type=int)
+    resume.add_argument("--accept-loss", action="store_true",
+                        help="for a data_loss or source_deleted halt: record the named range as lost and continue "
+                             "past it (a deleted topic's lane is retired)")
+    resume.add_argument("--source", metavar="CLUSTER", help="needed with --accept-loss for a data_loss halt")
+    resume.add_argument("--ledger-dir", type=Path, default=Path("ledger"),
+                        help="ledger directory the decision is recorded in (default ./ledger)")
+    resume.add_argument("--mode", choices=("exactly-once", "at-least-once"), default="exactly-once",
+                        help="the pipeline's mode: exactly-once writes the state under the lane's transactional.id")
 
     ho = sub.add_parser("handoff", help="hand back-filled partitions over to the daemon at their checkpoint")
     ho.add_argument("--target", required=True, metavar="CLUSTER", help="the cluster holding the checkpoints")
@@ -145,9 +170,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "backfill":
             return _backfill(args, sandbox_from_environ(environ), console, environ)
         if args.command == "mirror":
+            if args.action == "status":
+                return _mirror_status(args, console)
             from mirror_core.daemon import run_daemon
 
             return run_daemon(args.config, args.worker_id)
+        if args.command == "lanes":
+            return _lanes(args, sandbox_from_environ(environ), console)
         if args.command == "handoff":
             return _handoff(args, sandbox_from_environ(environ), console)
         if args.command == "verify":
@@ -317,6 +346,70 @@ def _verify_seam(args: argparse.Namespace, sandbox, console) -> int:
                       f"{report.checked_source_records} records compared: {verdict}", highlight=False)
         failed += not report.ok
     return 1 if failed else 0
+
+
+def _lanes(args: argparse.Namespace, sandbox, console) -> int:
+    from mirror_core.lane_control import lane_states, resume_lane
+
+    target = resolve_cluster(args.target, sandbox, role="target")
+    if args.action == "status":
+        return _print_lanes(console, lane_states(target, args.pipeline), args.json)
+    source = resolve_cluster(args.source, sandbox, role="source") if args.source else None
+    decision = resume_lane(target, args.pipeline, args.topic, args.partition, ledger_dir=args.ledger_dir,
+                           accept_loss=args.accept_loss, source=source,
+                           transactional=args.mode == "exactly-once")
+    cp, halt = decision.checkpoint, decision.previous
+    what = (f"offsets [{decision.lost_range[0]}, {decision.lost_range[1]}) recorded as lost"
+            if decision.lost_range else "resumed")
+    console.print(f"{args.topic}-{args.partition}: {what}; it had halted ({halt.reason}): {halt.message}; the daemon "
+                  f"continues at {cp.position}" + (" (lane retired)" if cp.lane_state else "") +
+                  f"; ledger: {decision.ledger_path}", highlight=False, soft_wrap=True)
+    return 0
+
+
+def _mirror_status(args: argparse.Namespace, console) -> int:
+    """Persisted lane states merged with the running daemon's /readyz (when its metrics port answers)."""
+    import urllib.error
+    import urllib.request
+
+    from mirror_core.daemon_config import load_pipeline_config
+    from mirror_core.lane_control import lane_states
+
+    config = load_pipeline_config(args.config)
+    rows = {row["lane"]: row for row in lane_states(config.target, config.pipeline)}
+    if config.metrics_port:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{config.metrics_port}/readyz", timeout=5) as resp:
+                live = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            live = json.loads(exc.read())
+        except OSError:
+            live = {"lanes": []}
+        for lane in live["lanes"]:
+            row = rows.setdefault(lane["lane"], {"lane": lane["lane"]})
+            row.update({k: lane[k] for k in ("topic", "partition", "state", "reason", "message", "since_ms",
+                                              "position", "range_end", "attempts")})
+    return _print_lanes(console, sorted(rows.values(), key=lambda r: r["lane"]), args.json)
+
+
+def _print_lanes(console, rows: list[dict], as_json: bool) -> int:
+    """Exit code 1 when a lane is halted or stalled, so scripts can alert."""
+    from rich.table import Table
+
+    from mirror_core.lane_status import NOT_READY
+
+    if as_json:
+        console.print_json(json.dumps(rows))
+    else:
+        table = Table(title="Shoal lanes")
+        for col in ("lane", "source partition", "state", "reason", "position", "range end", "attempts", "detail"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["lane"], f"{r.get('topic')}-{r.get('partition')}", r.get("state", "-"),
+                          r.get("reason", "-"), str(r.get("position")), str(r.get("range_end") or "-"),
+                          str(r.get("attempts", "-")), r.get("message") or "")
+        console.print(table)
+    return 1 if any(r.get("state") in NOT_READY for r in rows) else 0
 
 
 def _probe(args: argparse.Namespace, sandbox, console) -> int:

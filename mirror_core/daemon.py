@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import kafka.errors as Errors
 
 from mirror_core.broker_fetch import PartitionOutcome, RoundStats, fetch_round
-from mirror_core.checkpoint import CheckpointStore
+from mirror_core.checkpoint import Checkpoint, CheckpointStore
 from mirror_core.checkpointed import (
     CheckpointedCopier,
     CommitPolicy,
@@ -58,23 +58,26 @@ from mirror_core.daemon_config import PipelineConfig, load_pipeline_config
 from mirror_core.daemon_metrics import DaemonMetrics, serve_metrics
 from mirror_core.daemon_retention import RetentionWatch
 from mirror_core.errors import (
-    CorruptBatchError,
-    DataLossError,
-    ForeignWriteError,
+    BatchRejectedError,
     MirrorError,
     ProducerFencedError,
-    SourceTruncatedError,
+    SourceTopicDeletedError,
     TopicRecreatedError,
 )
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.handoff import DAEMON_OWNER, new_worker_id
 from mirror_core.kafka_wire import WireClient, is_retriable
+from mirror_core.lane_control import persist_lane_state
+from mirror_core.lane_status import HALTED, RETIRED, LaneHealth, PersistedLaneState, classify_failure
 from mirror_core.leases import Lease, LeaseStore, now_ms
 from mirror_core.planner import NamingPolicy, TopicPattern
 from mirror_core.preflight import run_preflight
 from mirror_core.preflight_rules import is_internal_topic
 
 log = logging.getLogger("shoal.daemon")
+REPAIRABLE_REJECTIONS = ("MESSAGE_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_TIMESTAMP")  # config sync may fix
+DELETION_SIGNS = ("UnknownTopicOrPartition", "UnknownTopicId", "UNKNOWN_TOPIC", "InconsistentTopicId")
+DELETION_CONFIRM_S = 1.0  # a source topic must be missing from metadata twice, this far apart, to count as deleted
 
 
 
@@ -105,11 +108,13 @@ class LaneState:
     lane: str
     session: LaneSession | None = None
     fetcher: RawBatchFetcher | None = None  # at the session's committed position; dropped with the session
-    halted: str | None = None  # why the lane stopped for good (recreated topic, data lost)
+    health: LaneHealth = field(default_factory=LaneHealth)  # what the user sees (lane_status); halted: not reopened
     retry_at: float = 0.0
     failures: int = 0
     start: int | None = None  # where a lane without checkpoint starts (new_partitions), fixed at first sight
     fetch_failures: int = 0
+    last_stable: int | None = None  # the source partition's last stable offset at the last fetch
+    repaired_at: int | None = None  # source offset of the rejected batch a config sync last repaired
 
     def reset(self) -> None:
         """Forget the open session and fetch position: the next round reopens the lane (fencing any older writer
@@ -235,7 +240,7 @@ class ShallowMirrorDaemon:
             for p in range(partitions):
                 lane = default_lane(target_topic, p)
                 if lane not in self.lanes:
-                    self.lanes[lane] = LaneState(topic, p, target_topic, lane)
+                    self.lanes[lane] = LaneState(topic, p, target_topic, lane, health=self._new_health())
                     event("lane_discovered", topic=topic, partition=p, lane=lane)
 
     def _sync_configs(self, topic: str, target_topic: str) -> None:
@@ -274,14 +279,55 @@ class ShallowMirrorDaemon:
 
     def _eligible(self) -> list[str]:
         checkpoints = self.store.read_all(self.config.pipeline)
+        self._adopt_stopped_lanes(checkpoints)
         out = []
         for lane, state in self.lanes.items():
-            if state.halted:
-                continue
             cp = checkpoints.get((self.config.pipeline, state.topic, state.partition))
+            self._follow_persisted_state(state, cp)
+            if state.health.stopped:
+                continue
             if cp is None or cp.owner == DAEMON_OWNER:
                 out.append(lane)
+        self._publish_lane_states()
         return sorted(out)
+
+    def _adopt_stopped_lanes(self, checkpoints) -> None:
+        """Lanes halted or retired in checkpoints whose source topic is no longer listed (deleted) still show."""
+        for (_pipeline, topic, partition), cp in checkpoints.items():
+            lane = default_lane(cp.target_topic, cp.target_partition)
+            if cp.lane_state is not None and lane not in self.lanes:
+                self.lanes[lane] = LaneState(topic, partition, cp.target_topic, lane, health=self._new_health())
+
+    def _follow_persisted_state(self, state: LaneState, cp) -> None:
+        """A persisted halt (by any daemon, before any restart) stops the lane here too; a checkpoint written
+        after our halt without one is the operator's resume (``shoal lanes resume``)."""
+        health = state.health
+        if cp is not None and cp.lane_state is not None:
+            if not health.stopped or health.since_ms != cp.lane_state.since_ms:
+                health.stop(cp.lane_state)
+                if state.lane in self.held:
+                    self._drop(state.lane, f"{cp.lane_state.state}: {cp.lane_state.reason}")
+            return
+        if health.stopped and cp is not None and health.since_ms is not None and cp.updated_ms > health.since_ms:
+            health.resumed()
+            self.status.halted.pop(state.lane, None)
+            state.failures = state.fetch_failures = 0
+            state.retry_at = 0.0
+            state.repaired_at = None
+            event("lane_resumed", topic=state.topic, partition=state.partition, lane=state.lane,
+                  position=cp.position, lost_ranges=list(cp.lost_ranges))
+
+    def _new_health(self) -> LaneHealth:
+        return LaneHealth(stall_after_s=self.config.stall_after_s)
+
+    def _publish_lane_states(self) -> None:
+        now = now_ms()
+        for state in self.lanes.values():
+            state.health.refresh(now)
+        self.metrics.halted.set(sum(1 for s in self.lanes.values() if s.health.state == HALTED))
+        self.metrics.publish_lanes(self.config.pipeline, {
+            lane: {"topic": s.topic, "partition": s.partition, **s.health.as_dict()}
+            for lane, s in self.lanes.items()})
 
     def _maintain_leases(self) -> None:
         pipeline, me, now = self.config.pipeline, self.worker_id, now_ms()
@@ -372,7 +418,7 @@ class ShallowMirrorDaemon:
         ready: list[tuple[LaneState, int]] = []  # (lane, the position its fetch starts at)
         for lane in sorted(self.held):
             state = self.lanes[lane]
-            if state.halted or time.monotonic() < state.retry_at:
+            if state.health.stopped or time.monotonic() < state.retry_at:
                 continue
             try:
                 fetcher = self._open(state)
@@ -402,6 +448,7 @@ class ShallowMirrorDaemon:
             # lapse, or another daemon takes them and the two keep fencing each other
             self._leases_if_due()
         self.retention.publish(self._held_positions())
+        self._publish_lane_states()
         return copied
 
     def _held_positions(self) -> dict[tuple[str, int], int]:
@@ -425,8 +472,10 @@ class ShallowMirrorDaemon:
             return 0
         state.fetch_failures = 0
         fetched = outcome.result
+        state.last_stable = fetched.last_stable_offset
         end = state.fetcher.position
         if end <= start:  # nothing new
+            state.health.succeeded()
             self.metrics.lag.labels(*labels).set(max(0, fetched.last_stable_offset - start))
             return 0
         try:
@@ -435,6 +484,7 @@ class ShallowMirrorDaemon:
             self._failed(state, exc)
             return 0
         state.failures = 0
+        state.health.succeeded()
         if state.session.position != state.fetcher.position:  # cannot happen; if it did, trust the checkpoint
             event("position_realigned", logging.WARNING, topic=state.topic, partition=state.partition,
                   checkpoint=state.session.position, fetcher=state.fetcher.position)
@@ -449,40 +499,140 @@ class ShallowMirrorDaemon:
         return result.records
 
     def _failed(self, state: LaneState, exc: BaseException, *, fetching: bool = False) -> None:
-        """Classify a lane's error: fenced → drop; recreated topic or lost data → halt for good; a retriable source
-        fetch error → retry the fetch soon, session kept; anything else → reopen the lane after a backoff."""
+        """Classify a lane's error once (:func:`~mirror_core.lane_status.classify_failure`): fenced → drop; a
+        deleted source topic → halt naming what was not copied, or retire; a rejection config sync can repair →
+        repair and retry; not retriable → halt (persisted); a retriable source fetch error → retry the fetch
+        soon, session kept; anything else → reopen the lane after a backoff (``retrying``, ``stalled`` once it
+        lasts longer than ``stall_after_s``)."""
         if isinstance(exc, ProducerFencedError | OwnershipError | NotHandedOffError):
             self.metrics.errors.labels("fenced").inc()
             self._drop(state.lane, f"fenced: {exc}")
-        elif isinstance(exc, TopicRecreatedError | DataLossError | CorruptBatchError | ForeignWriteError |
-                        SourceTruncatedError):
-            kind = "topic_recreated" if isinstance(exc, TopicRecreatedError) else \
-                "data_loss" if isinstance(exc, DataLossError) else \
-                "source_truncated" if isinstance(exc, SourceTruncatedError) else \
-                "foreign_write" if isinstance(exc, ForeignWriteError) else "corrupt_batch"
-            self.metrics.errors.labels(kind).inc()
-            state.halted = str(exc)
-            self.status.halted[state.lane] = str(exc)
-            self.metrics.halted.set(len(self.status.halted))
-            self._drop(state.lane, kind)
-            event("lane_halted", logging.ERROR, topic=state.topic, partition=state.partition, reason=kind,
-                  position=state.session.position if state.session else None, error=exc)
-        elif fetching and isinstance(exc, Errors.KafkaError) and is_retriable(type(exc)):
+            return
+        retriable, reason = classify_failure(exc)
+        if self._maybe_deleted(exc) and self._source_deleted(state):
+            return
+        if isinstance(exc, BatchRejectedError) and self._repaired_by_config_sync(state, exc):
+            retriable = True
+        if not retriable:
+            self._halt(state, exc, reason)
+            return
+        self.metrics.errors.labels(reason if reason != "unknown" else type(exc).__name__).inc()
+        position = state.session.position if state.session else None
+        state.health.failed(reason, f"{type(exc).__name__}: {exc}", now_ms(), position=position)
+        if fetching and isinstance(exc, Errors.KafkaError) and is_retriable(type(exc)):
             state.fetch_failures += 1
             state.retry_at = time.monotonic() + min(5.0, 0.1 * 2 ** min(state.fetch_failures, 6))
-            self.metrics.errors.labels(type(exc).__name__).inc()
             event("fetch_retry", logging.INFO if state.fetch_failures < 5 else logging.WARNING, topic=state.topic,
                   partition=state.partition, offset=state.fetcher.position if state.fetcher else None,
-                  error=type(exc).__name__, attempt=state.fetch_failures)
+                  error=type(exc).__name__, attempt=state.fetch_failures, state=state.health.state)
         else:  # MirrorError, or transport trouble the wire library raised as is
             state.failures += 1
-            offset = state.session.position if state.session else None
             state.reset()
             state.retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** min(state.failures, 6))
-            self.metrics.errors.labels(type(exc).__name__).inc()
-            event("lane_error", logging.WARNING, topic=state.topic, partition=state.partition, offset=offset,
+            event("lane_error", logging.WARNING, topic=state.topic, partition=state.partition, offset=position,
                   error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
+                  state=state.health.state, attempt=state.health.attempts,
                   exc_info=not isinstance(exc, MirrorError | Errors.KafkaError))
+        self._publish_lane_states()
+
+    def _halt(self, state: LaneState, exc: BaseException, reason: str, *, stopped: str = HALTED,
+              range_end: int | None = None) -> None:
+        """Stop the lane until an operator acts: state persisted with the checkpoint (so a restart does not
+        reopen it), shown in metrics, /readyz and the log."""
+        self.metrics.errors.labels(reason).inc()
+        position = _first_known(state.session.position if state.session is not None else None,
+                                getattr(exc, "expected_offset", None), getattr(exc, "position", None), state.start)
+        if range_end is None:
+            range_end = _first_known(getattr(exc, "log_start_offset", None), getattr(exc, "source_offset", None))
+        persisted = PersistedLaneState(stopped, reason, str(exc), now_ms(), position, range_end)
+        state.health.stop(persisted)
+        self.status.halted[state.lane] = str(exc)
+        self._drop(state.lane, reason)
+        saved = self._persist(state, persisted)
+        event("lane_halted" if stopped == HALTED else "lane_retired", logging.ERROR if stopped == HALTED
+              else logging.WARNING, topic=state.topic, partition=state.partition, lane=state.lane, reason=reason,
+              position=position, range_end=range_end, persisted=saved, error=exc)
+        self._publish_lane_states()
+
+    def _persist(self, state: LaneState, persisted: PersistedLaneState) -> bool:
+        """Write the lane state into the lane's checkpoint; False (logged) when there is none or the write
+        failed — the state then holds in this process only."""
+        initial = None if persisted.position is None else Checkpoint(
+            pipeline=self.config.pipeline, topic=state.topic, partition=state.partition, position=persisted.position,
+            target_topic=state.target_topic, target_partition=state.partition, target_next=None,
+            owner=DAEMON_OWNER, owner_epoch=1)
+        try:
+            return persist_lane_state(self.store, self.target, self.config.pipeline, state.topic, state.partition,
+                                      persisted, transactional=self.config.mode == "exactly-once",
+                                      initial=initial) is not None
+        except Exception as exc:  # noqa: BLE001 - the halt stands in memory; the log says it was not stored
+            event("lane_state_not_persisted", logging.WARNING, topic=state.topic, partition=state.partition,
+                  error=f"{type(exc).__name__}: {exc}")
+            return False
+
+    @staticmethod
+    def _maybe_deleted(exc: BaseException) -> bool:
+        """Errors a deleted source topic shows up as (an unknown topic or topic id, as raised or inside a retry's
+        give-up, or a topic id that is "now gone"); only these pay for the metadata look-ups that confirm it."""
+        if isinstance(exc, TopicRecreatedError):
+            return exc.new_id is None
+        text = f"{type(exc).__name__} {exc}"
+        return any(sign in text for sign in DELETION_SIGNS)
+
+    def _source_deleted(self, state: LaneState) -> bool:
+        """Confirm a source topic deletion (missing from fresh metadata twice, ``DELETION_CONFIRM_S`` apart), then
+        retire the lane when it had copied everything it saw, else halt naming the range never copied."""
+        if not (self._source_topic_missing(state.topic) and
+                (time.sleep(DELETION_CONFIRM_S) or self._source_topic_missing(state.topic))):
+            return False
+        position = state.session.position if state.session is not None else None
+        if position is None:
+            position = state.start if state.start is not None else 0
+        seen_end = state.last_stable if state.last_stable is not None else position
+        exc = SourceTopicDeletedError(self.config.source.name, state.topic, state.partition, position,
+                                      max(seen_end, position))
+        if seen_end <= position:
+            self._halt(state, f"source topic {state.topic!r} was deleted after the lane had copied everything it saw "
+                              f"(up to offset {position}); the lane is retired", "source_deleted", stopped=RETIRED,
+                       range_end=position)
+        else:
+            self._halt(state, exc, "source_deleted", range_end=seen_end)
+        return True
+
+    def _source_topic_missing(self, topic: str) -> bool:
+        import kafka.errors as errors
+
+        try:
+            meta = self.source.metadata([topic]).get(topic)
+        except Exception:  # noqa: BLE001 - cannot tell: not a confirmation
+            return False
+        return meta is None or meta.error_code == errors.UnknownTopicOrPartitionError.errno
+
+    def _repaired_by_config_sync(self, state: LaneState, exc: BatchRejectedError) -> bool:
+        """A refusal topic config sync can fix (the target's size or timestamp bounds below the source's): sync
+        now and retry. Once per rejected batch: the same batch refused again after a repair halts."""
+        if exc.error not in REPAIRABLE_REJECTIONS or state.repaired_at == exc.source_offset:
+            return False
+        from mirror_core.topic_config_sync import sync_topic_configs
+
+        try:
+            changes = sync_topic_configs(self.config.source, self.config.target, state.topic, state.target_topic)
+        except MirrorError as sync_error:
+            event("config_repair_failed", logging.WARNING, topic=state.topic, target_topic=state.target_topic,
+                  error=sync_error)
+            return False
+        if not changes:
+            return False
+        state.repaired_at = exc.source_offset
+        self.metrics.config_changes.labels(state.target_topic).inc(len(changes))
+        event("config_repaired", logging.WARNING, topic=state.topic, partition=state.partition,
+              target_topic=state.target_topic, rejected=exc.error, source_offset=exc.source_offset,
+              changes=f"'{'; '.join(map(str, changes))}'")
+        return True
+
+
+def _first_known(*values):
+    return next((v for v in values if v is not None), None)
 
 
 def main(argv: list[str] | None = None) -> int:

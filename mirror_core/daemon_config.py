@@ -19,6 +19,7 @@
     fetch_max_bytes: 16777216                          # per Fetch request (one per source broker per round)
     partition_fetch_max_bytes: 4194304                 # per partition in that request
     shutdown_grace_s: 20                               # SIGTERM: finish the round within this, else just stop
+    stall_after_s: 300                                 # a lane failing (retriable) this long is `stalled`: /readyz 503
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class PipelineConfig:
     fetch_max_bytes: int = 16 * 1024 * 1024
     partition_fetch_max_bytes: int = 4 * 1024 * 1024
     shutdown_grace_s: float = 20.0
+    stall_after_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("exactly-once", "at-least-once"):
@@ -60,7 +62,7 @@ class PipelineConfig:
             raise ConfigError(f"pipeline {self.pipeline!r}: new_partitions must be earliest or latest")
         for name in ("commit_interval_ms", "commit_bytes", "poll_interval_ms", "rescan_interval_s", "lease_ttl_s",
                      "fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s", "config_sync_interval_s",
-                     "retention_interval_s"):
+                     "retention_interval_s", "stall_after_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
 

@@ -1,4 +1,8 @@
-"""The daemon's Prometheus metrics and its HTTP endpoint (``/metrics``, ``/healthz``).
+"""The daemon's Prometheus metrics and its HTTP endpoint (``/metrics``, ``/healthz``, ``/readyz``).
+
+``/healthz`` is liveness only (the process loop runs); lane trouble is readiness: ``/readyz`` answers 503 while any
+lane is ``halted`` or ``stalled`` (:mod:`mirror_core.lane_status`), with every lane's state in its JSON body, so an
+orchestrator alerts without restarting a daemon whose other lanes are fine.
 
 Names follow Prometheus conventions and what MirrorMaker 2 operators look for: records and bytes copied, replication
 latency, record age, lag per partition, deep batches, errors by kind; retention margins come from
@@ -7,13 +11,18 @@ latency, record age, lag per partition, deep batches, errors by kind; retention 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from mirror_core.lane_status import NOT_READY, REASONS, STATES
+
 LABELS = ("topic", "partition")
+LANE_LABELS = ("pipeline", "topic", "partition")
 
 
 class DaemonMetrics:
@@ -46,8 +55,22 @@ class DaemonMetrics:
                                         "requests", registry=r)
         self.config_changes = Counter("shoal_topic_config_changes_total", "Topic configs synced from source to target",
                                       ("topic",), registry=r)
+        self.lane_state = Gauge("shoal_lane_state", "1 for each lane's current state and reason (copying, retrying, "
+                                "stalled, halted, retired; reason from a fixed set)", (*LANE_LABELS, "state", "reason"),
+                                registry=r)
+        self.lane_attempts = Gauge("shoal_lane_retry_attempts", "Failed attempts since the lane last made progress",
+                                   LANE_LABELS, registry=r)
+        self.lane_failing_since = Gauge("shoal_lane_failing_since_timestamp_seconds", "When the lane's current run "
+                                        "of failures began, or when it halted (0: not failing)", LANE_LABELS,
+                                        registry=r)
+        self.lane_halt_offset = Gauge("shoal_lane_halt_offset", "A halted lane's offsets: its committed source "
+                                      "position and the end of the range its reason names", (*LANE_LABELS, "bound"),
+                                      registry=r)
         self.healthy = True
         self.last_loop = time.monotonic()
+        self._lanes_lock = threading.Lock()
+        self._lanes: dict[str, dict] = {}
+        self._lane_series: set[tuple] = set()
 
     def observe_copy(self, topic: str, partition: int, result, newest_timestamp_ms: int | None) -> None:
         labels = (topic, str(partition))
@@ -63,14 +86,49 @@ class DaemonMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    def publish_lanes(self, pipeline: str, lanes: dict[str, dict]) -> None:
+        """Replace the lane states shown in metrics and ``/readyz``: lane → ``LaneHealth.as_dict()`` plus topic
+        and partition. One ``shoal_lane_state`` series per lane (the old state's series is removed)."""
+        series = set()
+        for lane in lanes.values():
+            labels = (pipeline, lane["topic"], str(lane["partition"]))
+            state = lane["state"] if lane["state"] in STATES else "copying"
+            reason = lane["reason"] if lane["reason"] in REASONS else "unknown"
+            series.add(("state", *labels, state, reason))
+            self.lane_state.labels(*labels, state, reason).set(1)
+            self.lane_attempts.labels(*labels).set(lane["attempts"])
+            self.lane_failing_since.labels(*labels).set((lane["since_ms"] or 0) / 1000)
+            for bound, value in (("position", lane["position"]), ("range_end", lane["range_end"])):
+                if state == "halted" and value is not None:
+                    series.add(("offset", *labels, bound))
+                    self.lane_halt_offset.labels(*labels, bound).set(value)
+        with self._lanes_lock:
+            for stale in self._lane_series - series:
+                gauge = self.lane_state if stale[0] == "state" else self.lane_halt_offset
+                with contextlib.suppress(KeyError):  # never set in this process
+                    gauge.remove(*stale[1:])
+            self._lane_series = series
+            self._lanes = {name: {"lane": name, "pipeline": pipeline, **lane} for name, lane in lanes.items()}
+
+    def readiness(self) -> tuple[bool, dict]:
+        """(ready, JSON body): not ready while any lane is halted or stalled."""
+        with self._lanes_lock:
+            lanes = sorted(self._lanes.values(), key=lambda lane: lane["lane"])
+        blocking = [lane["lane"] for lane in lanes if lane["state"] in NOT_READY]
+        return not blocking, {"ready": not blocking, "not_ready_lanes": blocking, "lanes": lanes}
+
 
 def serve_metrics(metrics: DaemonMetrics, port: int, *, stale_after_s: float = 60.0) -> ThreadingHTTPServer:
-    """Start ``/metrics`` and ``/healthz`` on ``port`` (127.0.0.1 unless bound otherwise) in a daemon thread."""
+    """Start ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (127.0.0.1 unless bound otherwise) in a daemon
+    thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's naming
             if self.path.startswith("/metrics"):
                 body, status, ctype = metrics.render(), 200, CONTENT_TYPE_LATEST
+            elif self.path.startswith("/readyz"):
+                ready, report = metrics.readiness()
+                body, status, ctype = json.dumps(report).encode(), (200 if ready else 503), "application/json"
             elif self.path.startswith("/healthz"):
                 fresh = time.monotonic() - metrics.last_loop < stale_after_s
                 ok = metrics.healthy and fresh

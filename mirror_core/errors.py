@@ -11,13 +11,20 @@ import uuid
 
 
 class MirrorError(Exception):
-    """Root of every error Shoal raises on purpose."""
+    """Root of every error Shoal raises on purpose.
+
+    ``retriable``: a retry may succeed without anyone acting. ``lane_reason``: the bounded reason a daemon lane
+    reports for it (:data:`mirror_core.lane_status.REASONS`); a lane halts on a non-retriable error.
+    """
 
     retriable: bool = False
+    lane_reason: str = "unknown"
 
 
 class ConfigError(MirrorError):
     """Invalid configuration or arguments given by the user; the message names the offending item."""
+
+    lane_reason = "config"
 
 
 class SandboxError(MirrorError):
@@ -26,6 +33,8 @@ class SandboxError(MirrorError):
 
 class ClusterUnavailableError(MirrorError):
     """A cluster did not answer (connection refused, authentication failed, timeout)."""
+
+    lane_reason = "unavailable"
 
     def __init__(self, cluster: str, bootstrap: str, reason: str, *, retriable: bool = True):
         self.cluster = cluster
@@ -37,6 +46,8 @@ class ClusterUnavailableError(MirrorError):
 
 class CorruptBatchError(MirrorError):
     """A record batch failed its CRC or structural checks; copying it would propagate corruption."""
+
+    lane_reason = "corrupt_batch"
 
     def __init__(self, base_offset: int, reason: str, *, cluster: str | None = None,
                  topic: str | None = None, partition: int | None = None):
@@ -59,6 +70,8 @@ class CorruptBatchError(MirrorError):
 class DataLossError(MirrorError):
     """Source data in the requested range was deleted (retention, delete_records) before it was copied."""
 
+    lane_reason = "data_loss"
+
     def __init__(self, cluster: str, topic: str, partition: int, expected_offset: int, log_start_offset: int):
         self.cluster = cluster
         self.topic = topic
@@ -80,6 +93,7 @@ class PartitionUnavailableError(MirrorError):
     """A partition stayed unreachable (no leader, broker down, retriable errors) past the retry deadline."""
 
     retriable = True
+    lane_reason = "unavailable"
 
     def __init__(self, cluster: str, topic: str, partition: int, reason: str, *, offset: int | None = None):
         self.cluster = cluster
@@ -93,6 +107,8 @@ class PartitionUnavailableError(MirrorError):
 
 class TopicRecreatedError(MirrorError):
     """The topic id changed under a running copy: the topic was deleted and created again."""
+
+    lane_reason = "topic_recreated"
 
     def __init__(self, cluster: str, topic: str, old_id: uuid.UUID, new_id: uuid.UUID | None):
         self.cluster = cluster
@@ -114,6 +130,8 @@ class SourceTruncatedError(MirrorError):
     knows no epoch up to ours, so the point is unknown): the target holds copies of ``[diverged_from, position)``
     that the source lost, and the source's records from ``diverged_from`` on differ from what was copied.
     """
+
+    lane_reason = "source_truncated"
 
     def __init__(self, cluster: str, topic: str, partition: int, diverged_from: int | None, position: int,
                  position_epoch: int | None, source_epoch: int | None = None):
@@ -147,6 +165,8 @@ class ForeignWriteError(MirrorError):
     """The target partition does not hold what the lane's checkpoint says: another writer produced to it, or the
     target topic was truncated or recreated. The lane halts: continuing would make the offset map lie."""
 
+    lane_reason = "foreign_write"
+
     def __init__(self, cluster: str, topic: str, partition: int, expected_offset: int, landed_offset: int,
                  detail: str):
         self.cluster = cluster
@@ -162,6 +182,8 @@ class ForeignWriteError(MirrorError):
 
 class SkipRefusedError(MirrorError):
     """A requested start lies beyond the partition's checkpoint: starting there would skip offsets never copied."""
+
+    lane_reason = "skip_refused"
 
     def __init__(self, cluster: str, topic: str, partition: int, checkpoint_position: int, start: int):
         self.cluster = cluster
@@ -182,6 +204,8 @@ class SkipRefusedError(MirrorError):
 class FetchError(MirrorError):
     """The source broker refused a fetch or offset lookup with a non-retriable error (e.g. not authorized)."""
 
+    lane_reason = "fetch_refused"
+
     def __init__(self, cluster: str, topic: str, partition: int, offset: int | None, error: str):
         self.cluster = cluster
         self.topic = topic
@@ -193,7 +217,10 @@ class FetchError(MirrorError):
 
 
 class BatchRejectedError(MirrorError):
-    """The target refused a batch for good (too large, corrupt, invalid record or timestamp, not authorized)."""
+    """The target refused a batch for good (too large, corrupt, invalid record or timestamp, not authorized).
+    ``error`` is the broker's error name (``MESSAGE_TOO_LARGE``, ``INVALID_TIMESTAMP``, ``POLICY_VIOLATION``, …)."""
+
+    lane_reason = "batch_rejected"
 
     def __init__(self, cluster: str, topic: str, partition: int, source_offset: int, error: str,
                  detail: str | None = None):
@@ -209,7 +236,10 @@ class BatchRejectedError(MirrorError):
 
 
 class ProducerFencedError(MirrorError):
-    """Another writer took over our producer identity (same transactional.id, newer epoch); this one must stop."""
+    """Another writer took over our producer identity (same transactional.id, newer epoch); this one must stop.
+    Not a lane failure: the lane moves to the newer writer (the daemon drops it)."""
+
+    lane_reason = "none"
 
     def __init__(self, cluster: str, producer: str, error: str):
         self.cluster = cluster
@@ -220,7 +250,11 @@ class ProducerFencedError(MirrorError):
 
 
 class AmbiguousWriteError(MirrorError):
-    """The broker lost our producer state after a send whose outcome we never heard: resending could duplicate."""
+    """The broker lost our producer state after a send whose outcome we never heard: resending could duplicate.
+    Retriable for a lane: reopening it resumes at the committed checkpoint and the landing rule checks the target."""
+
+    retriable = True
+    lane_reason = "ambiguous_write"
 
     def __init__(self, cluster: str, topic: str, partition: int, source_offset: int, error: str):
         self.cluster = cluster
@@ -232,6 +266,49 @@ class AmbiguousWriteError(MirrorError):
                          f"may or may not have been written ({error} after an unanswered send); verify the target "
                          "end offset before resuming")
 
+
+class SourceTopicDeletedError(MirrorError):
+    """The source topic of a running lane was deleted (and not recreated): what it still held past the lane's
+    position can never be copied. ``last_seen_end`` is the partition's last stable offset as the lane last saw it
+    (records produced after that and before the deletion are unknown)."""
+
+    lane_reason = "source_deleted"
+
+    def __init__(self, cluster: str, topic: str, partition: int, position: int, last_seen_end: int):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.position = position
+        self.last_seen_end = last_seen_end
+        super().__init__(
+            f"source topic {topic!r} on cluster {cluster!r} was deleted under the running lane of partition "
+            f"{partition}: offsets [{position}, {last_seen_end}) (at least; as last seen) were never copied; the "
+            "lane halts: accept the loss with `shoal lanes resume --accept-loss`, or restore the source topic")
+
+    @property
+    def lost_range(self) -> tuple[int, int]:
+        return (self.position, self.last_seen_end)
+
+
+class CheckpointReadStalledError(MirrorError):
+    """The checkpoint topic's partition did not reach the last stable offset measured before the read: its log
+    was truncated below it (unclean leader election, a replaced broker) or the broker stopped answering with
+    data. Retriable: the next read measures the offsets again."""
+
+    retriable = True
+    lane_reason = "checkpoint"
+
+    def __init__(self, cluster: str, topic: str, partition: int, position: int, measured_end: int, log_end: int):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.position = position
+        self.measured_end = measured_end
+        self.log_end = log_end
+        super().__init__(
+            f"cluster {cluster!r} checkpoint topic {topic}-{partition}: reading [{position}, {measured_end}) made no "
+            f"progress; the partition now ends at {log_end}, below the last stable offset measured before the read "
+            "(its log was truncated: unclean leader election or a replaced broker); re-reading from the log start")
 
 
 def _where(cluster: str | None, topic: str | None, partition: int | None) -> str:

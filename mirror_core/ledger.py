@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-STATUS_OK, STATUS_SKIPPED, STATUS_FAILED, STATUS_LOST = "ok", "skipped", "failed", "lost"
+STATUS_OK, STATUS_SKIPPED, STATUS_FAILED, STATUS_LOST, STATUS_RESUMED = "ok", "skipped", "failed", "lost", "resumed"
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class LedgerRow:
     deep_batches: int
     records_digest: str
     duration_s: float
-    status: str  # ok | skipped (already complete) | failed | lost (deleted at the source, accepted by the operator)
+    status: str  # ok | skipped (already complete) | failed | lost (accepted by the operator) | resumed (a halted lane)
     error: str | None
 
 

@@ -109,6 +109,10 @@ class LaneRow:
     lease_holder: str | None = None
     lease_expires_ms: int | None = None
     updated_ms: int | None = None
+    state: str = "copying"  # the lane state persisted with the checkpoint: copying, halted or retired
+    reason: str = "none"
+    state_detail: str | None = None  # the halt's sentence: what happened, which offsets, what to do
+    state_range: tuple[int | None, int | None] | None = None  # (position, range end) the halt names
 
 
 @dataclass
@@ -154,9 +158,14 @@ def lane_rows(checkpoints: Mapping, leases: Mapping, parts: Sequence[tuple[str, 
             continue
         lane = default_lane(cp.target_topic, cp.target_partition)
         lease = leases.get(lane)
+        stopped = getattr(cp, "lane_state", None)
+        state = {} if stopped is None else {
+            "state": stopped.state, "reason": stopped.reason, "state_detail": stopped.message,
+            "state_range": (stopped.position, stopped.range_end)}
         rows.append(LaneRow(lane, topic, p, cp.position, stable, max(0, stable - cp.position), cp.target_topic,
                             cp.target_partition, cp.target_next, cp.owner, cp.owner_epoch,
-                            lease.holder if lease else None, lease.expires_ms if lease else None, cp.updated_ms))
+                            lease.holder if lease else None, lease.expires_ms if lease else None, cp.updated_ms,
+                            **state))
     return rows
 
 
@@ -217,6 +226,7 @@ th{background:#f3f3f3}
 .error{color:#c62828;font-weight:bold}
 .SAFE{color:#2e7d32}.AT_RISK{color:#b28704}.LOSING{color:#ef6c00}.LOST{color:#c62828;font-weight:bold}
 .dim{color:#777}
+.copying{color:#2e7d32}.retired{color:#777}.halted{color:#c62828;font-weight:bold}
 section{margin-bottom:32px}
 """
 
@@ -249,9 +259,21 @@ def _lanes_table(view: PipelineView, now_ms: int) -> str:
             _cell(r.lane or "(no checkpoint)", cls="" if r.lane else "dim"), _cell(f"{r.topic}-{r.partition}"),
             _cell(target), _cell(r.owner), _cell(r.owner_epoch, num=True), _cell(_lease_text(r, now_ms)),
             _cell(r.position, num=True), _cell(r.last_stable, num=True), _cell(r.lag, num=True),
-            _cell(r.target_next, num=True), _cell(age))) + "</tr>")
+            _cell(r.target_next, num=True), _cell(age), _cell(r.state, cls=r.state),
+            _cell(None if r.reason == "none" else r.reason), _cell(_state_text(r)))) + "</tr>")
     return _table(("lane", "source partition", "target partition", "owner", "epoch", "lease holder", "position",
-                   "last stable offset", "lag", "target next", "checkpoint updated"), rows)
+                   "last stable offset", "lag", "target next", "checkpoint updated", "state", "reason",
+                   "what happened"), rows)
+
+
+def _state_text(row: LaneRow) -> str | None:
+    if row.state_detail is None:
+        return None
+    position, end = row.state_range or (None, None)
+    where = f"at offset {position}" + (f", range end {end}" if end is not None else "") if position is not None \
+        else ""
+    remedy = " — `shoal lanes resume` once the cause is fixed" if row.state == "halted" else ""
+    return f"{where}: {row.state_detail}{remedy}" if where else f"{row.state_detail}{remedy}"
 
 
 def _seconds(value: float | None) -> str:
@@ -287,7 +309,11 @@ def render_pipeline(view: PipelineView, now_ms: int) -> str:
         parts.append("<p>No checkpoints on the target yet and no topics configured.</p>")
     else:
         total = sum(r.lag for r in view.lanes)
-        parts += [f"<h3>Lanes <span class='dim'>(total lag {total} offsets)</span></h3>", _lanes_table(view, now_ms),
+        halted = sum(1 for r in view.lanes if r.state == "halted")
+        alert = f'<p class="halted">{halted} lane(s) halted: they copy nothing until an operator acts</p>' \
+            if halted else ""
+        parts += [f"<h3>Lanes <span class='dim'>(total lag {total} offsets)</span></h3>", alert,
+                  _lanes_table(view, now_ms),
                   "<h3>Retention margins</h3>", _retention_table(view),
                   f'<p class="dim">copy throughput {html.escape(view.copy_throughput)}; AT_RISK below '
                   f"{_seconds(spec.at_risk_below_s)}</p>", f'<div class="chart">{view.chart_svg}</div>']

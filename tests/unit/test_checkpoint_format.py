@@ -8,6 +8,7 @@ import pytest
 
 from mirror_core.checkpoint import FORMAT_VERSION, Checkpoint
 from mirror_core.errors import MirrorError
+from mirror_core.lane_status import PersistedLaneState
 from mirror_core.offset_map import OffsetMap, OffsetRun
 
 
@@ -24,7 +25,7 @@ def test_a_checkpoint_round_trips_with_every_format_3_field():
     cp = _checkpoint()
     again = Checkpoint.from_value(cp.to_value())
     assert again == cp
-    assert json.loads(cp.to_value())["v"] == FORMAT_VERSION == 3
+    assert json.loads(cp.to_value())["v"] == FORMAT_VERSION == 4
     assert (again.position_epoch, again.target_topic_id, again.lost_ranges) == (7, "def", ((100, 120),))
 
 
@@ -39,7 +40,7 @@ def test_lost_ranges_travel_with_the_offset_map_so_translation_declines_inside_t
 
 def test_a_format_2_checkpoint_written_by_the_previous_release_still_reads():
     body = json.loads(_checkpoint().to_value())
-    for name in ("position_epoch", "target_topic_id", "lost_ranges"):
+    for name in ("position_epoch", "target_topic_id", "lost_ranges", "lane_state"):
         body.pop(name)
     body["v"] = 2
     old = Checkpoint.from_value(json.dumps(body).encode())
@@ -48,7 +49,17 @@ def test_a_format_2_checkpoint_written_by_the_previous_release_still_reads():
     assert old.offset_map.translate(60) == 51
 
 
-@pytest.mark.parametrize("version", [1, 4, None, "3"])
+def test_a_halted_lane_state_round_trips_and_format_3_reads_as_healthy():
+    halted = PersistedLaneState("halted", "batch_rejected", "cluster 'target' rejected ...", 1234, 40, None)
+    cp = _checkpoint(lane_state=halted)
+    assert Checkpoint.from_value(cp.to_value()).lane_state == halted
+    body = json.loads(_checkpoint().to_value())
+    body.pop("lane_state")
+    body["v"] = 3
+    assert Checkpoint.from_value(json.dumps(body).encode()).lane_state is None
+
+
+@pytest.mark.parametrize("version", [1, 5, None, "3"])
 def test_an_unknown_format_is_refused_by_name(version):
     body = json.loads(_checkpoint().to_value())
     body["v"] = version
