@@ -364,6 +364,8 @@ def _committed_records(client: WireClient, topic: str, partition: int, start: in
         fetched = fetcher.fetch()
         for view in fetched.batches:
             for record in read_records(view):
+                if limit is not None and len(out) >= limit:
+                    return out
                 if record.offset >= start and (end is None or record.offset < end):
                     key, value, headers = decode_record_tail(record.tail)
                     size += len(key or b"") + len(value or b"")
@@ -372,7 +374,7 @@ def _committed_records(client: WireClient, topic: str, partition: int, start: in
                     out.append((record.timestamp, key, value, headers))
         if fetcher.position >= fetched.last_stable_offset:
             break  # the rest is not decided (or not there): READ_COMMITTED readers stop here too
-    return out if limit is None else out[:limit]
+    return out
 
 
 class _CheckpointCommitter:
