@@ -8,6 +8,7 @@ import pytest
 
 from mirror_core.checkpoint import FORMAT_VERSION, Checkpoint
 from mirror_core.errors import MirrorError
+from mirror_core.map_segments import SegmentChain
 from mirror_core.offset_map import OffsetMap, OffsetRun
 
 
@@ -24,7 +25,7 @@ def test_a_checkpoint_round_trips_with_every_format_3_field():
     cp = _checkpoint()
     again = Checkpoint.from_value(cp.to_value())
     assert again == cp
-    assert json.loads(cp.to_value())["v"] == FORMAT_VERSION == 3
+    assert json.loads(cp.to_value())["v"] == FORMAT_VERSION == 4
     assert (again.position_epoch, again.target_topic_id, again.lost_ranges) == (7, "def", ((100, 120),))
 
 
@@ -39,7 +40,7 @@ def test_lost_ranges_travel_with_the_offset_map_so_translation_declines_inside_t
 
 def test_a_format_2_checkpoint_written_by_the_previous_release_still_reads():
     body = json.loads(_checkpoint().to_value())
-    for name in ("position_epoch", "target_topic_id", "lost_ranges"):
+    for name in ("position_epoch", "target_topic_id", "lost_ranges", "map_segments", "map_pruned_below"):
         body.pop(name)
     body["v"] = 2
     old = Checkpoint.from_value(json.dumps(body).encode())
@@ -48,7 +49,27 @@ def test_a_format_2_checkpoint_written_by_the_previous_release_still_reads():
     assert old.offset_map.translate(60) == 51
 
 
-@pytest.mark.parametrize("version", [1, 4, None, "3"])
+def test_a_format_3_checkpoint_reads_with_its_whole_map_and_no_segments():
+    body = json.loads(_checkpoint().to_value())
+    for name in ("map_segments", "map_pruned_below"):
+        body.pop(name)
+    body["v"] = 3
+    old = Checkpoint.from_value(json.dumps(body).encode())
+    assert (old.map_segments, old.map_pruned_below) == (None, None)
+    assert old.offset_map == _checkpoint().offset_map
+
+
+def test_a_format_4_checkpoint_value_carries_only_the_open_tail_and_the_chain():
+    chain = SegmentChain(0, 60, 1, (0,))
+    cp = _checkpoint(map_segments=chain, map_pruned_below=0)
+    body = json.loads(cp.to_value())
+    assert body["map_segments"] == [0, 60, 1]
+    again = Checkpoint.from_value(cp.to_value())
+    assert again.offset_map.start == 60 and again.offset_map.as_tuples() == [(60, 100, 51)]
+    assert again.map_segments == chain and again.map_pruned_below == 0
+
+
+@pytest.mark.parametrize("version", [1, 5, None, "3"])
 def test_an_unknown_format_is_refused_by_name(version):
     body = json.loads(_checkpoint().to_value())
     body["v"] = version
