@@ -53,8 +53,12 @@ class SegmentChain:
         if self.count <= 0 or not 0 <= self.first < self.end:
             raise ValueError(f"invalid segment chain [{self.first}, {self.end}) of {self.count}")
         if self.starts and (len(self.starts) != self.count or self.starts[0] != self.first
-                            or any(a >= b for a, b in zip(self.starts, (*self.starts[1:], self.end)))):
+                            or any(a >= b for a, b in zip(self.starts, (*self.starts[1:], self.end), strict=True))):
             raise ValueError(f"segment starts {self.starts} do not chain [{self.first}, {self.end})")
+
+    def bounds(self) -> list[tuple[int, int]]:
+        """(start, end) of every segment (``starts`` must be known)."""
+        return list(zip(self.starts, (*self.starts[1:], self.end), strict=True))
 
     def as_list(self) -> list[int]:
         return [self.first, self.end, self.count]
@@ -120,7 +124,8 @@ class LaneMap:
     """
 
     def __init__(self, segments: Sequence[tuple[int, int]] = (), tail_runs: OffsetRuns | None = None, *,
-                 tail_start: int):
+                 tail_start: int, segment_runs: int = SEGMENT_RUNS, segment_bytes: int = SEGMENT_BYTES):
+        self.segment_runs, self.segment_bytes = segment_runs, segment_bytes
         self.segments = list(segments)
         self.tail_runs = tail_runs if tail_runs is not None else OffsetRuns()
         self.tail_start = tail_start
@@ -128,6 +133,8 @@ class LaneMap:
             raise ValueError(f"segments end at {self.segments[-1][1]}, the tail starts at {tail_start}")
         if self.tail_runs and self.tail_runs[0].source_start < tail_start:
             raise ValueError(f"tail run {self.tail_runs[0]} starts below the tail start {tail_start}")
+        starts = tuple(start for start, _end in self.segments)
+        self._chain = SegmentChain(starts[0], tail_start, len(starts), starts) if starts else None
 
     @classmethod
     def from_checkpoint(cls, offset_map: OffsetMap | None, chain: SegmentChain | None, *, start: int) -> LaneMap:
@@ -139,7 +146,7 @@ class LaneMap:
             return cls(tail_runs=offset_map.offset_runs(), tail_start=offset_map.start)
         if len(chain.starts) != chain.count:
             raise ValueError("the checkpoint's segment chain was not walked (segment starts unknown)")
-        bounds = list(zip(chain.starts, (*chain.starts[1:], chain.end)))
+        bounds = chain.bounds()
         return cls(bounds, offset_map.tail_from(chain.end).offset_runs(), tail_start=chain.end)
 
     def include_start(self, offset: int) -> None:
@@ -149,17 +156,19 @@ class LaneMap:
 
     def commit(self, *, position: int, target_next: int, floor: int | None = None) -> MapCommit:
         """Decide what this commit writes (nothing changes until :meth:`apply`): prune sealed segments ending at or
-        below ``floor``, then seal the tail if it holds :data:`SEGMENT_RUNS` runs or encodes above
-        :data:`SEGMENT_BYTES`. Costs O(tail), never O(all runs)."""
+        below ``floor``, then seal the tail if it holds ``segment_runs`` runs or encodes above ``segment_bytes``
+        (default :data:`SEGMENT_RUNS`, :data:`SEGMENT_BYTES`). Costs O(tail), never O(all runs)."""
         kept, dropped = self.segments, ()
         if floor is not None:
             n = next((i for i, (_s, end) in enumerate(self.segments) if end > floor), len(self.segments))
             kept, dropped = self.segments[n:], tuple(s for s, _e in self.segments[:n])
         tail = OffsetMap(position, target_next, self.tail_runs, start=self.tail_start)
         sealed: tuple[OffsetMap, ...] = ()
-        if len(tail) >= SEGMENT_RUNS or (len(tail) and len(tail.to_bytes()) > SEGMENT_BYTES):
-            sealed = tuple(split_for_records(tail))
+        if len(tail) >= self.segment_runs or (len(tail) and len(tail.to_bytes()) > self.segment_bytes):
+            sealed = tuple(split_for_records(tail, self.segment_bytes))
             tail = OffsetMap(position, target_next, (), start=position)
+        if not sealed and not dropped:
+            return MapCommit(tail, self._chain)  # the common commit: O(tail), the chain as it was
         bounds = [*kept, *((m.start, m.position) for m in sealed)]
         chain = SegmentChain(bounds[0][0], tail.start, len(bounds), tuple(s for s, _e in bounds)) if bounds else None
         return MapCommit(tail, chain, sealed, dropped)
@@ -170,7 +179,9 @@ class LaneMap:
             self.tail_runs.drop_below(commit.tail.start)
         self.tail_start = commit.tail.start
         chain = commit.chain
-        self.segments = [] if chain is None else list(zip(chain.starts, (*chain.starts[1:], chain.end)))
+        if chain is not self._chain:
+            self.segments = [] if chain is None else chain.bounds()
+            self._chain = chain
 
 
 def assemble_map(chain: SegmentChain | None, tail: OffsetMap, lookup: Callable[[int], OffsetMap | None]
