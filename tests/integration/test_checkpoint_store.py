@@ -328,7 +328,7 @@ def test_a_lane_reads_its_own_segmented_map_past_a_foreign_open_transaction(targ
     try:
         writer = BatchWriter(wire, transactional_id=f"{store.topic}.lane")
         writer.init_producer_id()
-        for _cp_, batches in commits:
+        for _, batches in commits:
             writer.begin_transaction()
             writer.write(batches)
             writer.commit_transaction()
@@ -345,7 +345,7 @@ def test_pruned_segments_are_tombstoned_and_the_rest_still_assembles(target_clus
     commits, whole = _lane_commits(store, 8, floor_at=20)
     writer = BatchWriter(wire, transactional_id=f"{store.topic}.lane")
     writer.init_producer_id()
-    for _cp_, batches in commits:
+    for _, batches in commits:
         writer.begin_transaction()
         writer.write(batches)
         writer.commit_transaction()

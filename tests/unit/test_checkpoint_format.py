@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mirror_core.checkpoint import FORMAT_VERSION, Checkpoint
+from mirror_core.checkpoint import CHECKPOINT_TOPIC_CONFIG, FORMAT_VERSION, Checkpoint, checkpoint_topic_problems
 from mirror_core.errors import MirrorError
 from mirror_core.map_segments import SegmentChain
 from mirror_core.offset_map import OffsetMap, OffsetRun
@@ -82,3 +82,37 @@ def test_an_unknown_field_is_refused_by_name():
     body["surprise"] = 1
     with pytest.raises(MirrorError, match="surprise"):
         Checkpoint.from_value(json.dumps(body).encode())
+
+
+@pytest.mark.parametrize(("configs", "named"), [
+    ({"cleanup.policy": "delete", "max.message.bytes": "1048588"}, "cleanup.policy=delete"),
+    ({"cleanup.policy": "compact,delete", "max.message.bytes": "1048588"}, "cleanup.policy=compact,delete"),
+    ({"cleanup.policy": "compact", "max.message.bytes": "8192"}, "max.message.bytes=8192"),
+])
+def test_checkpoint_topic_settings_that_would_break_it_are_named(configs, named):
+    (problem,) = checkpoint_topic_problems(configs)
+    assert problem.startswith(named)
+
+
+def test_the_settings_shoal_creates_the_topic_with_are_fine_and_its_records_fit_them():
+    assert checkpoint_topic_problems(CHECKPOINT_TOPIC_CONFIG) == []
+    assert checkpoint_topic_problems({**CHECKPOINT_TOPIC_CONFIG, "max.message.bytes": "16384"}) == []
+    # a checkpoint with the largest open tail the segmenting allows stays below LARGEST_RECORD_BYTES
+    import random
+
+    from mirror_core.checkpoint import CheckpointStore
+    from mirror_core.cluster import ClusterConfig
+    from mirror_core.map_segments import SEGMENT_RUNS, LaneMap
+
+    rnd, lane_map, position, target = random.Random(3), LaneMap(tail_start=0), 0, 0
+    store = CheckpointStore(ClusterConfig("target", {"bootstrap.servers": "x:9092"}), None)
+    for _ in range(20):
+        for _ in range(rnd.randint(1, SEGMENT_RUNS)):
+            start = position + rnd.randint(1, 1000)
+            lane_map.tail_runs.append(OffsetRun(start, start + rnd.randint(1, 1000), target + rnd.randint(0, 9)))
+            position, target = lane_map.tail_runs[-1].source_end, lane_map.tail_runs[-1].target_end
+        commit = lane_map.commit(position=position, target_next=target)
+        cp = _checkpoint(position=position, target_next=target, offset_map=commit.tail, map_segments=commit.chain,
+                         lost_ranges=(), handoff_position=None)
+        store.checkpoint_batches(cp, commit)  # raises if any record is above LARGEST_RECORD_BYTES
+        lane_map.apply(commit)
