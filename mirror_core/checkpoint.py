@@ -496,6 +496,7 @@ class CheckpointStore:
             self.cache_resets += len(self._caches)
             self._caches.clear()
             self._topic_id = None
+            self._segments.clear()
 
     def refresh(self, partitions: Iterable[int] | None = None, *, settle: bool = True) -> None:
         """Bring the cache of ``partitions`` (default: all) up to the current last stable offsets.
@@ -650,6 +651,8 @@ class CheckpointStore:
                         updates.append((record.offset, key, value))
         for offset, key, value in updates:  # only once the whole range was read: a failed read changes nothing
             cache.apply(offset, key, value)
+            if value is None:
+                self._segments.pop(key, None)  # a pruned map segment's tombstone: its decoded copy goes too
         cache.next_offset = end
 
     def export_parquet(self, path: Path, pipeline: str | None = None) -> int:

@@ -336,6 +336,8 @@ class ShallowMirrorDaemon:
         from mirror_core.prune_inputs import gather_prune_floors
 
         held = [self.lanes[lane] for lane in sorted(self.held)]
+        if not held:
+            return
         self._prune_floors = gather_prune_floors(self.config.source, self.source,
                                                  [(state.topic, state.partition) for state in held])
         for state in held:
@@ -362,6 +364,8 @@ class ShallowMirrorDaemon:
                 # a backfill claimed the lane between our read and the open: leave it (its retry fences us back)
                 raise NotHandedOffError(cfg.pipeline, session.checkpoint)
             session.prune_floor = self._prune_floors.get((state.topic, state.partition))
+            if session.prune_floor is None:
+                self._next_prune = 0.0  # a lane new to this daemon: gather its floor on the next loop
             state.session = session
             event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                   position=state.session.position)
