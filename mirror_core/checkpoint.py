@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import dataclasses
 import json
 import logging
 import threading
@@ -39,6 +40,7 @@ from mirror_core.batch_deep import SourceRecord, decode_record_tail, encode_batc
 from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import (
     CheckpointReadStalledError,
+    ConfigError,
     DataLossError,
     MirrorError,
     PartitionUnavailableError,
@@ -47,6 +49,7 @@ from mirror_core.errors import (
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
 from mirror_core.lane_status import PersistedLaneState
+from mirror_core.map_segments import MapCommit, SegmentChain, assemble_map, segment_key, segment_key_prefix
 from mirror_core.offset_map import OffsetMap, normalise_ranges
 from mirror_core.writer import OutgoingBatch
 
@@ -54,6 +57,16 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_TOPIC = "__shoal_checkpoints"
 CHECKPOINT_PARTITIONS = 8
+# The largest batch Shoal writes to the checkpoint topic: a checkpoint with a full open tail (SEGMENT_BYTES of map,
+# base64) and its fields, or a sealed segment; what the topic's max.message.bytes must allow at least.
+LARGEST_RECORD_BYTES = 12 * 1024
+CHECKPOINT_TOPIC_CONFIG = {  # explicit, so a cluster's defaults cannot change what the checkpoints rely on
+    "cleanup.policy": "compact",  # last value per key; "delete" would let retention erase the checkpoints
+    "max.message.bytes": str(1024 * 1024),
+    "min.insync.replicas": "1",  # the topic is created with replication factor 1 (TopicAdmin.create)
+    "min.compaction.lag.ms": "0",
+    "segment.ms": "3600000",
+}
 SETTLE_TIMEOUT_S = 1.0  # how long a read waits for transactions written before it to settle (CheckpointStore.refresh)
 READ_STALL_S = 30.0  # a checkpoint read making no progress this long ends in CheckpointReadStalledError
 
@@ -74,6 +87,12 @@ class Checkpoint:
     into them (:attr:`offset_map` carries them); ``position_epoch`` is the source leader epoch of the last batch
     below ``position`` (markers and aborted batches count), the pair a resumed lane validates with
     OffsetsForLeaderEpoch; ``target_topic_id`` pins the target topic the offsets live in.
+
+    The offset map (format 4) lives in bounded pieces: sealed segments, each its own record, chained by
+    ``map_segments``, and the open tail, the only part the checkpoint value encodes (:meth:`to_value`). A
+    checkpoint a :class:`CheckpointStore` read holds the whole map (segments assembled); the one a lane builds at
+    a commit holds the tail only (its ``offset_map.start`` is the chain's end) — either way the value written is
+    the same.
     """
 
     pipeline: str
@@ -95,6 +114,8 @@ class Checkpoint:
     lost_ranges: tuple[tuple[int, int], ...] = ()  # accepted losses, see the class docstring
     # -- format 4 --
     lane_state: PersistedLaneState | None = None  # halted or retired lane (None: healthy), see lane_status
+    map_segments: SegmentChain | None = None  # sealed map segments in records of their own (mirror_core.map_segments)
+    map_pruned_below: int | None = None  # the map was pruned: offsets below this were dropped (nothing could ask)
 
     def __post_init__(self) -> None:
         lost = normalise_ranges(self.lost_ranges)
@@ -110,9 +131,10 @@ class Checkpoint:
         """JSON; the offset map in its compact binary encoding (base64), so the value stays small."""
         body = {f.name: getattr(self, f.name) for f in fields(self)}
         body["offset_map"] = None if self.offset_map is None else \
-            base64.b64encode(self.offset_map.to_bytes()).decode()
+            base64.b64encode(self.tail_map().to_bytes()).decode()
         body["lost_ranges"] = [list(r) for r in self.lost_ranges]
         body["lane_state"] = None if self.lane_state is None else self.lane_state.to_dict()
+        body["map_segments"] = None if self.map_segments is None else self.map_segments.as_list()
         body["v"] = FORMAT_VERSION
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -124,7 +146,17 @@ class Checkpoint:
         body["lost_ranges"] = tuple(tuple(r) for r in body.get("lost_ranges", ()))
         lane_state = body.pop("lane_state", None)
         body["lane_state"] = None if lane_state is None else PersistedLaneState.from_dict(lane_state)
+        body["map_segments"] = SegmentChain.from_list(body.get("map_segments"))
         return cls(**body, offset_map=None if encoded is None else OffsetMap.from_bytes(base64.b64decode(encoded)))
+
+    def tail_map(self) -> OffsetMap | None:
+        """The open tail of the offset map: the runs from the last sealed segment's end on (all of them when
+        nothing is sealed). Costs the size of the tail."""
+        if self.offset_map is None or self.map_segments is None:
+            return self.offset_map
+        if self.offset_map.start == self.map_segments.end:
+            return self.offset_map
+        return self.offset_map.tail_from(self.map_segments.end)
 
 
 # -- checkpoint formats ----------------------------------------------------------------------------------------
@@ -135,7 +167,8 @@ class Checkpoint:
 # fields say). Writers always write FORMAT_VERSION.
 #   2: the offset map in OffsetMap's binary encoding
 #   3: position_epoch (truncation check), target_topic_id (recreated target), lost_ranges (accepted losses)
-#   4: lane_state (a halted or retired lane and why: a restarted daemon does not reopen it)
+#   4: lane_state (a halted or retired lane and why: a restarted daemon does not reopen it); map_segments (sealed
+#      offset-map segments, the value's offset_map is the open tail), map_pruned_below
 
 FORMAT_VERSION = 4
 
@@ -145,7 +178,8 @@ def _v2_to_v3(body: dict) -> dict:
 
 
 def _v3_to_v4(body: dict) -> dict:
-    return {**body, "lane_state": None}
+    return {**body, "lane_state": None,
+            "map_segments": None, "map_pruned_below": None}  # the whole map was in the value
 
 
 MIGRATIONS = {2: _v2_to_v3, 3: _v3_to_v4}  # version -> step to version + 1
@@ -169,8 +203,31 @@ def upgrade_checkpoint_body(body: dict) -> dict:
     return body
 
 
+def checkpoint_topic_problems(configs: dict[str, str]) -> list[str]:
+    """What in an existing checkpoint topic's settings would break it (empty: nothing), each naming the config,
+    its value and why."""
+    problems = []
+    cleanup = configs.get("cleanup.policy", "")
+    if "delete" in cleanup.split(",") or "compact" not in cleanup.split(","):
+        problems.append(f"cleanup.policy={cleanup} would let retention delete checkpoints (or keep every old "
+                        "value): set it to compact")
+    max_bytes = configs.get("max.message.bytes")
+    if max_bytes is not None and int(max_bytes) < LARGEST_RECORD_BYTES:
+        problems.append(f"max.message.bytes={max_bytes} is smaller than Shoal's largest checkpoint record "
+                        f"({LARGEST_RECORD_BYTES} bytes): raise it to at least that")
+    return problems
+
+
 def checkpoint_key(pipeline: str, topic: str, partition: int) -> bytes:
     return json.dumps([pipeline, topic, partition], separators=(",", ":")).encode()
+
+
+def _committed_value(entries: dict[bytes, tuple[int, bytes]]):
+    """``key -> value or None`` over a partition cache's entries."""
+    def value_of(key: bytes) -> bytes | None:
+        found = entries.get(key)
+        return None if found is None else found[1]
+    return value_of
 
 
 def checkpoint_partition(key: bytes, partitions: int = CHECKPOINT_PARTITIONS) -> int:
@@ -256,47 +313,87 @@ class CheckpointStore:
         self._lock = threading.RLock()
         self._topic_id: uuid.UUID | None = None  # the topic id every partition cache belongs to
         self._caches: dict[int, _PartitionCache] = {}
+        self._segments: dict[bytes, tuple[bytes, OffsetMap]] = {}  # map segment key -> (value, decoded)
 
     def ensure_topic(self) -> None:
-        """Create the compacted checkpoint topic if it is missing (its partition count then stays fixed)."""
+        """Create the compacted checkpoint topic if it is missing (its partition count then stays fixed), with its
+        settings explicit (:data:`CHECKPOINT_TOPIC_CONFIG`); refuse an existing one whose settings would break it
+        (:func:`checkpoint_topic_problems`)."""
         from mirror_core.topics import TopicAdmin
 
         admin = TopicAdmin(self.cluster)
         existing = admin.list_topics().get(self.topic)
         if existing is None:
-            admin.create(self.topic, self.partitions, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0",
-                                                       "segment.ms": "3600000"}, exist_ok=True)
+            admin.create(self.topic, self.partitions, CHECKPOINT_TOPIC_CONFIG, exist_ok=True)
         elif existing != self.partitions:
             raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} has {existing} "
                               f"partitions, Shoal expects {self.partitions}; keys would land in the wrong place")
+        problems = checkpoint_topic_problems(admin.configs(self.topic))
+        if problems:
+            raise ConfigError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r}: "
+                              + "; ".join(problems))
 
     def checkpoint_batch(self, checkpoint: Checkpoint) -> OutgoingBatch:
         """The checkpoint as a raw batch for this store's topic, for a writer (inside its transaction, if any)."""
-        tail = encode_record_tail(checkpoint.key, checkpoint.to_value())
+        return self._record_batch(checkpoint.key, checkpoint.to_value(), checkpoint, "checkpoint")
+
+    def checkpoint_batches(self, checkpoint: Checkpoint, commit: MapCommit | None) -> list[OutgoingBatch]:
+        """A commit's batches, in order: the newly sealed map segments, the checkpoint that references them, then
+        tombstones for pruned segments. Written in one transaction (exactly-once) nothing is ever referenced that
+        is not there; at-least-once (acknowledged in order, one partition), the segments land before the
+        checkpoint naming them and a pruned segment is tombstoned only after a checkpoint that no longer names
+        it."""
+        if commit is None:
+            return [self.checkpoint_batch(checkpoint)]
+        ident = (checkpoint.pipeline, checkpoint.topic, checkpoint.partition)
+        batches = [self._record_batch(segment_key(*ident, m.start), m.to_bytes(), checkpoint, "map segment")
+                   for m in commit.sealed]
+        batches.append(self.checkpoint_batch(checkpoint))
+        batches += [self._record_batch(segment_key(*ident, start), None, checkpoint, "tombstone")
+                    for start in commit.dropped]
+        return batches
+
+    def _record_batch(self, key: bytes, value: bytes | None, checkpoint: Checkpoint, what: str) -> OutgoingBatch:
+        """One record in one batch, in the partition of ``checkpoint``'s key (segments share it, see
+        :mod:`mirror_core.map_segments`); refused when larger than :data:`LARGEST_RECORD_BYTES`."""
+        tail = encode_record_tail(key, value)
         data = encode_batch([SourceRecord(0, checkpoint.updated_ms, 0, tail)], Codec.NONE)
+        if len(data) > LARGEST_RECORD_BYTES:
+            raise MirrorError(f"pipeline {checkpoint.pipeline!r} {checkpoint.topic}-{checkpoint.partition}: the "
+                              f"{what} record is {len(data)} bytes, above the {LARGEST_RECORD_BYTES} Shoal allows "
+                              f"in {self.topic!r} (too many lost ranges?)")
         return OutgoingBatch(self.topic, checkpoint_partition(checkpoint.key, self.partitions), data,
                              source_offset=checkpoint.position)
 
     # ---- reading ---------------------------------------------------------------------------------------------
 
     def read_all(self, pipeline: str | None = None) -> dict[tuple[str, str, int], Checkpoint]:
-        """Every committed checkpoint (last value per key wins), optionally of one pipeline."""
+        """Every committed checkpoint (last value per key wins), optionally of one pipeline, maps assembled."""
         out: dict[tuple[str, str, int], Checkpoint] = {}
-        for key, value in self.latest_items():
-            decoded = json.loads(key)
-            if not isinstance(decoded, list):
-                continue  # leases and other records sharing the topic (see mirror_core.leases)
-            ident = tuple(decoded)
-            if pipeline is not None and ident[0] != pipeline:
-                continue  # decode only what was asked for: other pipelines may be another Shoal's format
-            out[ident] = Checkpoint.from_value(value)
+        with self._lock:
+            self.refresh()
+            for partition in range(self.partitions):
+                entries = self._caches[partition].entries
+                for key, (_offset, value) in list(entries.items()):
+                    decoded = json.loads(key)
+                    if not isinstance(decoded, list):
+                        continue  # leases, map segments and other records sharing the topic
+                    ident = tuple(decoded)
+                    if pipeline is not None and ident[0] != pipeline:
+                        continue  # decode only what was asked for: other pipelines may be another Shoal's format
+                    out[ident] = self._with_whole_map(Checkpoint.from_value(value), _committed_value(entries))
         return out
 
     def read(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:
         """One checkpoint, or None; refreshes only the partition of the topic its key lives in."""
         key = checkpoint_key(pipeline, topic, partition)
-        value = self.latest(checkpoint_partition(key, self.partitions)).get(key)
-        return None if value is None else Checkpoint.from_value(value)
+        part = checkpoint_partition(key, self.partitions)
+        with self._lock:
+            self.refresh([part])
+            entries = self._caches[part].entries
+            found = entries.get(key)
+            return None if found is None else self._with_whole_map(Checkpoint.from_value(found[1]),
+                                                                   _committed_value(entries))
 
     def read_own(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:
         """The lane's own checkpoint, including what it committed past the last stable offset.
@@ -306,50 +403,87 @@ class CheckpointStore:
         the LSO, so another lane's open transaction on the same partition of the checkpoint topic (a hung writer,
         a slow marker) would hide the lane's newer checkpoints and make it resume from an older one — a duplicate
         range in exactly-once mode. So this reads the committed fold up to the LSO (no settle wait), then the log
-        above it up to the high watermark uncommitted, and resolves each producer's records of this key by that
-        producer's own commit/abort markers; records of still-undecided transactions (other writers) are ignored.
-        Before the lane's InitProducerId (a daemon deciding whether a lane was handed off) it gives the newest
-        *decided* value — never older than what a READ_COMMITTED reader sees.
+        above it up to the high watermark uncommitted, and resolves each producer's records of this key (and of
+        the lane's map segments, committed with it) by that producer's own commit/abort markers; records of
+        still-undecided transactions (other writers) are ignored. Before the lane's InitProducerId (a daemon
+        deciding whether a lane was handed off) it gives the newest *decided* value — never older than what a
+        READ_COMMITTED reader sees.
         """
         key = checkpoint_key(pipeline, topic, partition)
+        segments = segment_key_prefix(pipeline, topic, partition)
         part = checkpoint_partition(key, self.partitions)
         with self._lock:
             self.refresh([part], settle=False)
             cache = self._caches[part]
-            found = cache.entries.get(key)
-            value = None if found is None else found[1]
+            committed = _committed_value(cache.entries)
+            above: dict[bytes, bytes | None] = {}
             high_watermark = self._offsets([part], "latest")[part]
             if high_watermark > cache.next_offset:
-                decided = self._decided_above_lso(part, key, cache.next_offset, high_watermark)
-                if decided is not None:
-                    value = decided[1]
-        return None if value is None else Checkpoint.from_value(value)
+                above = self._decided_above_lso(part, lambda k: k == key or k.startswith(segments),
+                                                cache.next_offset, high_watermark)
+            value = above[key] if key in above else committed(key)
+            if value is None:
+                return None
+            return self._with_whole_map(Checkpoint.from_value(value),
+                                        lambda k: above[k] if k in above else committed(k))
 
-    def _decided_above_lso(self, partition: int, key: bytes, start: int, end: int
-                           ) -> tuple[int, bytes | None] | None:
-        """(offset, value) of the last decided-committed record of ``key`` in ``[start, end)``, or None."""
+    def _with_whole_map(self, checkpoint: Checkpoint, value_of) -> Checkpoint:
+        """``checkpoint`` with its sealed map segments (``value_of(key)``: a record's value) assembled."""
+        chain = checkpoint.map_segments
+        if chain is None or checkpoint.offset_map is None:
+            return checkpoint
+        ident = (checkpoint.pipeline, checkpoint.topic, checkpoint.partition)
+
+        def segment(start: int) -> OffsetMap | None:
+            key = segment_key(*ident, start)
+            value = value_of(key)
+            if value is None:
+                return None
+            cached = self._segments.get(key)
+            if cached is None or cached[0] != value:
+                cached = self._segments[key] = (value, OffsetMap.from_bytes(value))
+            return cached[1]
+
+        try:
+            whole, walked = assemble_map(chain, checkpoint.offset_map, segment)
+        except ValueError as exc:
+            raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r}: pipeline "
+                              f"{checkpoint.pipeline!r} {checkpoint.topic}-{checkpoint.partition}: its offset map "
+                              f"cannot be assembled: {exc}. Its sealed segments are records of their own in the "
+                              "same topic: were they deleted or the topic's compaction settings changed?") from None
+        return dataclasses.replace(checkpoint, offset_map=whole, map_segments=walked)
+
+    def _decided_above_lso(self, partition: int, wanted, start: int, end: int) -> dict[bytes, bytes | None]:
+        """Key → value (None: a tombstone) of the last decided-committed record in ``[start, end)`` of every key
+        for which ``wanted(key)`` holds."""
         fetcher = RawBatchFetcher(self.client, self.topic, partition, start, end,
                                   isolation=IsolationLevel.READ_UNCOMMITTED, every_batch=True)
-        undecided: dict[int, list[tuple[int, bytes | None]]] = collections.defaultdict(list)
-        last: tuple[int, bytes | None] | None = None
+        undecided: dict[int, list[tuple[int, bytes, bytes | None]]] = collections.defaultdict(list)
+        last: dict[bytes, tuple[int, bytes | None]] = {}
+
+        def keep(offset: int, key: bytes, value: bytes | None) -> None:
+            if key not in last or offset > last[key][0]:
+                last[key] = (offset, value)
+
         while not fetcher.done:
             for view in fetcher.fetch().batches:
                 if view.control:
                     mine = undecided.pop(view.producer_id, [])
-                    if control_type(view) == CONTROL_COMMIT and mine:
-                        last = max([*mine, *(() if last is None else (last,))], key=lambda r: r[0])
+                    if control_type(view) == CONTROL_COMMIT:
+                        for record in mine:
+                            keep(*record)
                     continue
                 for record in read_records(view):
                     if not start <= record.offset < end:
                         continue
                     record_key, value, _headers = decode_record_tail(record.tail)
-                    if record_key != key:
+                    if record_key is None or not wanted(record_key):
                         continue
                     if view.transactional:
-                        undecided[view.producer_id].append((record.offset, value))
-                    elif last is None or record.offset > last[0]:
-                        last = (record.offset, value)
-        return last
+                        undecided[view.producer_id].append((record.offset, record_key, value))
+                    else:
+                        keep(record.offset, record_key, value)
+        return {key: value for key, (_offset, value) in last.items()}
 
     def latest(self, partition: int) -> dict[bytes, bytes]:
         """Key → last committed value of every live key in one partition of the topic (tombstoned keys absent),
@@ -379,6 +513,7 @@ class CheckpointStore:
             self.cache_resets += len(self._caches)
             self._caches.clear()
             self._topic_id = None
+            self._segments.clear()
 
     def refresh(self, partitions: Iterable[int] | None = None, *, settle: bool = True) -> None:
         """Bring the cache of ``partitions`` (default: all) up to the current last stable offsets.
@@ -555,6 +690,8 @@ class CheckpointStore:
                         updates.append((record.offset, key, value))
         for offset, key, value in updates:  # only once the whole range was read: a failed read changes nothing
             cache.apply(offset, key, value)
+            if value is None:
+                self._segments.pop(key, None)  # a pruned map segment's tombstone: its decoded copy goes too
         cache.next_offset = end
 
     def export_parquet(self, path: Path, pipeline: str | None = None) -> int:

@@ -39,7 +39,8 @@ from mirror_core.errors import (
 )
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import WireClient
-from mirror_core.offset_map import OffsetMap, OffsetRuns, normalise_ranges
+from mirror_core.map_segments import LaneMap
+from mirror_core.offset_map import normalise_ranges
 from mirror_core.writer import BatchWriter
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,13 @@ class LaneSession:
         self.source_topic_id = str(topic_id) if topic_id else None
         self.target_topic_id = self._current_target_topic_id()
         self.duplicates_reported = 0  # at-least-once: records found twice on the target after a crash
+        # the offset map as commits extend it: sealed segments' bounds and the open tail (None: nothing copied yet)
+        self.lane_map = None if self.checkpoint is None or self.checkpoint.offset_map is None else \
+            LaneMap.from_checkpoint(self.checkpoint.offset_map, self.checkpoint.map_segments,
+                                    start=self.checkpoint.position)
+        # map segments ending at or below this are pruned at the next commit (mirror_core.prune_inputs gathers it:
+        # nothing can ask for offsets below the source's log start and every source group's committed offset)
+        self.prune_floor: int | None = None
         self._check_resumable(self.checkpoint)
         if self.checkpoint is not None:
             self._validate_source_position(self.checkpoint)
@@ -225,12 +233,16 @@ class LaneSession:
             # whole): nothing to copy, nothing to commit
             done = PartitionRange(self.topic, self.partition, end, end, self.target_topic, self.target_partition)
             return CopyResult(done, source_start=previous.position, source_end=previous.position)
-        runs = OffsetRuns(previous.offset_map.runs) if previous is not None and previous.offset_map else OffsetRuns()
         lost: tuple[tuple[int, int], ...] = ()
         if previous is not None:
             if start > previous.position:
                 lost = self._skipped_range(previous.position, min(start, end))
             start = min(max(start, previous.position), end)
+        if self.lane_map is None or previous is None:
+            self.lane_map = LaneMap(tail_start=start)
+        runs = self.lane_map.tail_runs  # the copier appends to the open tail: a commit costs O(new runs)
+        if previous is not None:  # a failed copy of this session may have appended runs it never committed
+            runs.truncate(previous.position)
         listener = _CheckpointCommitter(self, start=start, lost=lost)
         if self.exactly_once:
             self.writer.begin_transaction()
@@ -388,9 +400,7 @@ class _CheckpointCommitter:
         self.previous_handoff = previous.handoff_position if previous is not None else None
         self.previous_position = (previous.position, previous.position_epoch) if previous is not None else None
         self.lost_ranges = normalise_ranges((previous.lost_ranges if previous is not None else ()) + lost)
-        # the lowest source offset the map answers for: where this partition's copy began (or was pruned to)
-        self.map_start = previous.offset_map.start if previous is not None and previous.offset_map is not None \
-            else start
+        self.pruned_below = previous.map_pruned_below if previous is not None else None
         self.writer = session.writer
         self.exactly_once = session.exactly_once
         self.commits = 0
@@ -405,23 +415,30 @@ class _CheckpointCommitter:
             return 0
         target_next = result.next_target_offset if result.next_target_offset is not None else \
             self.previous_target_next
-        offset_map = None if target_next is None else OffsetMap.from_runs(
-            # a fresh copy copies a first batch straddling its start whole: the map starts where the copy did
-            result.offset_runs, start=min(self.map_start, result.source_start, result.source_end),
-            position=result.source_end,
-            target_next=target_next)
         session = self.session
+        lane_map = session.lane_map
+        map_commit = None
+        if target_next is not None:
+            # a fresh copy copies a first batch straddling its start whole: the map starts where the copy did
+            lane_map.include_start(min(result.source_start, result.source_end))
+            map_commit = lane_map.commit(position=result.source_end, target_next=target_next,
+                                         floor=session.prune_floor)
+            if map_commit.dropped:
+                self.pruned_below = map_commit.start
         checkpoint = Checkpoint(
             pipeline=self.owner.pipeline, topic=session.topic, partition=session.partition,
             position=result.source_end, target_topic=session.target_topic,
             target_partition=session.target_partition, target_next=target_next, owner=self.owner.owner,
-            owner_epoch=self.owner.owner_epoch, offset_map=offset_map, source_topic_id=session.source_topic_id,
+            owner_epoch=self.owner.owner_epoch, offset_map=None if map_commit is None else map_commit.tail,
+            source_topic_id=session.source_topic_id,
             handoff_position=self.previous_handoff,  # the seam stays on record for `shoal verify seam`
             target_topic_id=session.target_topic_id, lost_ranges=self.lost_ranges,
-            position_epoch=self._position_epoch(result))
+            position_epoch=self._position_epoch(result),
+            map_segments=None if map_commit is None else map_commit.chain, map_pruned_below=self.pruned_below)
         if result.bytes > self._bytes_at_commit:
             session.check_target_topic()  # the data just written went to the topic the map describes
-        self.writer.write([self.owner.store.checkpoint_batch(checkpoint)])
+        store = self.owner.store
+        self.writer.write(store.checkpoint_batches(checkpoint, map_commit))
         markers = 0
         if self.exactly_once:
             self.writer.commit_transaction()
@@ -429,6 +446,8 @@ class _CheckpointCommitter:
             if not final:
                 self.writer.begin_transaction()
         session.checkpoint = checkpoint  # what a later copy of this session resumes from
+        if map_commit is not None:
+            lane_map.apply(map_commit)
         self.commits += 1
         self._bytes_at_commit = result.bytes
         self._last_commit = time.monotonic()

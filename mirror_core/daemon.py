@@ -146,6 +146,8 @@ class ShallowMirrorDaemon:
         self._next_rescan = 0.0
         self._next_lease = 0.0
         self._next_config_sync = 0.0
+        self._next_prune = 0.0
+        self._prune_floors: dict[tuple[str, int], int] = {}  # held (topic, partition) → offset-map prune floor
         self._round = 0
         self.retention = RetentionWatch(config.source, config.target, self.metrics,
                                         interval_s=config.retention_interval_s,
@@ -157,7 +159,7 @@ class ShallowMirrorDaemon:
         event("start", pipeline=cfg.pipeline, worker=self.worker_id, include=cfg.include, mode=cfg.mode)
         with WireClient.for_cluster(cfg.source) as source, WireClient.for_cluster(cfg.target) as target:
             self.source, self.target = source, target
-            self.store = CheckpointStore(cfg.target, target)
+            self.store = CheckpointStore(cfg.target, target, topic=cfg.checkpoint_topic)
             self.store.ensure_topic()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
             self.retention.start()
@@ -170,6 +172,9 @@ class ShallowMirrorDaemon:
                         self._next_rescan = now + cfg.rescan_interval_s
                         self._housekeeping("rescan", self._rescan)
                     self._leases_if_due()
+                    if now >= self._next_prune:
+                        self._next_prune = now + cfg.prune_interval_s
+                        self._housekeeping("prune", self._refresh_prune_floors)
                     if self._copy_round() is None:  # nothing to fetch: no lane held, or all backing off
                         stop.wait(cfg.poll_interval_ms / 1000)
             except ForcedShutdown:
@@ -370,6 +375,20 @@ class ShallowMirrorDaemon:
                     gauge.remove(state.topic, str(state.partition))
         event("lane_dropped", lane=lane, reason=why)
 
+    def _refresh_prune_floors(self) -> None:
+        """Gather, for every held lane, the source offset below which no translation can be asked for (log start
+        and source groups' offsets: :mod:`mirror_core.prune_inputs`); each lane's next commit prunes below it."""
+        from mirror_core.prune_inputs import gather_prune_floors
+
+        held = [self.lanes[lane] for lane in sorted(self.held)]
+        if not held:
+            return
+        self._prune_floors = gather_prune_floors(self.config.source, self.source,
+                                                 [(state.topic, state.partition) for state in held])
+        for state in held:
+            if state.session is not None:
+                state.session.prune_floor = self._prune_floors.get((state.topic, state.partition))
+
     # ---- copying -----------------------------------------------------------------------------------------------
     def _session(self, state: LaneState) -> LaneSession:
         if state.session is None:
@@ -390,6 +409,9 @@ class ShallowMirrorDaemon:
             if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
                 # a backfill claimed the lane between our read and the open: leave it (its retry fences us back)
                 raise NotHandedOffError(cfg.pipeline, session.checkpoint)
+            session.prune_floor = self._prune_floors.get((state.topic, state.partition))
+            if session.prune_floor is None:
+                self._next_prune = 0.0  # a lane new to this daemon: gather its floor on the next loop
             state.session = session
             event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                   position=state.session.position)

@@ -20,6 +20,8 @@
     partition_fetch_max_bytes: 4194304                 # per partition in that request
     shutdown_grace_s: 20                               # SIGTERM: finish the round within this, else just stop
     stall_after_s: 300                                 # a lane failing (retriable) this long is `stalled`: /readyz 503
+    prune_interval_s: 300                              # offset maps pruned below groups and log start this often
+    checkpoint_topic: __shoal_checkpoints              # on the target; one per Shoal installation, usually
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from mirror_core.checkpoint import CHECKPOINT_TOPIC
 from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import ConfigError
 
@@ -54,6 +57,8 @@ class PipelineConfig:
     partition_fetch_max_bytes: int = 4 * 1024 * 1024
     shutdown_grace_s: float = 20.0
     stall_after_s: float = 300.0
+    prune_interval_s: float = 300.0
+    checkpoint_topic: str = CHECKPOINT_TOPIC
 
     def __post_init__(self) -> None:
         if self.mode not in ("exactly-once", "at-least-once"):
@@ -62,9 +67,12 @@ class PipelineConfig:
             raise ConfigError(f"pipeline {self.pipeline!r}: new_partitions must be earliest or latest")
         for name in ("commit_interval_ms", "commit_bytes", "poll_interval_ms", "rescan_interval_s", "lease_ttl_s",
                      "fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s", "config_sync_interval_s",
-                     "retention_interval_s", "stall_after_s"):
+                     "retention_interval_s", "stall_after_s", "prune_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
+        if not self.checkpoint_topic or any(c in self.checkpoint_topic for c in " /\\"):
+            raise ConfigError(f"pipeline {self.pipeline!r}: checkpoint_topic {self.checkpoint_topic!r} is not a "
+                              "topic name")
 
 
 def load_pipeline_config(path: Path) -> PipelineConfig:

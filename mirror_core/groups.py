@@ -136,8 +136,11 @@ def translation_refusal(checkpoint: Checkpoint | None, source_offset: int,
         return f"nothing copied yet (copy position {checkpoint.position})"
     if source_offset > offset_map.position:
         return f"not copied yet: the copy is at {offset_map.position}"
+    if source_offset < offset_map.start and checkpoint.map_pruned_below is not None:
+        return (f"before the offset map, which was pruned to start at {offset_map.start}: when it was pruned the "
+                "source log no longer held these offsets and no source consumer group held one")
     if source_offset < offset_map.start:
-        return f"before the offset map, which starts at {offset_map.start} (pruned, or before the copy began)"
+        return f"before the offset map, which starts at {offset_map.start} (where the copy began)"
     lost = offset_map.lost_range_at(source_offset)
     if lost is not None:
         return (f"its next records [{lost[0]}, {lost[1]}) were lost before they were copied (accepted loss); "

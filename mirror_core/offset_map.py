@@ -132,8 +132,34 @@ class OffsetRuns:
         del self._runs[:i]
         return i
 
+    def truncate(self, source_offset: int) -> int:
+        """Forget source offsets at or above ``source_offset`` (a run straddling it is cut there): the runs as
+        they were when the map's position was ``source_offset``. Returns how many runs went or were cut."""
+        cut = 0
+        while self._runs and self._runs[-1].source_end > source_offset:
+            last = self._runs.pop()
+            cut += 1
+            if last.source_start < source_offset:
+                self._runs.append(OffsetRun(last.source_start, source_offset, last.target_start))
+                break
+        return cut
+
     def as_tuples(self) -> list[tuple[int, int, int]]:
         return [(r.source_start, r.source_end, r.target_start) for r in self._runs]
+
+    def tail(self, index: int) -> OffsetRuns:
+        """A new list of the runs from ``index`` on (already checked and merged: no re-validation)."""
+        out = OffsetRuns()
+        out._runs = self._runs[index:]
+        return out
+
+    def extend_checked(self, other: OffsetRuns) -> None:
+        """Append every run of ``other``: only the seam is checked (``other`` already holds the invariant), and a
+        first run continuing this list's last one with the same shift merges with it, as :meth:`append` would."""
+        if not other._runs:
+            return
+        self.append(other._runs[0])
+        self._runs.extend(other._runs[1:])
 
 
 class OffsetMap:
@@ -229,6 +255,10 @@ class OffsetMap:
     def runs(self) -> tuple[OffsetRun, ...]:
         return tuple(self._runs)
 
+    def offset_runs(self) -> OffsetRuns:
+        """A copy of the runs as :class:`OffsetRuns` (a list copy: no re-validation)."""
+        return self._runs.tail(0)
+
     @property
     def lost(self) -> tuple[tuple[int, int], ...]:
         """Accepted-loss source ranges ``[start, end)``: never copied, never translated into."""
@@ -290,6 +320,17 @@ class OffsetMap:
     def as_tuples(self) -> list[tuple[int, int, int]]:
         """The runs as ``(source_start, source_end, target_start)``."""
         return self._runs.as_tuples()
+
+    def tail_from(self, source_offset: int) -> OffsetMap:
+        """The map from ``source_offset`` on (a segment bound: no run may straddle it): same position,
+        ``target_next`` and lost ranges; costs the size of the tail, not of the map."""
+        if not self._start <= source_offset <= self._position:
+            raise ValueError(f"cut at {source_offset} lies outside [{self._start}, {self._position}]")
+        i = self._runs.index_from_source(source_offset)
+        if i < len(self._runs) and self._runs[i].source_start < source_offset:
+            raise ValueError(f"run {self._runs[i]} straddles the cut at {source_offset}")
+        return OffsetMap(self._position, self._target_next, self._runs.tail(i), start=source_offset,
+                         lost=self._lost)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form of the whole map."""

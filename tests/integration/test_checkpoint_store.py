@@ -7,11 +7,13 @@ folded into "last value per key". ``records_read`` shows how much a read fetched
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
-from mirror_core.checkpoint import Checkpoint, CheckpointStore, checkpoint_partition
+from mirror_core.checkpoint import CHECKPOINT_TOPIC_CONFIG, Checkpoint, CheckpointStore, checkpoint_partition
+from mirror_core.errors import ConfigError
 from mirror_core.kafka_wire import WireClient
 from mirror_core.leases import Lease, LeaseStore, member_lane
 from mirror_core.writer import BatchWriter
@@ -187,6 +189,27 @@ def test_tombstones_remove_keys(target_cluster, wire, store):
     assert store.read("p", "t", 0).position == 7
 
 
+def test_ensure_topic_creates_the_topic_with_explicit_settings(target_cluster, store):
+    configs = target_cluster.admin.configs(store.topic)
+    for name in ("cleanup.policy", "max.message.bytes", "min.insync.replicas"):
+        assert configs[name] == CHECKPOINT_TOPIC_CONFIG[name]
+
+
+@pytest.mark.parametrize(("config", "named"), [
+    ({"cleanup.policy": "compact,delete"}, "cleanup.policy=compact,delete"),
+    ({"cleanup.policy": "delete"}, "cleanup.policy=delete"),
+    ({"cleanup.policy": "compact", "max.message.bytes": "4096"}, "max.message.bytes=4096"),
+])
+def test_ensure_topic_refuses_settings_that_would_break_the_checkpoints(target_cluster, wire, unique_name, config,
+                                                                         named):
+    topic = target_cluster.create_topic(unique_name("checkpoints"), PARTITIONS, config)
+    try:
+        with pytest.raises(ConfigError, match=re.escape(named)):
+            CheckpointStore(target_cluster.config, wire, topic=topic, partitions=PARTITIONS).ensure_topic()
+    finally:
+        target_cluster.admin.delete(topic)
+
+
 def test_delete_records_prunes_or_forces_a_reread(target_cluster, wire, unique_name):
     """A compacted-only topic refuses delete_records (POLICY_VIOLATION), so this checkpoint topic also has the
     delete policy, the way an operator could have configured it (retention moves the log start the same way)."""
@@ -203,7 +226,7 @@ def test_delete_records_prunes_or_forces_a_reread(target_cluster, wire, unique_n
 
     try:
         store = CheckpointStore(target_cluster.config, wire, topic=topic, partitions=1)
-        store.ensure_topic()  # exists with the right partition count: left as it is
+        # no ensure_topic(): it refuses the delete policy (test_ensure_topic_refuses_...); the cache must still cope
         _put_cps(target_cluster, store, [_cp("p", i, i) for i in range(10)])   # offsets 0..9
         _put_cps(target_cluster, store, [_cp("p", 0, 100)])                    # offset 10
         assert len(store.read_all("p")) == 10 and store.records_read == 11
@@ -264,3 +287,71 @@ def test_leases_read_through_the_same_cache(target_cluster, wire, store):
     assert fresh.read_with_members("p") == (lanes, members)
     assert {k[2] for k in store.read_all("p")} == {0} and store.records_read == 19, \
         "checkpoints come from the same cache: no re-read"
+
+
+def _lane_commits(store: CheckpointStore, rounds: int, *, floor_at: int | None = None):
+    """A lane's commits of a growing map (sealed every 8 runs), as (checkpoint, batches) per round; the whole map
+    (one list of runs) is returned alongside, as the oracle."""
+    from mirror_core.map_segments import LaneMap
+    from mirror_core.offset_map import OffsetMap, OffsetRun
+
+    lane_map, whole = LaneMap(tail_start=0, segment_runs=8), OffsetMap(0, 0)
+    out = []
+    for r in range(rounds):
+        for _ in range(5):
+            run = OffsetRun(whole.position + 1, whole.position + 2, whole.target_next)  # a record after a marker
+            whole.extend([run], position=run.source_end)
+            lane_map.tail_runs.append(run)
+        commit = lane_map.commit(position=whole.position, target_next=whole.target_next,
+                                 floor=floor_at if r == rounds - 1 else None)
+        cp = Checkpoint(pipeline="p", topic="t", partition=0, position=whole.position, target_topic="dr.t",
+                        target_partition=0, target_next=whole.target_next, owner="daemon", owner_epoch=1,
+                        offset_map=commit.tail, map_segments=commit.chain,
+                        map_pruned_below=commit.start if commit.dropped else None)
+        out.append((cp, store.checkpoint_batches(cp, commit)))
+        lane_map.apply(commit)
+    return out, whole
+
+
+def test_a_lane_reads_its_own_segmented_map_past_a_foreign_open_transaction(target_cluster, wire, store):
+    """Segments are committed in the lane's transaction with its checkpoint: a READ_COMMITTED read that stops at
+    a foreign open transaction's LSO sees neither; the lane's own read (past the LSO) assembles the whole map."""
+    from confluent_kafka import Producer
+
+    commits, whole = _lane_commits(store, 6)
+    part = checkpoint_partition(commits[0][0].key, PARTITIONS)
+    foreign = Producer(target_cluster.config.confluent(**{"transactional.id": f"{store.topic}.foreign"}))
+    foreign.init_transactions(30)
+    foreign.begin_transaction()
+    foreign.produce(store.topic, key=b'"other"', value=b"{}", partition=part)
+    foreign.flush(30)
+    try:
+        writer = BatchWriter(wire, transactional_id=f"{store.topic}.lane")
+        writer.init_producer_id()
+        for _, batches in commits:
+            writer.begin_transaction()
+            writer.write(batches)
+            writer.commit_transaction()
+        assert commits[-1][0].map_segments.count >= 3
+        assert _fresh(target_cluster, wire, store).read("p", "t", 0) is None  # hidden behind the open one
+        own = _fresh(target_cluster, wire, store).read_own("p", "t", 0)
+        assert own.offset_map == whole and own.map_segments.starts
+    finally:
+        foreign.abort_transaction(30)
+    assert _fresh(target_cluster, wire, store).read("p", "t", 0).offset_map == whole
+
+
+def test_pruned_segments_are_tombstoned_and_the_rest_still_assembles(target_cluster, wire, store):
+    commits, whole = _lane_commits(store, 8, floor_at=20)
+    writer = BatchWriter(wire, transactional_id=f"{store.topic}.lane")
+    writer.init_producer_id()
+    for _, batches in commits:
+        writer.begin_transaction()
+        writer.write(batches)
+        writer.commit_transaction()
+    cp = _fresh(target_cluster, wire, store).read("p", "t", 0)
+    assert 0 < cp.offset_map.start <= 20 and cp.map_pruned_below == cp.offset_map.start
+    assert all(cp.offset_map.translate(s) == whole.translate(s) for s in range(cp.offset_map.start, whole.position))
+    assert cp.offset_map.translate(cp.offset_map.start - 1) is None
+    live = [k for k in _independent_fold(target_cluster, store.topic) if k.startswith(b'{"map_segment"')]
+    assert len(live) == cp.map_segments.count

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from mirror_core.checkpoint import FORMAT_VERSION, Checkpoint
+from mirror_core.checkpoint import CHECKPOINT_TOPIC_CONFIG, FORMAT_VERSION, Checkpoint, checkpoint_topic_problems
 from mirror_core.errors import MirrorError
 from mirror_core.lane_status import PersistedLaneState
+from mirror_core.map_segments import SegmentChain
 from mirror_core.offset_map import OffsetMap, OffsetRun
 
 
@@ -40,7 +41,8 @@ def test_lost_ranges_travel_with_the_offset_map_so_translation_declines_inside_t
 
 def test_a_format_2_checkpoint_written_by_the_previous_release_still_reads():
     body = json.loads(_checkpoint().to_value())
-    for name in ("position_epoch", "target_topic_id", "lost_ranges", "lane_state"):
+    for name in ("position_epoch", "target_topic_id", "lost_ranges", "lane_state", "map_segments",
+                 "map_pruned_below"):
         body.pop(name)
     body["v"] = 2
     old = Checkpoint.from_value(json.dumps(body).encode())
@@ -59,6 +61,26 @@ def test_a_halted_lane_state_round_trips_and_format_3_reads_as_healthy():
     assert Checkpoint.from_value(json.dumps(body).encode()).lane_state is None
 
 
+def test_a_format_3_checkpoint_reads_with_its_whole_map_and_no_segments():
+    body = json.loads(_checkpoint().to_value())
+    for name in ("map_segments", "map_pruned_below"):
+        body.pop(name)
+    body["v"] = 3
+    old = Checkpoint.from_value(json.dumps(body).encode())
+    assert (old.map_segments, old.map_pruned_below) == (None, None)
+    assert old.offset_map == _checkpoint().offset_map
+
+
+def test_a_format_4_checkpoint_value_carries_only_the_open_tail_and_the_chain():
+    chain = SegmentChain(0, 60, 1, (0,))
+    cp = _checkpoint(map_segments=chain, map_pruned_below=0)
+    body = json.loads(cp.to_value())
+    assert body["map_segments"] == [0, 60, 1]
+    again = Checkpoint.from_value(cp.to_value())
+    assert again.offset_map.start == 60 and again.offset_map.as_tuples() == [(60, 100, 51)]
+    assert again.map_segments == chain and again.map_pruned_below == 0
+
+
 @pytest.mark.parametrize("version", [1, 5, None, "3"])
 def test_an_unknown_format_is_refused_by_name(version):
     body = json.loads(_checkpoint().to_value())
@@ -72,3 +94,37 @@ def test_an_unknown_field_is_refused_by_name():
     body["surprise"] = 1
     with pytest.raises(MirrorError, match="surprise"):
         Checkpoint.from_value(json.dumps(body).encode())
+
+
+@pytest.mark.parametrize(("configs", "named"), [
+    ({"cleanup.policy": "delete", "max.message.bytes": "1048588"}, "cleanup.policy=delete"),
+    ({"cleanup.policy": "compact,delete", "max.message.bytes": "1048588"}, "cleanup.policy=compact,delete"),
+    ({"cleanup.policy": "compact", "max.message.bytes": "8192"}, "max.message.bytes=8192"),
+])
+def test_checkpoint_topic_settings_that_would_break_it_are_named(configs, named):
+    (problem,) = checkpoint_topic_problems(configs)
+    assert problem.startswith(named)
+
+
+def test_the_settings_shoal_creates_the_topic_with_are_fine_and_its_records_fit_them():
+    assert checkpoint_topic_problems(CHECKPOINT_TOPIC_CONFIG) == []
+    assert checkpoint_topic_problems({**CHECKPOINT_TOPIC_CONFIG, "max.message.bytes": "16384"}) == []
+    # a checkpoint with the largest open tail the segmenting allows stays below LARGEST_RECORD_BYTES
+    import random
+
+    from mirror_core.checkpoint import CheckpointStore
+    from mirror_core.cluster import ClusterConfig
+    from mirror_core.map_segments import SEGMENT_RUNS, LaneMap
+
+    rnd, lane_map, position, target = random.Random(3), LaneMap(tail_start=0), 0, 0
+    store = CheckpointStore(ClusterConfig("target", {"bootstrap.servers": "x:9092"}), None)
+    for _ in range(20):
+        for _ in range(rnd.randint(1, SEGMENT_RUNS)):
+            start = position + rnd.randint(1, 1000)
+            lane_map.tail_runs.append(OffsetRun(start, start + rnd.randint(1, 1000), target + rnd.randint(0, 9)))
+            position, target = lane_map.tail_runs[-1].source_end, lane_map.tail_runs[-1].target_end
+        commit = lane_map.commit(position=position, target_next=target)
+        cp = _checkpoint(position=position, target_next=target, offset_map=commit.tail, map_segments=commit.chain,
+                         lost_ranges=(), handoff_position=None)
+        store.checkpoint_batches(cp, commit)  # raises if any record is above LARGEST_RECORD_BYTES
+        lane_map.apply(commit)

@@ -43,3 +43,13 @@ def test_cluster_settings_may_live_in_their_own_file(tmp_path):
                                       "sasl.mechanism: SCRAM-SHA-512\nsasl.username: u\nsasl.password: s3cret\n")
     config = pipeline_config_from_mapping({**BASE, "target": "dr.yaml"}, base=tmp_path)
     assert config.target.settings["sasl.password"] == "s3cret" and "s3cret" not in repr(config)
+
+
+def test_the_checkpoint_topic_and_prune_interval_are_configurable_and_checked():
+    config = pipeline_config_from_mapping({**BASE, "checkpoint_topic": "team-a.checkpoints", "prune_interval_s": 30})
+    assert (config.checkpoint_topic, config.prune_interval_s) == ("team-a.checkpoints", 30)
+    assert pipeline_config_from_mapping(BASE).checkpoint_topic == "__shoal_checkpoints"
+    with pytest.raises(ConfigError, match="checkpoint_topic"):
+        pipeline_config_from_mapping({**BASE, "checkpoint_topic": "a b"})
+    with pytest.raises(ConfigError, match="prune_interval_s"):
+        pipeline_config_from_mapping({**BASE, "prune_interval_s": 0})

@@ -65,7 +65,7 @@ def test_translatable_offsets_are_committed_exactly(source_offset, target_offset
 
 @pytest.mark.parametrize(("partition", "source_offset", "reason"), [
     (0, 31, "not copied yet: the copy is at 30"),
-    (1, 19, "before the offset map, which starts at 20 (pruned, or before the copy began)"),
+    (1, 19, "before the offset map, which starts at 20 (where the copy began)"),
     (2, 0, "nothing copied yet (copy position 0)"),
     (3, 7, "partition not copied by this pipeline"),
 ])
