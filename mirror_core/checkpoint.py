@@ -323,9 +323,10 @@ class CheckpointStore:
 
         admin = TopicAdmin(self.cluster)
         existing = admin.list_topics().get(self.topic)
-        if existing is None:
+        if existing is None:  # created with our settings (DescribeConfigs may not know it yet: nothing to check)
             admin.create(self.topic, self.partitions, CHECKPOINT_TOPIC_CONFIG, exist_ok=True)
-        elif existing != self.partitions:
+            return
+        if existing != self.partitions:
             raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} has {existing} "
                               f"partitions, Shoal expects {self.partitions}; keys would land in the wrong place")
         problems = checkpoint_topic_problems(admin.configs(self.topic))
