@@ -190,6 +190,14 @@ class BatchWriter:
         left = self._txn_started + self.transaction_timeout_ms / 1000 * share - time.monotonic()
         return max(0.0, min(self.retry_timeout_s, left))
 
+    @property
+    def produce_timeout_ms(self) -> int:
+        """How long the broker may wait for acknowledgements of one Produce: ``timeout_ms``, inside a transaction
+        no longer than what is left of its retry window (at least 1 s), so one slow request cannot outlive it."""
+        if not self._in_txn:
+            return self.timeout_ms
+        return int(min(self.timeout_ms, max(1.0, self._retry_window_s()) * 1000))
+
     def _coordinator_call(self, request, what: str, *, give_up_after_s: float | None = None):
         """Send to the transaction coordinator (any broker for idempotent-only InitProducerId), retrying for
         ``give_up_after_s`` (default: :meth:`_retry_window_s`)."""
@@ -216,8 +224,10 @@ class BatchWriter:
                                       f"{type(exc).__name__}") from None
                 coordinator = None
                 if not backoff.wait():
-                    raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r}: "
-                                      f"coordinator unavailable ({type(exc).__name__})") from None
+                    why = "the id's previous transaction is still being completed (its markers are not written " \
+                        "yet)" if isinstance(exc, Errors.ConcurrentTransactionsError) else "coordinator unavailable"
+                    raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r}: {why} "
+                                      f"({type(exc).__name__})") from None
 
     def _fenced_or_timed_out(self, fenced: ProducerFencedError) -> MirrorError:
         """What a fencing-shaped answer (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_TXN_STATE) really means.
@@ -399,7 +409,8 @@ class BatchWriter:
             by_topic[topic].append(Topic.PartitionProduceData(index=partition, records=p.batch.data))
         return ProduceRequest(
             transactional_id=self.transactional_id if self._in_txn else None, acks=self.acks,
-            timeout_ms=self.timeout_ms, topic_data=[Topic(name=t, partition_data=ps) for t, ps in by_topic.items()],
+            timeout_ms=self.produce_timeout_ms,
+            topic_data=[Topic(name=t, partition_data=ps) for t, ps in by_topic.items()],
             min_version=3, max_version=PRODUCE_MAX_VERSION)
 
     def _outcome(self, node: int, items: dict[tuple[str, int], _Pending], future) -> dict[tuple[str, int], tuple]:
@@ -544,7 +555,7 @@ class _Pipeline:
             writer._stamp(p, self.send_seq[tp])
             self.send_seq[tp] = next_sequence(self.send_seq[tp], p.records)
             self.sent[tp] += 1
-        future = self.transport.send(node, writer, items, writer.timeout_ms + 5_000)
+        future = self.transport.send(node, writer, items, writer.produce_timeout_ms + 5_000)
         self.inflight.append(_Request(node, items, size, future))
         self.node_load[node] += 1
         self.inflight_bytes += size
@@ -634,7 +645,7 @@ class _Transport:
                     for (topic, partition), p in items.items():
                         by_topic.setdefault(topic, []).append((partition, p.batch.data))
                     return conn.produce(transactional_id=writer.transactional_id if writer._in_txn else None,
-                                        acks=writer.acks, timeout_ms=writer.timeout_ms,
+                                        acks=writer.acks, timeout_ms=writer.produce_timeout_ms,
                                         topic_data=list(by_topic.items()), max_version=PRODUCE_MAX_VERSION,
                                         request_timeout_ms=timeout_ms)
             except Errors.KafkaError as exc:
