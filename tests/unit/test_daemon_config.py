@@ -43,3 +43,13 @@ def test_cluster_settings_may_live_in_their_own_file(tmp_path):
                                       "sasl.mechanism: SCRAM-SHA-512\nsasl.username: u\nsasl.password: s3cret\n")
     config = pipeline_config_from_mapping({**BASE, "target": "dr.yaml"}, base=tmp_path)
     assert config.target.settings["sasl.password"] == "s3cret" and "s3cret" not in repr(config)
+
+
+def test_write_retries_must_fit_well_inside_the_transaction_timeout():
+    config = pipeline_config_from_mapping({**BASE, "transaction_timeout_ms": 4000, "write_retry_s": 1.5,
+                                           "commit_interval_ms": 200})
+    assert (config.transaction_timeout_ms, config.write_retry_s) == (4000, 1.5)
+    with pytest.raises(ConfigError, match="write_retry_s .* transaction_timeout_ms"):
+        pipeline_config_from_mapping({**BASE, "transaction_timeout_ms": 60_000, "write_retry_s": 120})
+    with pytest.raises(ConfigError, match="transaction_timeout_ms"):
+        pipeline_config_from_mapping({**BASE, "transaction_timeout_ms": 0})
