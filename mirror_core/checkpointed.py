@@ -7,9 +7,18 @@ exactly where the last *committed* transaction left it. Batches and the checkpoi
 every ``commit_bytes`` or ``commit_interval_ms``: a crash loses at most the open transaction, which the broker
 aborts, and nothing is ever written twice.
 
-At-least-once (targets without transactions): an idempotent writer, and the checkpoint is written after the data
-was acknowledged. A crash between the two re-copies what was acknowledged since the last checkpoint: the
-duplicate window is at most one commit interval of records (``commit_bytes`` of data).
+At-least-once: the checkpoint is written after the data was acknowledged. A crash between the two re-copies what
+was acknowledged since the last checkpoint: the duplicate window is at most one commit interval of records
+(``commit_bytes`` of data). Writes are not transactional (no markers, no held-back LSO), but the writer still holds
+the lane's transactional.id, so a new holder of the lane fences a former one by the broker: its InitProducerId
+bumps the epoch, and one empty aborted transaction over the lane's target partition and checkpoint partition puts
+that epoch in both logs (:meth:`BatchWriter.fence_partitions`), after which they refuse the former holder's writes.
+On a target that refuses transactional producers, the lane falls back to an idempotent writer and, before each
+copy, checks that nobody else committed the lane's checkpoint since it last did (best effort: a check, not a fence).
+
+Bounds: a transaction lasts one commit window plus the writer's retries; both must fit in
+``TRANSACTION_RETRY_SHARE`` of ``transaction_timeout_ms`` (:class:`CommitPolicy`), so a write that keeps failing
+ends as a retriable error before the coordinator aborts the transaction under it.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from kafka.protocol.consumer import IsolationLevel
 
 from mirror_core.batch_codec import PreparedBatch
 from mirror_core.batch_deep import decode_record_tail, read_records
-from mirror_core.checkpoint import Checkpoint, CheckpointStore
+from mirror_core.checkpoint import Checkpoint, CheckpointStore, checkpoint_key, checkpoint_partition
 from mirror_core.copier import BatchSource, CopyOptions, CopyResult, PartitionRange, Progress, RangeCopier
 from mirror_core.epochs import validate_position
 from mirror_core.errors import (
@@ -36,12 +45,13 @@ from mirror_core.errors import (
     PartitionUnavailableError,
     SkipRefusedError,
     TopicRecreatedError,
+    TransactionsUnavailableError,
 )
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import WireClient
 from mirror_core.map_segments import LaneMap
 from mirror_core.offset_map import normalise_ranges
-from mirror_core.writer import BatchWriter
+from mirror_core.writer import TRANSACTION_RETRY_SHARE, BatchWriter
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +66,28 @@ class DeliveryMode(str, enum.Enum):
 
 @dataclass(frozen=True)
 class CommitPolicy:
+    """When a lane commits, and how long a transaction and the writer's retries may last.
+
+    Invariant: ``commit_interval_ms + write_retry_s`` fit in ``TRANSACTION_RETRY_SHARE`` of
+    ``transaction_timeout_ms``, so a window that keeps retrying gives up (retriable) before the coordinator
+    aborts its transaction, and the rest of the timeout is left for the commit."""
+
     commit_bytes: int = 4 * 1024 * 1024
     commit_interval_ms: int = 1000
+    transaction_timeout_ms: int = 60_000
+    write_retry_s: float = 25.0
 
     def __post_init__(self) -> None:
         if self.commit_bytes <= 0 or self.commit_interval_ms <= 0:
             raise ConfigError("commit bytes and interval must be positive")
+        if self.write_retry_s <= 0 or self.transaction_timeout_ms <= 0:
+            raise ConfigError("write_retry_s and transaction_timeout_ms must be positive")
+        budget_ms = self.transaction_timeout_ms * TRANSACTION_RETRY_SHARE
+        if self.commit_interval_ms + self.write_retry_s * 1000 > budget_ms:
+            raise ConfigError(
+                f"commit_interval_ms ({self.commit_interval_ms}) + write_retry_s ({self.write_retry_s:g} s) must fit "
+                f"in {TRANSACTION_RETRY_SHARE:g} of transaction_timeout_ms ({self.transaction_timeout_ms}), i.e. "
+                f"{budget_ms:g} ms: otherwise the coordinator aborts a transaction whose writes are still retried")
 
 
 def lane_transactional_id(pipeline: str, lane: int | str) -> str:
@@ -121,6 +147,24 @@ class OwnershipError(MirrorError):
             f"newer than this writer ({owner!r}, epoch {epoch}); it was handed off, so this writer stops")
 
 
+class LaneTakenError(OwnershipError):
+    """At-least-once without a broker fence: another writer committed the lane's checkpoint since this one did."""
+
+    def __init__(self, pipeline: str, topic: str, partition: int, ours: Checkpoint | None, stored: Checkpoint | None):
+        def at(cp: Checkpoint | None) -> str:
+            return "none" if cp is None else f"position {cp.position}, target offset {cp.target_next}"
+
+        MirrorError.__init__(
+            self, f"pipeline {pipeline!r} {topic}-{partition}: the lane's checkpoint moved under this writer (ours: "
+            f"{at(ours)}; stored: {at(stored)}): another writer holds the lane, so this one stops")
+
+
+def _commit_identity(checkpoint: Checkpoint | None) -> tuple | None:
+    if checkpoint is None:
+        return None
+    return (checkpoint.owner, checkpoint.owner_epoch, checkpoint.position, checkpoint.target_next)
+
+
 class LaneSession:
     """An open lane of one source partition: the writer holds the lane's transactional.id (every older writer is
     fenced, its open transaction aborted), the checkpoint has been read, and ranges can be copied repeatedly (the
@@ -141,9 +185,8 @@ class LaneSession:
         self.topic, self.partition = topic, partition
         self.target_topic, self.target_partition = target_topic, target_partition
         self.exactly_once = owner.mode is DeliveryMode.EXACTLY_ONCE
-        self.writer = BatchWriter(owner.target, transactional_id=lane_transactional_id(owner.pipeline, lane)
-                                  if self.exactly_once else None)
-        self.writer.init_producer_id()  # exactly-once: fences older writers of the lane and aborts their transaction
+        self.fenced_by_broker = True  # False: at-least-once on a target without transactions (owner check instead)
+        self.writer = self._open_writer(lane)
         # after InitProducerId the lane's own transactions are all decided: read its key past the LSO
         self.checkpoint = owner.store.read_own(owner.pipeline, topic, partition)
         topic_id = owner.source.topic_metadata(topic, refresh=True).topic_id
@@ -171,6 +214,39 @@ class LaneSession:
         except (PartitionUnavailableError, FetchError) as exc:
             log.info("cluster %r %s-%d: position %d not validated at lane open (%s); the first fetch checks it",
                      self.owner.source.cluster_name, self.topic, self.partition, checkpoint.position, exc)
+
+    def _open_writer(self, lane: int | str) -> BatchWriter:
+        """The lane's writer, holding its transactional.id: InitProducerId fences every older writer of the lane
+        and aborts its open transaction; at-least-once also fences the lane's partitions (see the module
+        docstring), so its first copy lands one offset (the abort marker) past the checkpoint."""
+        owner, policy = self.owner, self.owner.policy
+        settings = {"transaction_timeout_ms": policy.transaction_timeout_ms, "retry_timeout_s": policy.write_retry_s}
+        writer = BatchWriter(owner.target, transactional_id=lane_transactional_id(owner.pipeline, lane), **settings)
+        try:
+            writer.init_producer_id()
+        except TransactionsUnavailableError as exc:
+            if self.exactly_once:
+                raise
+            log.warning("%s; lane %s stays at-least-once with an idempotent writer, checking before each copy "
+                        "that no other writer committed its checkpoint (best effort, not a broker fence)", exc, lane)
+            self.fenced_by_broker = False
+            writer = BatchWriter(owner.target, **settings)
+            writer.init_producer_id()
+            return writer
+        if not self.exactly_once:
+            key = checkpoint_key(owner.pipeline, self.topic, self.partition)
+            writer.fence_partitions([(self.target_topic, self.target_partition),
+                                     (owner.store.topic, checkpoint_partition(key, owner.store.partitions))])
+        return writer
+
+    def check_still_owner(self) -> None:
+        """Without a broker fence: raise :class:`LaneTakenError` if the lane's stored checkpoint is no longer the
+        one this session read or wrote last (another writer committed the lane meanwhile)."""
+        if self.fenced_by_broker:
+            return
+        stored = self.owner.store.read(self.owner.pipeline, self.topic, self.partition)
+        if _commit_identity(stored) != _commit_identity(self.checkpoint):
+            raise LaneTakenError(self.owner.pipeline, self.topic, self.partition, self.checkpoint, stored)
 
     def _current_target_topic_id(self) -> str | None:
         try:
@@ -228,6 +304,7 @@ class LaneSession:
         has deleted them, :class:`SkipRefusedError` when it still has them — unless the copier accepts the loss,
         which records ``[checkpoint, start)`` in the checkpoint's lost ranges (``CopyResult.lost_ranges``)."""
         owner, previous = self.owner, self.checkpoint
+        self.check_still_owner()
         if previous is not None and previous.position >= end:
             # a rerun of finished work (the checkpoint may even lie past ``end``: a straddling batch was copied
             # whole): nothing to copy, nothing to commit
@@ -291,13 +368,14 @@ class _ResumeLanding:
     """The landing rule for a copy's first batch: it must land where the lane's checkpoint says the target ends.
 
     ``[checkpoint.target_next, landing)`` may hold aborted data and transaction markers (an exactly-once commit
-    writes one marker right after its data, so the next copy lands one further on), never a committed record —
-    except in at-least-once mode, where a crash between the data's acknowledgement and the checkpoint leaves
-    partial copies of the source from the checkpoint on, at most one commit window of distinct records: those
-    are reported as duplicates. Anything else (a foreign writer, a foreign transaction left open in between, a
-    truncated or recreated target) raises :class:`ForeignWriteError` naming both offsets. Checked once per copy,
-    so every daemon round checks it; the common case (landing exactly where expected) costs nothing, and the
-    check never waits on a transaction: the target's last stable offset is looked up first.
+    writes one marker right after its data, and an at-least-once open fences the lane with one abort marker, so
+    the next copy lands one further on: ``own_marker``), never a committed record — except in at-least-once
+    mode, where a crash between the data's acknowledgement and the checkpoint leaves partial copies of the
+    source from the checkpoint on, at most one commit window of distinct records: those are reported as
+    duplicates. Anything else (a foreign writer, a foreign transaction left open in between, a truncated or
+    recreated target) raises :class:`ForeignWriteError` naming both offsets. Checked once per copy, so every
+    daemon round checks it; the common case (landing exactly where expected) costs nothing, and the check never
+    waits on a transaction: the target's last stable offset is looked up first.
     """
 
     def __init__(self, session: LaneSession):
@@ -309,7 +387,7 @@ class _ResumeLanding:
         if checkpoint is None or checkpoint.target_next is None:
             return  # nothing of ours on the target yet
         expected = checkpoint.target_next
-        own_marker = 1 if session.exactly_once else 0
+        own_marker = 1 if session.exactly_once or session.fenced_by_broker else 0
         if base == expected or base == expected + own_marker:
             return
         target, topic, partition = session.owner.target, session.target_topic, session.target_partition

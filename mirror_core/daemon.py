@@ -402,7 +402,8 @@ class ShallowMirrorDaemon:
                 self.source, self.target, self.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
                 owner=DAEMON_OWNER, owner_epoch=epoch,
                 options=CopyOptions(max_inflight_bytes=cfg.commit_bytes),
-                policy=CommitPolicy(cfg.commit_bytes, cfg.commit_interval_ms))
+                policy=CommitPolicy(cfg.commit_bytes, cfg.commit_interval_ms, cfg.transaction_timeout_ms,
+                                    cfg.write_retry_s))
             state.fetcher = None  # the new session's checkpoint says where to fetch
             session = copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,
                                        lane=state.lane)

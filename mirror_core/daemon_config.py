@@ -9,6 +9,9 @@
     mode: exactly-once                                 # or at-least-once
     commit_interval_ms: 1000
     commit_bytes: 4194304
+    transaction_timeout_ms: 60000                      # a lane transaction's timeout (the coordinator aborts later)
+    write_retry_s: 25                                  # a failing write retries this long, then the lane reopens;
+                                                       # commit_interval_ms + write_retry_s <= transaction timeout / 2
     poll_interval_ms: 200                              # how often an idle lane looks for new data
     rescan_interval_s: 10                              # topic regex re-evaluated this often
     config_sync_interval_s: 60                         # topic configs that matter synced to the target this often
@@ -46,6 +49,8 @@ class PipelineConfig:
     mode: str = "exactly-once"
     commit_interval_ms: int = 1000
     commit_bytes: int = 4 * 1024 * 1024
+    transaction_timeout_ms: int = 60_000
+    write_retry_s: float = 25.0
     poll_interval_ms: int = 200
     rescan_interval_s: float = 10.0
     config_sync_interval_s: float = 60.0
@@ -73,6 +78,12 @@ class PipelineConfig:
         if not self.checkpoint_topic or any(c in self.checkpoint_topic for c in " /\\"):
             raise ConfigError(f"pipeline {self.pipeline!r}: checkpoint_topic {self.checkpoint_topic!r} is not a "
                               "topic name")
+        from mirror_core.checkpointed import CommitPolicy  # the relation of the bounds lives there
+
+        try:
+            CommitPolicy(self.commit_bytes, self.commit_interval_ms, self.transaction_timeout_ms, self.write_retry_s)
+        except ConfigError as exc:
+            raise ConfigError(f"pipeline {self.pipeline!r}: {exc}") from None
 
 
 def load_pipeline_config(path: Path) -> PipelineConfig:

@@ -311,6 +311,40 @@ class CheckpointReadStalledError(MirrorError):
             "(its log was truncated: unclean leader election or a replaced broker); re-reading from the log start")
 
 
+class TransactionTimedOutError(MirrorError):
+    """The transaction coordinator aborted our open transaction because it outlived its timeout, bumping the
+    producer epoch itself: on the wire this looks like a fencing (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED,
+    INVALID_TXN_STATE), but no other writer took the transactional.id. Nothing of the transaction is committed;
+    the writer reopens and resumes from its last committed checkpoint."""
+
+    retriable = True
+    lane_reason = "transaction_timeout"
+
+    def __init__(self, cluster: str, producer: str, error: str, transaction_timeout_ms: int):
+        self.cluster = cluster
+        self.producer = producer
+        self.error = error
+        self.transaction_timeout_ms = transaction_timeout_ms
+        super().__init__(f"writer {producer} on cluster {cluster!r}: the coordinator aborted its transaction after "
+                         f"transaction.timeout.ms ({transaction_timeout_ms} ms) ran out ({error}); no other writer "
+                         "took over, nothing of it was committed, and it resumes from its last checkpoint")
+
+
+class TransactionsUnavailableError(MirrorError):
+    """The target refuses transactional producers (no transaction support, or the principal may not use the
+    transactional.id): exactly-once is impossible there, and at-least-once falls back to its owner check."""
+
+    lane_reason = "config"
+
+    def __init__(self, cluster: str, producer: str, error: str):
+        self.cluster = cluster
+        self.producer = producer
+        self.error = error
+        super().__init__(f"cluster {cluster!r} refuses transactional writer {producer} ({error}): grant the "
+                         "principal WRITE on that transactional.id, or use at-least-once mode")
+
+
+
 def _where(cluster: str | None, topic: str | None, partition: int | None) -> str:
     parts = []
     if cluster is not None:

@@ -30,7 +30,7 @@ NOT_READY = (STALLED, HALTED)  # what makes /readyz answer 503
 REASONS = (
     "none", "data_loss", "topic_recreated", "source_truncated", "corrupt_batch", "foreign_write", "batch_rejected",
     "skip_refused", "fetch_refused", "source_deleted", "config", "unavailable", "ambiguous_write", "checkpoint",
-    "kafka_retriable", "kafka_refused", "unknown",
+    "kafka_retriable", "kafka_refused", "transaction_timeout", "unknown",
 )
 
 

@@ -18,17 +18,28 @@ One copy path runs one partition, so one Produce round trip per batch was the li
 Transactions use the classic protocol kafka-python speaks: InitProducerId(transactional_id) on the transaction
 coordinator, AddPartitionsToTxn before the first write to a partition, EndTxn; Produce is capped at v11 and the
 transaction requests at v3/v4 so a Kafka 4 broker never takes us for a "transaction version 2" client.
+
+Bounds inside a transaction: the coordinator aborts a transaction older than ``transaction_timeout_ms`` and bumps
+the producer epoch, which the writer's next request meets as INVALID_PRODUCER_EPOCH / PRODUCER_FENCED — the same
+answers a newer writer of the transactional.id causes. So inside a transaction the writer stops retrying a write
+once ``TRANSACTION_RETRY_SHARE`` of the timeout has passed since the transaction began (a retriable error: the
+caller aborts and resumes from its checkpoint), and EndTxn never retries past the timeout. When a fencing-shaped
+answer comes anyway, the writer tells the two apart (:meth:`BatchWriter._fenced_or_timed_out`): InitProducerId
+with its own producer id and epoch succeeds only when no other writer initialised the id since, which is how
+:class:`TransactionTimedOutError` (retriable) and :class:`ProducerFencedError` (stop) stay true.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import kafka.errors as Errors
 from kafka.future import Future
+from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.metadata import CoordinatorType
 from kafka.protocol.producer import (
     AddPartitionsToTxnRequest,
@@ -45,6 +56,8 @@ from mirror_core.errors import (
     MirrorError,
     PartitionUnavailableError,
     ProducerFencedError,
+    TransactionsUnavailableError,
+    TransactionTimedOutError,
 )
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
 
@@ -55,6 +68,9 @@ PRODUCE_MAX_VERSION = 11
 # Produce requests in flight per broker connection (so per partition too): the broker keeps the idempotence
 # state of the last 5 batches per producer and partition, and kafka-python pauses a connection at 5 in flight.
 MAX_IN_FLIGHT = 5
+# Inside a transaction, writes are retried for at most this share of transaction.timeout.ms from its begin: the rest
+# is left for the commit, so a retried write ends as a retriable error before the coordinator aborts under it.
+TRANSACTION_RETRY_SHARE = 0.5
 # The target refuses these for good: resending the same bytes cannot help.
 _REJECTIONS = (
     Errors.MessageSizeTooLargeError, Errors.CorruptRecordError, Errors.InvalidRecordError,
@@ -66,6 +82,9 @@ _REJECTIONS = (
 _FENCED = (Errors.InvalidProducerEpochError, Errors.ProducerFencedError, Errors.TransactionCoordinatorFencedError,
            Errors.InvalidProducerIdMappingError, Errors.InvalidTxnStateError)
 _STATE_LOST = (Errors.OutOfOrderSequenceNumberError, Errors.UnknownProducerIdError)
+# InitProducerId answers meaning "this cluster will not let us be a transactional producer" (not: "try again").
+_NO_TRANSACTIONS = (Errors.TransactionalIdAuthorizationFailedError, Errors.UnsupportedVersionError,
+                    Errors.ClusterAuthorizationFailedError)
 
 
 def next_sequence(sequence: int, records: int) -> int:
@@ -135,6 +154,7 @@ class BatchWriter:
         self.producer_epoch = -1
         self._next_seq: dict[tuple[str, int], int] = collections.defaultdict(int)
         self._in_txn = False
+        self._txn_started = 0.0  # monotonic time of begin_transaction
         self._txn_partitions: set[tuple[str, int]] = set()
 
     @property
@@ -144,21 +164,44 @@ class BatchWriter:
 
     # -- producer identity -----------------------------------------------------------------------------------
 
-    def init_producer_id(self) -> tuple[int, int]:
-        """Get (or, for a transactional id, take over and fence) a producer id and epoch; resets sequences."""
+    def init_producer_id(self, *, keep: bool = False, give_up_after_s: float | None = None) -> tuple[int, int]:
+        """Get (or, for a transactional id, take over and fence) a producer id and epoch; resets sequences.
+
+        ``keep``: a transactional writer re-initialising after an error sends its current producer id and epoch,
+        so the coordinator refuses (PRODUCER_FENCED) instead of fencing a newer writer of the id."""
+        known = keep and self.transactional_id is not None and self.producer_id >= 0
         request = InitProducerIdRequest(transactional_id=self.transactional_id,
                                         transaction_timeout_ms=self.transaction_timeout_ms,
-                                        producer_id=-1, producer_epoch=-1, max_version=4)
-        response = self._coordinator_call(request, "InitProducerId")
+                                        producer_id=self.producer_id if known else -1,
+                                        producer_epoch=self.producer_epoch if known else -1, max_version=4)
+        response = self._coordinator_call(request, "InitProducerId", give_up_after_s=give_up_after_s)
         self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
         self._next_seq.clear()
+        self._in_txn = False
+        self._txn_partitions.clear()
         log.info("writer on %r: %s has epoch %d", self.client.cluster_name, self._who, self.producer_epoch)
         return self.producer_id, self.producer_epoch
 
+    def _retry_window_s(self, share: float = TRANSACTION_RETRY_SHARE) -> float:
+        """How long a retry loop may run from now: ``retry_timeout_s``, and inside a transaction never past
+        ``share`` of the transaction timeout since the transaction began."""
+        if not self._in_txn:
+            return self.retry_timeout_s
+        left = self._txn_started + self.transaction_timeout_ms / 1000 * share - time.monotonic()
+        return max(0.0, min(self.retry_timeout_s, left))
+
+    @property
+    def produce_timeout_ms(self) -> int:
+        """How long the broker may wait for acknowledgements of one Produce: ``timeout_ms``, inside a transaction
+        no longer than what is left of its retry window (at least 1 s), so one slow request cannot outlive it."""
+        if not self._in_txn:
+            return self.timeout_ms
+        return int(min(self.timeout_ms, max(1.0, self._retry_window_s()) * 1000))
+
     def _coordinator_call(self, request, what: str, *, give_up_after_s: float | None = None):
         """Send to the transaction coordinator (any broker for idempotent-only InitProducerId), retrying for
-        ``give_up_after_s`` (default ``retry_timeout_s``)."""
-        backoff = Backoff(give_up_after=self.retry_timeout_s if give_up_after_s is None else give_up_after_s)
+        ``give_up_after_s`` (default: :meth:`_retry_window_s`)."""
+        backoff = Backoff(give_up_after=self._retry_window_s() if give_up_after_s is None else give_up_after_s)
         coordinator = None
         while True:
             try:
@@ -172,13 +215,95 @@ class BatchWriter:
             except Errors.KafkaError as exc:
                 if isinstance(exc, _FENCED):
                     raise ProducerFencedError(self.client.cluster_name, self._who, type(exc).__name__) from None
+                if isinstance(exc, _NO_TRANSACTIONS) and self.transactional_id is not None \
+                        and isinstance(request, InitProducerIdRequest):
+                    raise TransactionsUnavailableError(self.client.cluster_name, self._who,
+                                                       type(exc).__name__) from None
                 if not is_retriable(type(exc)):
                     raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r} failed: "
                                       f"{type(exc).__name__}") from None
                 coordinator = None
                 if not backoff.wait():
-                    raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r}: "
-                                      f"coordinator unavailable ({type(exc).__name__})") from None
+                    why = "the id's previous transaction is still being completed (its markers are not written " \
+                        "yet)" if isinstance(exc, Errors.ConcurrentTransactionsError) else "coordinator unavailable"
+                    raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r}: {why} "
+                                      f"({type(exc).__name__})") from None
+
+    def _fenced_or_timed_out(self, fenced: ProducerFencedError) -> MirrorError:
+        """What a fencing-shaped answer (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_TXN_STATE) really means.
+
+        A newer writer's InitProducerId and the coordinator's own abort of a timed-out transaction both bump the
+        epoch. InitProducerId with our producer id and epoch tells them apart without harming a newer writer: the
+        coordinator answers PRODUCER_FENCED when another writer initialised the id since us, and otherwise gives
+        us the epoch it bumped (Kafka 4). Older coordinators (Kafka 3) refuse that after a timeout too; then their
+        transaction state decides: one bump past our epoch, by an abort, on our producer id, is the coordinator's
+        timeout abort — a newer writer's InitProducerId ends two past an ongoing transaction of ours (the fence,
+        then its own epoch; only the moment between the two looks like a timeout, and reopening then just fences
+        back, the broker keeping one writer at a time).
+        """
+        if self.transactional_id is None or self.producer_id < 0:
+            return fenced
+        had_transaction = self._in_txn and bool(self._txn_partitions)
+        if not had_transaction:  # the coordinator bumps an epoch on its own only to abort an open transaction
+            return fenced
+        mine = (self.producer_id, self.producer_epoch)
+        self._in_txn = False  # whatever the answer, that transaction is over
+        self._txn_partitions.clear()
+        try:  # the coordinator may still be writing its abort markers: CONCURRENT_TRANSACTIONS, retried
+            self.init_producer_id(keep=True, give_up_after_s=min(self.retry_timeout_s,
+                                                                 self.transaction_timeout_ms / 1000))
+        except ProducerFencedError:
+            if not self._aborted_by_coordinator(*mine):
+                return fenced
+        except MirrorError as exc:
+            log.warning("writer on %r: %s: could not tell a fencing from a transaction timeout: %s",
+                        self.client.cluster_name, self._who, exc)
+            return fenced
+        return TransactionTimedOutError(self.client.cluster_name, self._who, fenced.error,
+                                        self.transaction_timeout_ms)
+
+    def _aborted_by_coordinator(self, producer_id: int, epoch: int) -> bool:
+        """Whether the coordinator's state is its own abort of our transaction (see :meth:`_fenced_or_timed_out`)."""
+        try:
+            state = self._transaction_state()
+        except Errors.KafkaError as exc:
+            log.info("DescribeTransactions for %s failed: %s", self._who, type(exc).__name__)
+            return False
+        return (state.producer_id == producer_id and state.producer_epoch == epoch + 1
+                and state.transaction_state in ("PrepareAbort", "CompleteAbort"))
+
+    def _transaction_state(self):
+        """The coordinator's DescribeTransactions entry for our transactional.id (read-only: fences nobody)."""
+        response = self.client.send(
+            self.client.find_coordinator(self.transactional_id, CoordinatorType.TRANSACTION),
+            DescribeTransactionsRequest(transactional_ids=[self.transactional_id]))
+        state = response.transaction_states[0]
+        error = Errors.for_code(state.error_code)
+        if error is not Errors.NoError:
+            raise error()
+        return state
+
+    def fence_partitions(self, tps: Sequence[tuple[str, int]]) -> None:
+        """Make the leaders of ``tps`` refuse every older epoch of our transactional.id from now on, even its
+        non-transactional writes: an empty transaction over them, aborted, leaves an abort marker of our producer
+        id and epoch in each (one offset), and a partition rejects writes of an epoch older than the newest it has
+        seen (INVALID_PRODUCER_EPOCH). Returns once the coordinator wrote the markers."""
+        self.begin_transaction()
+        self._add_partitions(list(tps))
+        self.abort_transaction()
+        backoff = Backoff(initial=0.02, cap=0.5, give_up_after=self.retry_timeout_s)
+        while True:
+            try:
+                state = self._transaction_state().transaction_state
+                if state != "PrepareAbort":
+                    return
+            except Errors.KafkaError as exc:
+                if not is_retriable(type(exc)):  # no DescribeTransactions (Kafka < 3.0): markers follow in ms
+                    return
+                state = type(exc).__name__
+            if not backoff.wait():
+                raise MirrorError(f"fencing partitions for {self._who} on cluster {self.client.cluster_name!r}: "
+                                  f"the abort markers were not written ({state})")
 
     # -- transactions (classic protocol) ---------------------------------------------------------------------
 
@@ -188,6 +313,7 @@ class BatchWriter:
         if self.producer_id < 0:
             self.init_producer_id()
         self._in_txn = True
+        self._txn_started = time.monotonic()
         self._txn_partitions.clear()
 
     @property
@@ -196,7 +322,10 @@ class BatchWriter:
         return self._in_txn
 
     def commit_transaction(self) -> None:
-        self._end_transaction(committed=True)
+        try:
+            self._end_transaction(committed=True)
+        except ProducerFencedError as exc:
+            raise self._fenced_or_timed_out(exc) from None
 
     def abort_transaction(self, *, give_up_after_s: float | None = None) -> None:
         """Abort the open transaction; ``give_up_after_s`` bounds the retries (default ``retry_timeout_s``)."""
@@ -209,7 +338,7 @@ class BatchWriter:
             self._coordinator_call(EndTxnRequest(
                 transactional_id=self.transactional_id, producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch, committed=committed, max_version=3), "EndTxn",
-                give_up_after_s=give_up_after_s)
+                give_up_after_s=self._retry_window_s(share=1.0) if give_up_after_s is None else give_up_after_s)
         self._in_txn = False
         self._txn_partitions.clear()
 
@@ -225,7 +354,7 @@ class BatchWriter:
             v3_and_below_transactional_id=self.transactional_id, v3_and_below_producer_id=self.producer_id,
             v3_and_below_producer_epoch=self.producer_epoch,
             v3_and_below_topics=[Topic(name=t, partitions=ps) for t, ps in by_topic.items()], max_version=3)
-        backoff = Backoff(give_up_after=self.retry_timeout_s)
+        backoff = Backoff(give_up_after=self._retry_window_s())
         while True:
             response = self._coordinator_call(request, "AddPartitionsToTxn")  # v0-3: no top-level error
             errors = {Errors.for_code(p.partition_error_code)
@@ -255,11 +384,14 @@ class BatchWriter:
         counts = [_check_ready(batch) for batch in batches]   # each batch parsed once
         if self.producer_id < 0:
             self.init_producer_id()
-        if self._in_txn:
-            self._add_partitions([(b.topic, b.partition) for b in batches])
         results: list[int] = [-1] * len(batches)
-        if batches:
-            _Pipeline(self, batches, results, counts).run()
+        try:
+            if self._in_txn:
+                self._add_partitions([(b.topic, b.partition) for b in batches])
+            if batches:
+                _Pipeline(self, batches, results, counts).run()
+        except ProducerFencedError as exc:
+            raise self._fenced_or_timed_out(exc) from None
         return results
 
     def _stamp(self, p: _Pending, sequence: int) -> None:
@@ -277,7 +409,8 @@ class BatchWriter:
             by_topic[topic].append(Topic.PartitionProduceData(index=partition, records=p.batch.data))
         return ProduceRequest(
             transactional_id=self.transactional_id if self._in_txn else None, acks=self.acks,
-            timeout_ms=self.timeout_ms, topic_data=[Topic(name=t, partition_data=ps) for t, ps in by_topic.items()],
+            timeout_ms=self.produce_timeout_ms,
+            topic_data=[Topic(name=t, partition_data=ps) for t, ps in by_topic.items()],
             min_version=3, max_version=PRODUCE_MAX_VERSION)
 
     def _outcome(self, node: int, items: dict[tuple[str, int], _Pending], future) -> dict[tuple[str, int], tuple]:
@@ -361,7 +494,7 @@ class _Pipeline:
         self.failed: dict[tuple[str, int], tuple[_Pending, type | None]] = {}  # first failure per partition
         self.draining = False
         self.last_error = "no leader"
-        self.backoff = Backoff(give_up_after=writer.retry_timeout_s)
+        self.backoff = Backoff(give_up_after=writer._retry_window_s())
         self.transport = _Transport(writer.client)
 
     def run(self) -> None:
@@ -422,7 +555,7 @@ class _Pipeline:
             writer._stamp(p, self.send_seq[tp])
             self.send_seq[tp] = next_sequence(self.send_seq[tp], p.records)
             self.sent[tp] += 1
-        future = self.transport.send(node, writer, items, writer.timeout_ms + 5_000)
+        future = self.transport.send(node, writer, items, writer.produce_timeout_ms + 5_000)
         self.inflight.append(_Request(node, items, size, future))
         self.node_load[node] += 1
         self.inflight_bytes += size
@@ -472,7 +605,7 @@ class _Pipeline:
         if lost:
             for p, error in lost:
                 self.writer._on_state_lost(p, error)
-            self.writer.init_producer_id()
+            self.writer.init_producer_id(keep=True)
         elif not self.backoff.wait():
             p = next(iter(self.unacked.values()))[0]
             raise PartitionUnavailableError(self.writer.client.cluster_name, p.batch.topic, p.batch.partition,
@@ -512,7 +645,7 @@ class _Transport:
                     for (topic, partition), p in items.items():
                         by_topic.setdefault(topic, []).append((partition, p.batch.data))
                     return conn.produce(transactional_id=writer.transactional_id if writer._in_txn else None,
-                                        acks=writer.acks, timeout_ms=writer.timeout_ms,
+                                        acks=writer.acks, timeout_ms=writer.produce_timeout_ms,
                                         topic_data=list(by_topic.items()), max_version=PRODUCE_MAX_VERSION,
                                         request_timeout_ms=timeout_ms)
             except Errors.KafkaError as exc:

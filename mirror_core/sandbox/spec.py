@@ -178,6 +178,8 @@ QUORUM_CLUSTERS: dict[str, QuorumSpec] = {
     for spec in (
         # the truncation fault tests' source: started by that test module only, never by `shoal sandbox up`
         QuorumSpec("replicated", DEFAULT_KAFKA_VERSION, 25093, (25092, 25192)),
+        # a replicated target, so a follower can leave the ISR (the transaction-timeout fault test's only)
+        QuorumSpec("replicated-target", DEFAULT_KAFKA_VERSION, 25293, (25292, 25392)),
     )
 }
 

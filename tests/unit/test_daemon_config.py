@@ -53,3 +53,13 @@ def test_the_checkpoint_topic_and_prune_interval_are_configurable_and_checked():
         pipeline_config_from_mapping({**BASE, "checkpoint_topic": "a b"})
     with pytest.raises(ConfigError, match="prune_interval_s"):
         pipeline_config_from_mapping({**BASE, "prune_interval_s": 0})
+
+
+def test_write_retries_must_fit_well_inside_the_transaction_timeout():
+    config = pipeline_config_from_mapping({**BASE, "transaction_timeout_ms": 4000, "write_retry_s": 1.5,
+                                           "commit_interval_ms": 200})
+    assert (config.transaction_timeout_ms, config.write_retry_s) == (4000, 1.5)
+    with pytest.raises(ConfigError, match="write_retry_s .* transaction_timeout_ms"):
+        pipeline_config_from_mapping({**BASE, "transaction_timeout_ms": 60_000, "write_retry_s": 120})
+    with pytest.raises(ConfigError, match="transaction_timeout_ms"):
+        pipeline_config_from_mapping({**BASE, "transaction_timeout_ms": 0})
