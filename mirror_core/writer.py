@@ -235,7 +235,8 @@ class BatchWriter:
         A newer writer's InitProducerId and the coordinator's own abort of a timed-out transaction both bump the
         epoch. InitProducerId with our producer id and epoch tells them apart without harming a newer writer: the
         coordinator answers PRODUCER_FENCED when another writer initialised the id since us, and otherwise gives
-        us the epoch it bumped (Kafka 4). Older coordinators (Kafka 3) refuse that after a timeout too; then their
+        us the epoch it bumped (Kafka 4). A transaction younger than its timeout cannot have timed out, so only an
+        older one is asked about at all. Older coordinators (Kafka 3) refuse that after a timeout too; then their
         transaction state decides: one bump past our epoch, by an abort, on our producer id, is the coordinator's
         timeout abort — a newer writer's InitProducerId ends two past an ongoing transaction of ours (the fence,
         then its own epoch; only the moment between the two looks like a timeout, and reopening then just fences
@@ -244,8 +245,9 @@ class BatchWriter:
         if self.transactional_id is None or self.producer_id < 0:
             return fenced
         had_transaction = self._in_txn and bool(self._txn_partitions)
-        if not had_transaction:  # the coordinator bumps an epoch on its own only to abort an open transaction
-            return fenced
+        young = time.monotonic() - self._txn_started < self.transaction_timeout_ms / 1000
+        if not had_transaction or young:  # the coordinator bumps an epoch on its own only to abort an open
+            return fenced                 # transaction older than its timeout (it counts from AddPartitionsToTxn)
         mine = (self.producer_id, self.producer_epoch)
         self._in_txn = False  # whatever the answer, that transaction is over
         self._txn_partitions.clear()
