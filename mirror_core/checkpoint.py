@@ -368,8 +368,14 @@ class CheckpointStore:
 
     # ---- reading ---------------------------------------------------------------------------------------------
 
-    def read_all(self, pipeline: str | None = None) -> dict[tuple[str, str, int], Checkpoint]:
-        """Every committed checkpoint (last value per key wins), optionally of one pipeline, maps assembled."""
+    def read_all(self, pipeline: str | None = None, *, whole_maps: bool = True
+                 ) -> dict[tuple[str, str, int], Checkpoint]:
+        """Every committed checkpoint (last value per key wins), optionally of one pipeline, maps assembled.
+
+        ``whole_maps=False``: each checkpoint keeps only the open tail of its offset map (translation declines
+        below the tail's start) — for readers that need positions, owners and lane states (the daemon's lease
+        round, status pages), so they neither pay for assembling every lane's map nor fail for all lanes when one
+        lane's segment chain is broken (that lane's own open still assembles it and reports the error)."""
         out: dict[tuple[str, str, int], Checkpoint] = {}
         with self._lock:
             self.refresh()
@@ -382,7 +388,9 @@ class CheckpointStore:
                     ident = tuple(decoded)
                     if pipeline is not None and ident[0] != pipeline:
                         continue  # decode only what was asked for: other pipelines may be another Shoal's format
-                    out[ident] = self._with_whole_map(Checkpoint.from_value(value), _committed_value(entries))
+                    checkpoint = Checkpoint.from_value(value)
+                    out[ident] = self._with_whole_map(checkpoint, _committed_value(entries)) if whole_maps \
+                        else checkpoint
         return out
 
     def read(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:

@@ -187,6 +187,8 @@ class LaneSession:
         self.exactly_once = owner.mode is DeliveryMode.EXACTLY_ONCE
         self.fenced_by_broker = True  # False: at-least-once on a target without transactions (owner check instead)
         self.writer = self._open_writer(lane)
+        # at-least-once with a broker fence: the fence's abort marker sits before this session's first landing only
+        self.fence_marker_pending = not self.exactly_once and self.fenced_by_broker
         # after InitProducerId the lane's own transactions are all decided: read its key past the LSO
         self.checkpoint = owner.store.read_own(owner.pipeline, topic, partition)
         topic_id = owner.source.topic_metadata(topic, refresh=True).topic_id
@@ -387,7 +389,8 @@ class _ResumeLanding:
         if checkpoint is None or checkpoint.target_next is None:
             return  # nothing of ours on the target yet
         expected = checkpoint.target_next
-        own_marker = 1 if session.exactly_once or session.fenced_by_broker else 0
+        own_marker = 1 if session.exactly_once or session.fence_marker_pending else 0
+        session.fence_marker_pending = False
         if base == expected or base == expected + own_marker:
             return
         target, topic, partition = session.owner.target, session.target_topic, session.target_partition

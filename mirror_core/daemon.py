@@ -283,7 +283,7 @@ class ShallowMirrorDaemon:
             event("target_created", topic=topic, target_topic=target_topic, partitions=partitions)
 
     def _eligible(self) -> list[str]:
-        checkpoints = self.store.read_all(self.config.pipeline)
+        checkpoints = self.store.read_all(self.config.pipeline, whole_maps=False)
         self._adopt_stopped_lanes(checkpoints)
         out = []
         for lane, state in self.lanes.items():

@@ -37,7 +37,7 @@ def rewrite_checkpoint(store: CheckpointStore, client: WireClient, pipeline: str
                        initial: Checkpoint | None = None) -> Checkpoint | None:
     """Apply ``change`` to the lane's newest checkpoint (or to ``initial`` when the partition has none yet) and
     write it (see the module docstring); None when there is neither."""
-    seen = store.read(pipeline, topic, partition) or initial
+    seen = store.read_own(pipeline, topic, partition) or initial
     if seen is None:
         return None
     lane = default_lane(seen.target_topic, seen.target_partition)
@@ -171,7 +171,7 @@ def lane_states(target: ClusterConfig, pipeline: str) -> list[dict]:
 
     with WireClient.for_cluster(target) as client:
         store = CheckpointStore(target, client)
-        checkpoints = store.read_all(pipeline)
+        checkpoints = store.read_all(pipeline, whole_maps=False)
         leases = LeaseStore(store, producer_config={}).read(pipeline)
     rows = []
     for (_pl, topic, partition), cp in sorted(checkpoints.items()):

@@ -58,6 +58,9 @@ def classify_failure(exc: BaseException) -> tuple[bool, str]:
     return True, "unknown"
 
 
+MAX_MESSAGE_CHARS = 1000  # a persisted halt message is cut here, so the checkpoint record stays small
+
+
 @dataclass(frozen=True)
 class PersistedLaneState:
     """A lane state stored in its checkpoint (``Checkpoint.lane_state``; None there means healthy).
@@ -77,6 +80,8 @@ class PersistedLaneState:
     def __post_init__(self) -> None:
         if self.state not in (HALTED, RETIRED):
             raise ValueError(f"only halted or retired lane states are persisted, not {self.state!r}")
+        if len(self.message) > MAX_MESSAGE_CHARS:  # the checkpoint record has a size limit; the log has it all
+            object.__setattr__(self, "message", self.message[:MAX_MESSAGE_CHARS - 1] + "…")
 
     def to_dict(self) -> dict:
         return asdict(self)

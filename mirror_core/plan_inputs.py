@@ -171,7 +171,7 @@ def read_checkpoints(target: ClusterConfig, pipeline: str, *, required: bool = T
         if meta is not None and not meta.error_code:
             store = CheckpointStore(target, client, partitions=len(meta.partitions))
             found = {(topic, partition): CheckpointPosition(cp.position, cp.target_topic, cp.target_partition)
-                     for (_pipeline, topic, partition), cp in store.read_all(pipeline).items()}
+                     for (_pipeline, topic, partition), cp in store.read_all(pipeline, whole_maps=False).items()}
     if not found and required:
         raise ConfigError(f"start checkpoint: pipeline {pipeline!r} has no checkpoints in {CHECKPOINT_TOPIC!r} on "
                           f"cluster {target.name!r}; check the pipeline name or start from earliest or a time")

@@ -43,7 +43,7 @@ def stored_positions(target, pipeline: str) -> dict[tuple[str, int], int]:
         if meta is None or meta.error_code:
             return {}
         store = CheckpointStore(target, client, partitions=len(meta.partitions))
-        return {(t, p): cp.position for (_pl, t, p), cp in store.read_all(pipeline).items()}
+        return {(t, p): cp.position for (_pl, t, p), cp in store.read_all(pipeline, whole_maps=False).items()}
 
 
 def checkpoint_positions(source, target, pipeline: str, include: str, exclude: str | None = None):

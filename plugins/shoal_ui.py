@@ -141,7 +141,7 @@ def read_target_state(target, pipeline: str):
         if meta is None or meta.error_code:
             return {}, {}
         store = CheckpointStore(target, client, partitions=len(meta.partitions))
-        return store.read_all(pipeline), LeaseStore(store, producer_config={}).read(pipeline)
+        return store.read_all(pipeline, whole_maps=False), LeaseStore(store, producer_config={}).read(pipeline)
 
 
 def lane_rows(checkpoints: Mapping, leases: Mapping, parts: Sequence[tuple[str, int]], last_stable: Mapping,

@@ -123,3 +123,11 @@ def test_readyz_is_503_while_a_lane_is_halted_or_stalled_and_healthz_stays_200()
         assert 'state="halted"' not in text  # one state series per lane: the old one is gone
     finally:
         server.shutdown()
+
+
+def test_a_long_halt_message_is_cut_so_the_checkpoint_record_stays_small():
+    from mirror_core.lane_status import MAX_MESSAGE_CHARS, PersistedLaneState
+
+    state = PersistedLaneState("halted", "batch_rejected", "x" * 50_000, 1, 0, None)
+    assert len(state.message) == MAX_MESSAGE_CHARS and state.message.endswith("…")
+    assert PersistedLaneState.from_dict(state.to_dict()) == state
