@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -74,12 +75,15 @@ class CommitPolicy:
 
     commit_bytes: int = 4 * 1024 * 1024
     commit_interval_ms: int = 1000
-    transaction_timeout_ms: int = 60_000
+    transaction_timeout_ms: int | None = None  # None: 60 s, or longer when the commit interval needs it
     write_retry_s: float = 25.0
 
     def __post_init__(self) -> None:
         if self.commit_bytes <= 0 or self.commit_interval_ms <= 0:
             raise ConfigError("commit bytes and interval must be positive")
+        if self.transaction_timeout_ms is None:
+            needed = math.ceil((self.commit_interval_ms + self.write_retry_s * 1000) / TRANSACTION_RETRY_SHARE)
+            object.__setattr__(self, "transaction_timeout_ms", max(60_000, needed))
         if self.write_retry_s <= 0 or self.transaction_timeout_ms <= 0:
             raise ConfigError("write_retry_s and transaction_timeout_ms must be positive")
         budget_ms = self.transaction_timeout_ms * TRANSACTION_RETRY_SHARE

@@ -19,11 +19,11 @@ def group_offsets_by_partition(source: ClusterConfig, partitions: Iterable[tuple
     """(topic, partition) → the committed offsets every consumer group on ``source`` holds for it."""
     from mirror_core.groups_command import ConsumerGroupAdmin
 
-    wanted = set(partitions)
+    wanted = sorted(set(partitions))
     admin = ConsumerGroupAdmin(source)
     out: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for group in admin.list_group_ids():
-        for tp, committed in admin.committed(group).items():
+    for held in admin.committed_many(admin.list_group_ids(), wanted).values():
+        for tp, committed in held.items():
             if tp in wanted:
                 out[tp].append(committed.offset)
     return dict(out)

@@ -107,8 +107,21 @@ class TopicAdmin:
                               f"{exc}") from None
 
     def configs(self, topic: str) -> dict[str, str]:
+        """The topic's configs. A topic created a moment ago may not be known yet to the broker that answers
+        DescribeConfigs (metadata propagates after the controller): that answer is retried for a few seconds."""
+        import time
+
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import ConfigResource
 
         res = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        entries = self._admin.describe_configs([res])[res].result(timeout=self.timeout_s)
-        return {k: v.value for k, v in entries.items()}
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                entries = self._admin.describe_configs([res])[res].result(timeout=self.timeout_s)
+                return {k: v.value for k, v in entries.items()}
+            except KafkaException as exc:
+                unknown = exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                if not unknown or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)

@@ -16,6 +16,7 @@ import time
 
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     LoadProducer,
+    checkpoints,
     contents,
     daemon_factory,
     held_lanes,
@@ -47,6 +48,10 @@ def _pause_holder_until_taken_over(daemons: dict, target_cluster, pipeline: str,
     """SIGSTOP the lane's holder until the other daemon holds the lane and copied, then SIGCONT it."""
     holder = wait_for(lambda: held_lanes(target_cluster, pipeline).get(lane), 30, "a holder of the lane",
                       daemons=tuple(daemons.values()))
+    # the lane has a checkpoint before its holder is paused: a lane's first run that stops before its first
+    # checkpoint is a case the landing rule cannot judge yet (see the session note), not what this test drives
+    wait_for(lambda: checkpoints(target_cluster, pipeline), 30, "a first checkpoint",
+             daemons=tuple(daemons.values()))
     other = next(d for name, d in daemons.items() if name != holder)
     copied_before = other.log_text().count("event=copied")
     daemons[holder].proc.send_signal(signal.SIGSTOP)
