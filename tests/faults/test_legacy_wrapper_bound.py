@@ -104,8 +104,8 @@ def old_format_cluster(session_sandbox, tmp_path_factory):
 
 def legacy_wrappers(cluster: KafkaTestCluster, topic: str, codec: str) -> None:
     """WRAPPERS compressed magic-1 wrappers of PER_WRAPPER records each (the old format has no idempotence)."""
-    deadline = time.monotonic() + 30
-    while True:  # the broker answers before its controller has settled: retry topic creation briefly
+    deadline = time.monotonic() + 120
+    while True:  # the broker answers before its controller has settled (slow under a loaded machine): retry
         try:
             cluster.create_topic(topic)
             break
