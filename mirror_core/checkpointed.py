@@ -39,6 +39,7 @@ from mirror_core.copier import BatchSource, CopyOptions, CopyResult, PartitionRa
 from mirror_core.epochs import validate_position
 from mirror_core.errors import (
     ConfigError,
+    CoordinatorUnavailableError,
     DataLossError,
     FetchError,
     ForeignWriteError,
@@ -230,7 +231,10 @@ class LaneSession:
         writer = BatchWriter(owner.target, transactional_id=lane_transactional_id(owner.pipeline, lane), **settings)
         try:
             writer.init_producer_id()
-        except TransactionsUnavailableError as exc:
+        except (TransactionsUnavailableError, CoordinatorUnavailableError) as exc:
+            # at-least-once does not need transactions, only wants their fence: a target that refuses
+            # transactional producers, or whose transaction coordinator does not answer (a transaction state topic
+            # that can never be created), still gets copied, with the owner check in place of the fence
             if self.exactly_once:
                 raise
             log.warning("%s; lane %s stays at-least-once with an idempotent writer, checking before each copy "
@@ -355,6 +359,28 @@ class LaneSession:
                          "InitProducerId or the transaction timeout ends it", self.owner.target.cluster_name,
                          self.target_topic, self.target_partition, exc)
 
+    def write_first_checkpoint(self, position: int) -> None:
+        """At-least-once, the lane's first copy, before any of its data is written: a checkpoint at ``position``
+        (the first batch's source offset) saying the data will land at the target partition's current end.
+
+        Without it, a first run stopped or fenced before its first commit would leave copies on the target that
+        nobody could judge: the next holder, finding no checkpoint, would copy the same records again, unreported.
+        With it, the next holder resumes here and the landing rule recognises (and reports) those copies as the
+        at-most-one-window duplicates an at-least-once restart may leave, or halts on anything else. Exactly-once
+        needs none: an uncommitted first transaction is aborted by the next InitProducerId."""
+        target = self.owner.target
+        target_end = list_offsets(target, self.target_topic, self.target_partition, "latest")
+        first = Checkpoint(
+            pipeline=self.owner.pipeline, topic=self.topic, partition=self.partition, position=position,
+            target_topic=self.target_topic, target_partition=self.target_partition, target_next=target_end,
+            owner=self.owner.owner, owner_epoch=self.owner.owner_epoch, source_topic_id=self.source_topic_id,
+            target_topic_id=self.target_topic_id)
+        self.writer.write([self.owner.store.checkpoint_batch(first)])
+        self.checkpoint = first
+        self.fence_marker_pending = False  # the fence's marker lies below target_end
+        log.info("cluster %r %s-%d: at-least-once lane starts at source offset %d, landing at target offset %d",
+                 target.cluster_name, self.target_topic, self.target_partition, position, target_end)
+
     def _skipped_range(self, position: int, start: int) -> tuple[tuple[int, int], ...]:
         """``[position, start)``, refused unless the loss is accepted (see :meth:`copy`)."""
         if start <= position:
@@ -386,6 +412,11 @@ class _ResumeLanding:
 
     def __init__(self, session: LaneSession):
         self.session = session
+
+    def before_first_write(self, prepared: PreparedBatch) -> None:
+        session = self.session
+        if session.checkpoint is None and not session.exactly_once:
+            session.write_first_checkpoint(prepared.source_first_offset)
 
     def first_landing(self, prepared: PreparedBatch, base: int) -> None:
         session = self.session
