@@ -78,6 +78,8 @@ class CommitPolicy:
     commit_interval_ms: int = 1000
     transaction_timeout_ms: int | None = None  # None: 60 s, or longer when the commit interval needs it
     write_retry_s: float = 25.0
+    # at-least-once: how often a lane renews its broker fence (see LaneSession.renew_fence_if_due)
+    refence_interval_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.commit_bytes <= 0 or self.commit_interval_ms <= 0:
@@ -191,6 +193,8 @@ class LaneSession:
         self.target_topic, self.target_partition = target_topic, target_partition
         self.exactly_once = owner.mode is DeliveryMode.EXACTLY_ONCE
         self.fenced_by_broker = True  # False: at-least-once on a target without transactions (owner check instead)
+        self.fenced_at = 0.0  # at-least-once: monotonic time of the last fence (renewed, see renew_fence_if_due)
+        self.fences = 0
         self.writer = self._open_writer(lane)
         # at-least-once with a broker fence: the fence's abort marker sits before this session's first landing only
         self.fence_marker_pending = not self.exactly_once and self.fenced_by_broker
@@ -244,10 +248,32 @@ class LaneSession:
             writer.init_producer_id()
             return writer
         if not self.exactly_once:
-            key = checkpoint_key(owner.pipeline, self.topic, self.partition)
-            writer.fence_partitions([(self.target_topic, self.target_partition),
-                                     (owner.store.topic, checkpoint_partition(key, owner.store.partitions))])
+            self._fence(writer)
         return writer
+
+    def _fence(self, writer: BatchWriter) -> None:
+        owner = self.owner
+        key = checkpoint_key(owner.pipeline, self.topic, self.partition)
+        writer.fence_partitions([(self.target_topic, self.target_partition),
+                                 (owner.store.topic, checkpoint_partition(key, owner.store.partitions))])
+        self.fenced_at = time.monotonic()
+        self.fences += 1
+
+    def renew_fence_if_due(self) -> None:
+        """At-least-once with a broker fence: fence the lane's partitions again every ``refence_interval_s``.
+
+        The fence lasts only while the coordinator remembers the lane's transactional.id, and at-least-once writes
+        are not transactions, so they do not keep it alive: after ``transactional.id.expiration.ms`` (7 days by
+        default) of no transaction the id is forgotten, a new holder's InitProducerId gets a *new* producer id,
+        and its fence would not refuse this writer's producer id any more. Each renewal is one empty aborted
+        transaction (one abort marker in the target and checkpoint partitions; the next copy's landing rule allows
+        for it), and it fails with ProducerFencedError if another writer took the lane meanwhile."""
+        if self.exactly_once or not self.fenced_by_broker:
+            return
+        if time.monotonic() - self.fenced_at < self.owner.policy.refence_interval_s:
+            return
+        self._fence(self.writer)
+        self.fence_marker_pending = True
 
     def check_still_owner(self) -> None:
         """Without a broker fence: raise :class:`LaneTakenError` if the lane's stored checkpoint is no longer the
@@ -315,6 +341,7 @@ class LaneSession:
         which records ``[checkpoint, start)`` in the checkpoint's lost ranges (``CopyResult.lost_ranges``)."""
         owner, previous = self.owner, self.checkpoint
         self.check_still_owner()
+        self.renew_fence_if_due()
         if previous is not None and previous.position >= end:
             # a rerun of finished work (the checkpoint may even lie past ``end``: a straddling batch was copied
             # whole): nothing to copy, nothing to commit
