@@ -116,6 +116,9 @@ class LaneState:
     fetch_failures: int = 0
     last_stable: int | None = None  # the source partition's last stable offset at the last fetch
     repaired_at: int | None = None  # source offset of the rejected batch a config sync last repaired
+    # the lane's halt is stored in its checkpoint (we wrote it, or read it there): from then on a checkpoint of the
+    # lane without a halt can only be the operator's resume (no clock is compared: machines' clocks differ)
+    halt_stored: bool = False
 
     def reset(self) -> None:
         """Forget the open session and fetch position: the next round reopens the lane (fencing any older writer
@@ -309,12 +312,14 @@ class ShallowMirrorDaemon:
         after our halt without one is the operator's resume (``shoal lanes resume``)."""
         health = state.health
         if cp is not None and cp.lane_state is not None:
+            state.halt_stored = True
             if not health.stopped or health.since_ms != cp.lane_state.since_ms:
                 health.stop(cp.lane_state)
                 if state.lane in self.held:
                     self._drop(state.lane, f"{cp.lane_state.state}: {cp.lane_state.reason}")
             return
-        if health.stopped and cp is not None and health.since_ms is not None and cp.updated_ms > health.since_ms:
+        if health.stopped and cp is not None and state.halt_stored:
+            state.halt_stored = False
             health.resumed()
             self.status.halted.pop(state.lane, None)
             state.failures = state.fetch_failures = 0
@@ -567,6 +572,7 @@ class ShallowMirrorDaemon:
         self.status.halted[state.lane] = str(exc)
         self._drop(state.lane, reason)
         saved = self._persist(state, persisted)
+        state.halt_stored = saved  # not stored: the halt holds in this process only, and no checkpoint resumes it
         event("lane_halted" if stopped == HALTED else "lane_retired", logging.ERROR if stopped == HALTED
               else logging.WARNING, topic=state.topic, partition=state.partition, lane=state.lane, reason=reason,
               position=position, range_end=range_end, persisted=saved, error=exc)
