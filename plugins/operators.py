@@ -261,6 +261,7 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
             self.log.info("plan %s has no work units (%d empty partitions): nothing to submit", plan.plan_id,
                           len(plan.empty))
             return {"run_id": run_id, "ledger_dir": self.ledger_dir, "units": {}, "records": 0}
+        self._require_spark_connection()
         workdir = run_dir(self.work_dir, context)
         with airflow_errors():
             clusters = clusters_of([self.source_conn_id, self.target_conn_id])
@@ -290,6 +291,18 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
         finally:
             clusters_file.unlink(missing_ok=True)
         return self._ledger_summary(run_id)
+
+    def _require_spark_connection(self) -> None:
+        """The provider's hook falls back to master ``yarn`` when the connection is missing: refuse instead."""
+        from airflow.sdk import BaseHook
+
+        try:
+            BaseHook.get_connection(self._conn_id)
+        except AirflowException as exc:
+            raise AirflowFailException(
+                f"Spark connection {self._conn_id!r} is not defined ({type(exc).__name__}): define it as a `spark` "
+                f"connection naming the master (e.g. AIRFLOW_CONN_{self._conn_id.upper()}='spark://host:7077' or "
+                f"'{{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}')") from None
 
     def _code_zip(self, workdir: Path) -> Path:
         import mirror_core
