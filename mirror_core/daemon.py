@@ -689,7 +689,8 @@ def run_daemon(config_path, worker_id: str | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_stop)
     signal.signal(signal.SIGALRM, on_alarm)
-    server = serve_metrics(daemon.metrics, config.metrics_port) if config.metrics_port else None
+    server = serve_metrics(daemon.metrics, config.metrics_port, host=config.metrics_host) if config.metrics_port \
+        else None
     try:
         daemon.run(stop)
     except ForcedShutdown:
