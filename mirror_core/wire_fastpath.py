@@ -552,13 +552,15 @@ class FastConnection:
 
     def __init__(self, host: str, port: int, *, client_id: str | None = "shoal", node_id: int | None = None,
                  connect_timeout_s: float = 10.0, request_timeout_s: float = 30.0,
-                 security: FastSecurity | None = None, cluster_name: str | None = None):
+                 security: FastSecurity | None = None, cluster_name: str | None = None,
+                 reauthenticate: bool = True):
         self.node_id = node_id
         self.address = (host, port)
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.security = security or FastSecurity()
         self.cluster_name = cluster_name
+        self.reauthenticate = reauthenticate     # False only to show what a broker does without it (tests)
         self._correlation_id = 0
         # (correlation id, future, decoder, flexible response header, deadline) per request, in send order
         self._in_flight: collections.deque = collections.deque()
@@ -596,6 +598,11 @@ class FastConnection:
 
     def __repr__(self) -> str:
         return f"FastConnection(node={self.node_id}, {self.address[0]}:{self.address[1]})"
+
+    @property
+    def tls_version(self) -> str | None:
+        """The negotiated TLS version ("TLSv1.3"), None on a plain connection."""
+        return self._channel.version if isinstance(self._channel, TlsChannel) else None
 
     # -- versions --------------------------------------------------------------------------------------------
 
@@ -660,7 +667,7 @@ class FastConnection:
         self.session_lifetime_ms = max(answer.session_lifetime_ms, 0)
         self.authentications += 1
         self._reauth_at = (started + self.session_lifetime_ms / 1000 * random.uniform(0.85, 0.95)
-                           if self.session_lifetime_ms else None)
+                           if self.session_lifetime_ms and self.reauthenticate else None)
 
     def _round_trip(self, parts, decoder, flexible: bool, correlation_id: int, who: str, again: bool):
         future = self.send(parts, decoder, flexible_response=flexible, correlation_id=correlation_id)
