@@ -19,12 +19,12 @@ TLS through ``ssl.SSLObject`` and memory BIOs, so a request stays a list of buff
 (:mod:`mirror_core.wire_channel`), SASL by hand-encoded SaslHandshake v1 / SaslAuthenticate v1-v2 with the
 exchanges of :mod:`mirror_core.sasl`, and KIP-368 re-authentication between requests.
 :meth:`mirror_core.kafka_wire.WireClient.fast_connection` hands one out per broker (``WireClient(...,
-fast_path=False)`` turns it off; clusters reached through a proxy, and SASL mechanisms other than those three, stay
-on kafka-python). Failures come back as kafka-python's retriable errors (``KafkaConnectionError``,
-``RequestTimedOutError``) on the request's future, so callers retry as before; a failed connection is closed and
-every request in flight on it fails with it (a new one is made on the next use). A refused certificate or login
-is :class:`~mirror_core.errors.ClusterUnavailableError` (not retriable), raised where the connection is made or
-re-authenticated.
+fast_path=False)`` turns it off; clusters reached through a proxy stay on kafka-python; those three mechanisms are
+the only ones Shoal's cluster settings accept). Failures come back as kafka-python's retriable errors
+(``KafkaConnectionError``, ``RequestTimedOutError``) on the request's future, so callers retry as before; a failed
+connection is closed and every request in flight on it fails with it (a new one is made on the next use). A
+refused certificate or login is :class:`~mirror_core.errors.ClusterUnavailableError` (not retriable), raised where
+the connection is made or re-authenticated.
 
 Invariants: requests on one connection are answered in send order (Kafka processes a connection's requests one at
 a time), so responses are matched to the oldest request in flight and a correlation-id mismatch closes the

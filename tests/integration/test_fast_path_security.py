@@ -211,6 +211,17 @@ def test_the_broker_cuts_a_connection_that_outlives_its_session(private_broker, 
     assert conn.closed
 
 
+def test_a_connection_idle_past_its_session_logs_in_again_before_its_next_request(private_broker, private_plain,
+                                                                                 unique_name):
+    topic = private_plain.create_topic(unique_name())
+    conn = _fast(_secure_settings(private_broker, "PLAIN"), "private-secure")
+    _fetch_once(conn, topic)
+    time.sleep(REAUTH_MS / 1000 + 0.5)
+    _fetch_once(conn, topic)
+    assert conn.authentications == 2 and not conn.closed
+    conn.close()
+
+
 def test_a_copy_longer_than_the_session_re_authenticates_on_the_same_connections(private_broker, private_plain,
                                                                                   unique_name):
     topic, copy = unique_name(), unique_name("copy")
