@@ -13,6 +13,7 @@ ports, a certificate for ``localhost`` only, ``connections.max.reauth.ms`` of a 
 
 from __future__ import annotations
 
+import logging
 import time
 
 import kafka.errors as Errors
@@ -159,15 +160,18 @@ def test_a_wrong_scram_password_on_the_fast_connection_names_cluster_mechanism_a
 # -- a private broker: every mechanism, the hostname check, re-authentication --------------------------------------
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_each_mechanism_logs_in_and_copies_on_the_fast_path(mechanism, private_broker, private_plain, unique_name):
+def test_each_mechanism_logs_in_and_copies_on_the_fast_path_without_logging_the_password(
+        mechanism, private_broker, private_plain, unique_name, caplog):
     topic, copy = unique_name(), unique_name("copy")
     _fill(private_plain, topic)
     private_plain.create_topic(copy)
     settings = _secure_settings(private_broker, mechanism)
-    with WireClient("private-secure", settings) as client:
+    with caplog.at_level(logging.DEBUG), WireClient("private-secure", settings) as client:
         _copy(client, client, topic, copy, 1)
         assert _assert_fast_tls(client, copy).authentications == 1
     assert _records_sections(private_plain, copy, 0) == _records_sections(private_plain, topic, 0)
+    assert caplog.records, "DEBUG logging was not captured"
+    assert settings["sasl.password"] not in caplog.text
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
