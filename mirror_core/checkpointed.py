@@ -403,14 +403,18 @@ class LaneSession:
                          self.target_topic, self.target_partition, exc)
 
     def write_first_checkpoint(self, position: int) -> None:
-        """At-least-once, the lane's first copy, before any of its data is written: a checkpoint at ``position``
-        (the first batch's source offset) saying the data will land at the target partition's current end.
+        """Before any of the lane's data is written: a checkpoint at ``position`` (where the first copy begins)
+        saying the data will land at the target partition's current end.
 
-        Without it, a first run stopped or fenced before its first commit would leave copies on the target that
-        nobody could judge: the next holder, finding no checkpoint, would copy the same records again, unreported.
-        With it, the next holder resumes here and the landing rule recognises (and reports) those copies as the
-        at-most-one-window duplicates an at-least-once restart may leave, or halts on anything else. Exactly-once
-        needs none: an uncommitted first transaction is aborted by the next InitProducerId."""
+        At-least-once (written by the copy itself, just before its first batch): without it, a first run stopped
+        or fenced before its first commit would leave copies on the target that nobody could judge: the next
+        holder, finding no checkpoint, would copy the same records again, unreported. With it, the next holder
+        resumes here and the landing rule recognises (and reports) those copies as the at-most-one-window
+        duplicates an at-least-once restart may leave, or halts on anything else.
+
+        Exactly-once (in a transaction of its own, called by the daemon when it fixes a new partition's start):
+        an uncommitted first transaction is aborted by the next InitProducerId, but a start chosen "latest" at
+        first sight would be chosen anew after a restart, skipping what arrived in between; stored, it holds."""
         target = self.owner.target
         target_end = list_offsets(target, self.target_topic, self.target_partition, "latest")
         first = Checkpoint(
@@ -418,10 +422,18 @@ class LaneSession:
             target_topic=self.target_topic, target_partition=self.target_partition, target_next=target_end,
             owner=self.owner.owner, owner_epoch=self.owner.owner_epoch, source_topic_id=self.source_topic_id,
             target_topic_id=self.target_topic_id)
-        self.writer.write([self.owner.store.checkpoint_batch(first)])
+        batch = self.owner.store.checkpoint_batch(first)
+        if self.exactly_once:
+            if self.writer.in_transaction:
+                raise MirrorError("a first checkpoint is written before the lane's first transaction, not inside it")
+            self.writer.begin_transaction()
+            self.writer.write([batch])
+            self.writer.commit_transaction()
+        else:
+            self.writer.write([batch])
         self.checkpoint = first
         self.fence_marker_pending = False  # the fence's marker lies below target_end
-        log.info("cluster %r %s-%d: at-least-once lane starts at source offset %d, landing at target offset %d",
+        log.info("cluster %r %s-%d: lane starts at source offset %d, landing at target offset %d",
                  target.cluster_name, self.target_topic, self.target_partition, position, target_end)
 
     def _skipped_range(self, position: int, start: int) -> tuple[tuple[int, int], ...]:

@@ -448,7 +448,10 @@ class ShallowMirrorDaemon:
                     state.start = list_offsets(self.source, state.topic, state.partition,
                                                "earliest" if self.config.new_partitions == "earliest"
                                                else "last_stable")
-                position = state.start
+                # stored before any copy: a restart (this daemon's or another's) resumes there instead of choosing
+                # "latest" anew and skipping what arrived in between
+                session.write_first_checkpoint(state.start)
+                position, epoch = session.position, session.position_epoch
             state.fetcher = RawBatchFetcher(
                 self.source, state.topic, state.partition, position, None,
                 max_bytes=self.config.partition_fetch_max_bytes, max_wait_ms=self.config.poll_interval_ms,
