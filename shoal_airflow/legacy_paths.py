@@ -11,8 +11,14 @@ shadows the other). Instead :func:`install` appends one finder to the *end* of `
 after every ordinary finder has failed, so a real ``plugins`` package or module anywhere on ``sys.path`` always wins
 and is never shadowed. It answers for ``plugins`` itself (an empty package, only when none exists) and for the
 listed submodules, which are aliases of the ``shoal_airflow`` modules (the same module objects, so the classes are
-identical). ``import shoal_airflow`` installs it; Airflow imports ``shoal_airflow`` in each of its processes at start
-through the ``airflow.plugins`` entry point, before a triggerer resumes a stored trigger.
+identical). ``import shoal_airflow`` installs it. Airflow imports ``shoal_airflow`` in each of its processes at start
+through the ``airflow.plugins`` entry point: every ``Job`` (scheduler, triggerer) loads the plugins when it is
+created (its listener manager), and the triggerer forks its trigger runner afterwards, so the runner inherits the
+finder before it imports a stored classpath.
+
+Where the old ``plugins`` name keeps resolving: an ordinary import of ``plugins.triggers`` from a Python that has
+imported ``shoal_airflow``. Where it does not: a process that never imports ``shoal_airflow`` (not an Airflow
+component), or one with a real ``plugins`` package that itself has a ``triggers`` module (that one wins).
 
 Remove this module once no deployment can still hold a deferred task stored before the rename.
 """
