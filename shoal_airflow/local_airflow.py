@@ -71,7 +71,6 @@ class LocalAirflowConfig:
     worker_log_port: int = 8793
     trigger_log_port: int = 8794
     parallelism: int = 4
-    extra: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:
@@ -110,7 +109,6 @@ def write_config(cfg: LocalAirflowConfig) -> Path:
         ("logging", "logging_level"): "INFO",
         ("logging", "worker_log_server_port"): str(cfg.worker_log_port),
         ("logging", "trigger_log_server_port"): str(cfg.trigger_log_port),
-        **cfg.extra,
     }
     out = configparser.ConfigParser(interpolation=None)
     for (section, key), value in values.items():

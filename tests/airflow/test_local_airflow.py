@@ -7,9 +7,11 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[2]
 DAGS = {"shoal_backfill", "shoal_catchup_handoff", "shoal_dr_rehearsal", "shoal_retention_guard"}
 RUN_TIMEOUT_S = 240
 pytestmark = pytest.mark.timeout(600)
@@ -89,3 +91,30 @@ def test_backfill_triggered_through_the_rest_api_with_the_form_copies_exactly(
     assert len(source) == len(records)
     assert [(r.partition, r.offset, r.content()) for r in target] == \
         [(r.partition, r.offset, r.content()) for r in source]
+
+
+def test_the_generated_airflow_cfg_points_airflow_at_this_checkouts_dags(tmp_path):
+    """The bug this replaces: Airflow's own generated airflow.cfg said ``<home>/dags``, so a UI started on the main
+    job's home showed no Shoal DAG. Airflow itself reads the file here; secrets survive a rewrite."""
+    import configparser
+    import os
+    import subprocess
+    import sys
+
+    from shoal_airflow.local_airflow import LocalAirflowConfig, airflow_env, write_config
+
+    cfg = LocalAirflowConfig(home=tmp_path / "home")
+    path = write_config(cfg)
+    assert path.stat().st_mode & 0o777 == 0o600
+    first = configparser.ConfigParser(interpolation=None)
+    first.read(path)
+    result = subprocess.run([sys.executable, "-m", "airflow", "config", "get-value", "core", "dags_folder"],
+                            env=airflow_env(cfg.home, {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": "/elsewhere"}),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == str(ROOT / "dags")
+    write_config(cfg)
+    again = configparser.ConfigParser(interpolation=None)
+    again.read(path)
+    for section, key in (("api_auth", "jwt_secret"), ("core", "fernet_key"), ("api", "secret_key")):
+        assert again.get(section, key) == first.get(section, key) != ""
