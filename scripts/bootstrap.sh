@@ -37,4 +37,7 @@ echo "shoal: creating $venv from requirements.lock" >&2
 "$uv_bin" pip install --quiet --python "$venv/bin/python" --no-deps -r requirements.lock
 # compat mode: a path entry for the checkout, so packages added later import without reinstalling
 "$uv_bin" pip install --quiet --python "$venv/bin/python" --no-deps --config-settings editable_mode=compat -e .
+# setuptools leaves shoal.egg-info in the checkout, which that path entry puts on sys.path: a second copy of the
+# metadata beside the venv's dist-info, so Airflow would load the Shoal plugin twice (a plugin import error in the UI)
+rm -rf "$root/shoal.egg-info"
 echo "$want" > "$stamp"

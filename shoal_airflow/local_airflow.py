@@ -49,6 +49,7 @@ HEALTH_COMPONENTS = ("metadatabase", "scheduler", "dag_processor", "triggerer")
 ADMIN_USER = "admin"
 PASSWORDS_FILE = "passwords.json"
 PIDS_FILE = "local-airflow.pids"
+READY_LINE = "ready after"  # how the launcher's output says every component is healthy (tests wait for it)
 SOURCE_CONN, TARGET_CONN, SPARK_CONN = "shoal_source", "shoal_target", "shoal_spark"
 # secrets generated once and kept when the file is rewritten: a new fernet key would make stored connections
 # unreadable, a new jwt_secret would invalidate the tokens of running tasks
@@ -144,7 +145,7 @@ def airflow_command(*args: str) -> list[str]:
 
 
 def migrate(home: Path) -> None:
-    result = subprocess.run(airflow_command("db", "migrate"), env=airflow_env(home), capture_output=True,
+    result = subprocess.run(airflow_command("db", "migrate"), env=airflow_env(home), cwd=home, capture_output=True,
                             text=True, timeout=600)
     if result.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
@@ -171,7 +172,7 @@ def store_settings(home: Path, connections: Mapping[str, Mapping], variables: Ma
         json.dump({"connections": connections, "variables": variables}, fh)
     try:
         result = subprocess.run([sys.executable, "-m", "shoal_airflow.local_airflow", "_store", str(spec)],
-                                env=airflow_env(home), capture_output=True, text=True, timeout=300)
+                                env=airflow_env(home), cwd=home, capture_output=True, text=True, timeout=300)
     finally:
         spec.unlink(missing_ok=True)
     if result.returncode != 0:
@@ -209,7 +210,9 @@ class LocalAirflow:
         env = airflow_env(self.cfg.home)
         for name in PROCESSES:
             with open(logs / f"{name}.log", "ab") as log:
-                self.procs[name] = subprocess.Popen(airflow_command(name), env=env, stdout=log,
+                # cwd: the home, not the checkout; `python -m` puts the cwd on sys.path, and a checkout holding
+                # build metadata (shoal.egg-info) there would make Airflow see Shoal's entry points twice
+                self.procs[name] = subprocess.Popen(airflow_command(name), env=env, cwd=self.cfg.home, stdout=log,
                                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                     start_new_session=True)
             (self.cfg.home / PIDS_FILE).write_text(json.dumps({n: p.pid for n, p in self.procs.items()}))
@@ -314,7 +317,7 @@ def up(args) -> int:
             time.sleep(1.0)
         if stopping:
             return 0
-        print(f"ready after {time.monotonic() - began:.0f} s: {cfg.base_url} — user {ADMIN_USER}, password in "
+        print(f"{READY_LINE} {time.monotonic() - began:.0f} s: {cfg.base_url} — user {ADMIN_USER}, password in "
               f"{home / PASSWORDS_FILE}; DAGs from {cfg.dags_folder}; connections {SOURCE_CONN}, {TARGET_CONN}, "
               f"{SPARK_CONN}. Ctrl-C stops Airflow.", flush=True)
         while not stopping:

@@ -32,7 +32,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal_airflow.local_airflow import PASSWORDS_FILE, PIDS_FILE, free_port, stop_process_groups
+from shoal_airflow.local_airflow import PASSWORDS_FILE, PIDS_FILE, READY_LINE, free_port, stop_process_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 300
@@ -93,7 +93,7 @@ class RunningAirflow:
 
 
 def start_local_airflow(base: Path, clusters: dict[str, dict[str, str]]) -> RunningAirflow:
-    """Start the launcher; return once it prints ``ready:`` (every component healthy), or raise with the logs."""
+    """Start the launcher; return once it prints its ready line (every component healthy), or raise with the logs."""
     home, work = base / "airflow-home", base / "work"
     clusters_file = base / "clusters.json"
     clusters_file.touch(mode=0o600)
@@ -109,7 +109,7 @@ def start_local_airflow(base: Path, clusters: dict[str, dict[str, str]]) -> Runn
             start_new_session=True)
     running = RunningAirflow(f"http://127.0.0.1:{port}", home, work, launcher, output)
     deadline = time.monotonic() + START_TIMEOUT_S
-    while "ready:" not in output.read_text(errors="replace"):
+    while READY_LINE not in output.read_text(errors="replace"):
         if launcher.poll() is not None or time.monotonic() > deadline:
             tail = running.logs_tail()
             stop_local_airflow(running)

@@ -44,6 +44,8 @@ def test_the_ui_serves_the_four_dags_the_shoal_page_and_the_connections(local_ai
     (shoal,) = [p for p in plugins["plugins"] if p["name"] == "shoal_ui"]
     assert "shoal_airflow.shoal_ui:ShoalUIPlugin" in shoal["source"]  # loaded through the entry point
     assert [v["url_route"] for v in shoal["external_views"]] == ["shoal"]
+    status, plugin_errors = local_airflow.api("GET", "/api/v2/plugins/importErrors")
+    assert status == 200 and plugin_errors["total_entries"] == 0, plugin_errors  # e.g. the page registered twice
     status, page = local_airflow.get_text("/shoal/")
     assert status == 200 and "<h1>Shoal</h1>" in page, page[:2000]
 
