@@ -5,8 +5,9 @@
 ``--plan`` is a plan file or the plan's JSON itself; ``--clusters`` a YAML/JSON file mapping cluster names to
 librdkafka settings (the only place credentials live: never on the command line). Speculation is off and each
 lane is one task, so order within a partition holds; a retried task of a lane is fenced by the broker through the
-lane's transactional.id. Exit 0 when every unit is ok or skipped, 1 when any failed (they are named), 2 on bad
-input.
+lane's transactional.id. Each task prints which lane it runs and with which Python to its executor's log (on a
+standalone cluster: ``<worker dir>/<app id>/<executor id>/stderr``). Exit 0 when every unit is ok or skipped, 1 when
+any failed (they are named), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -64,10 +65,24 @@ def prepare_targets(plan: dict, jobs) -> None:
         CheckpointStore(target, client).ensure_topic()
 
 
+def run_lane_task(job) -> list:
+    """One Spark task: copy one lane, after saying where it runs (the executor's log, not the driver's)."""
+    import socket
+
+    from pyspark import TaskContext
+
+    from mirror_core.backfill import run_lane
+
+    ctx = TaskContext.get()
+    print(f"shoal task: lane {job.units[0]['lane']} ({len(job.units)} units) partition {ctx.partitionId()} "
+          f"attempt {ctx.attemptNumber()} on {socket.gethostname()} python {sys.executable}", flush=True)
+    return run_lane(job)
+
+
 def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
-    from mirror_core.backfill import failed_units, lane_jobs, run_lane
+    from mirror_core.backfill import failed_units, lane_jobs
     from mirror_core.errors import MirrorError
     from mirror_core.ledger import loss_rows, write_ledger
 
@@ -90,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backfill {run_id}: {len(plan['units'])} units in {len(jobs)} lanes, pipeline {plan['pipeline']!r}",
           flush=True)
     rows = (spark.sparkContext.parallelize(jobs, numSlices=len(jobs))  # one task per lane, in urgency order
-            .flatMap(run_lane).collect())
+            .flatMap(run_lane_task).collect())
     rows.extend(loss_rows(run_id, plan["pipeline"], plan.get("losses", [])))
     path = write_ledger(Path(args.ledger), run_id, rows)
     failed = failed_units(rows)

@@ -1,6 +1,6 @@
-"""The Shoal page in the Airflow UI (plugins/shoal_ui.py), served by the api-server app exactly as Airflow builds it
-(``create_app()`` with the project's plugins folder and the simple auth manager), against a pipeline that a real
-exactly-once ``shoal copy`` wrote to the target sandbox cluster."""
+"""The Shoal page in the Airflow UI (shoal_airflow/shoal_ui.py), served by the api-server app exactly as Airflow builds
+it (``create_app()`` with the plugin from Shoal's ``airflow.plugins`` entry point, an empty plugins folder and the
+simple auth manager), against a pipeline that a real exactly-once ``shoal copy`` wrote to the target sandbox cluster."""
 
 from __future__ import annotations
 
