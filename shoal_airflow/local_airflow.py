@@ -79,9 +79,12 @@ class LocalAirflowConfig:
 
 
 def write_config(cfg: LocalAirflowConfig) -> Path:
-    """``<home>/airflow.cfg`` for the local Airflow (created 0600: it holds the JWT secret and the fernet key)."""
+    """``<home>/airflow.cfg`` for the local Airflow (0600 in a 0700 home: it holds the JWT secret and the fernet
+    key)."""
     home = cfg.home.resolve()
     home.mkdir(parents=True, exist_ok=True)
+    # private to the user: the DB holds the connections, the logs the admin password Airflow prints at start
+    home.chmod(0o700)
     (home / "plugins").mkdir(exist_ok=True)  # Airflow insists on a plugins folder; Shoal's page is an entry point
     path = home / "airflow.cfg"
     old = configparser.ConfigParser(interpolation=None)

@@ -107,7 +107,7 @@ def test_the_generated_airflow_cfg_points_airflow_at_this_checkouts_dags(tmp_pat
 
     cfg = LocalAirflowConfig(home=tmp_path / "home")
     path = write_config(cfg)
-    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.stat().st_mode & 0o777 == 0o600 and cfg.home.stat().st_mode & 0o777 == 0o700
     first = configparser.ConfigParser(interpolation=None)
     first.read(path)
     result = subprocess.run([sys.executable, "-m", "airflow", "config", "get-value", "core", "dags_folder"],
