@@ -11,6 +11,12 @@ cluster by three mirrors, each in its own process (so CPU time and peak RSS are 
   (``fetch.queue.backoff.ms``), which would flatter Shoal.
 - ``null``: the ceiling for producing raw batches: every batch is fetched and prepared into memory first, then only
   producing them back with :class:`~mirror_core.writer.BatchWriter` is timed.
+- ``shallow-sasl`` (not in the default set): ``shallow`` over SASL_SSL with SCRAM-SHA-512, fetch and produce both on
+  the fast path's own TLS connections: the source through its secure listener, the target through its own secure
+  listener when the sandbox target has one, else through the source broker's (recorded as ``secure_target``; the
+  mirror's CPU is what is compared, and both brokers share core 0 either way).
+- ``shallow-sasl-kp`` (not in the default set): the same over kafka-python's connections (``fast_path=False``),
+  which is what a secure cluster got before the fast path spoke TLS and SASL.
 
 Measured per mirror: wall seconds and CPU seconds (user + system, all threads) of the copy phase (clients
 connected, imports done), MB/s and CPU-s per GB over the source's on-disk batch bytes, the whole process's CPU
@@ -43,7 +49,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 MIRROR_CORE, BROKER_CORE = 1, 0
-MIRRORS = ("shallow", "deep", "null")
+MIRRORS = ("shallow", "deep", "null", "shallow-sasl", "shallow-sasl-kp")
+DEFAULT_MIRRORS = ("shallow", "deep", "null")
+SECURE_MIRRORS = {"shallow-sasl": True, "shallow-sasl-kp": False}   # mirror -> fast path on
 MIB = 1024 * 1024
 
 
@@ -199,7 +207,9 @@ def child_shallow(spec: dict) -> dict:
     from mirror_core.kafka_wire import WireClient
     from mirror_core.writer import BatchWriter
 
-    with WireClient("source", spec["source"]) as source, WireClient("target", spec["target"]) as target:
+    fast = spec.get("fast_path", True)
+    with WireClient("source", spec["source"], fast_path=fast) as source, \
+            WireClient("target", spec["target"], fast_path=fast) as target:
         writer = BatchWriter(target)
         writer.init_producer_id()
         copier = RangeCopier(source, target, writer, CopyOptions(fetch_max_bytes=spec["fetch_max_bytes"],
@@ -285,7 +295,8 @@ def child_null(spec: dict) -> dict:
     return phase.report(records=records, batches=len(batches), bytes=total)
 
 
-CHILDREN = {"shallow": child_shallow, "deep": child_deep, "null": child_null}
+CHILDREN = {"shallow": child_shallow, "deep": child_deep, "null": child_null, "shallow-sasl": child_shallow,
+            "shallow-sasl-kp": child_shallow}
 
 
 def run_child(mirror: str, spec: dict) -> dict:
@@ -331,11 +342,14 @@ def run(args) -> dict:
     source_conf, target_conf = sandbox.client_config("source"), sandbox.client_config("target")
     source_admin = TopicAdmin(ClusterConfig("source", source_conf))
     target_admin = TopicAdmin(ClusterConfig("target", target_conf))
+    secure = _secure_endpoints(sandbox, source_conf, target_conf, source_admin, target_admin) \
+        if any(m in SECURE_MIRRORS for m in args.mirrors) else None
     cases = [c for c in default_cases(args.scale) if not args.cases or c.name in args.cases]
     run_id = time.strftime("%Y%m%d-%H%M%S")
     out = {"run_id": run_id, "machine": _machine(), "fetch_max_bytes": args.fetch_max_bytes,
            "deep_consumer_conf": dict(args.deep_consumer_conf),
-           "max_inflight_bytes": args.max_inflight_bytes, "cases": []}
+           "max_inflight_bytes": args.max_inflight_bytes, "cases": [],
+           "secure_target": secure["target_name"] if secure else None}
     created: list[tuple[TopicAdmin, str]] = []
     try:
         for case in cases:
@@ -355,15 +369,20 @@ def run(args) -> dict:
                 for rep in range(args.repeat):
                     for mirror in args.mirrors:
                         dst = f"{src}-{mirror}-{rep}"
-                        target_admin.create(dst, 1)
-                        created.append((target_admin, dst))
-                        spec = {"source": source_conf, "target": target_conf, "src_topic": src, "dst_topic": dst,
+                        src_conf, dst_conf, dst_admin, dst_plain = source_conf, target_conf, target_admin, target_conf
+                        if mirror in SECURE_MIRRORS:
+                            src_conf, dst_conf = secure["source"], secure["target"]
+                            dst_admin, dst_plain = secure["admin"], secure["target_plain"]
+                        dst_admin.create(dst, 1)
+                        created.append((dst_admin, dst))
+                        spec = {"source": src_conf, "target": dst_conf, "src_topic": src, "dst_topic": dst,
+                                "fast_path": SECURE_MIRRORS.get(mirror, True),
                                 "start": data["start"], "end": data["end"], "case": asdict(case),
                                 "fetch_max_bytes": args.fetch_max_bytes,
                                 "max_inflight_bytes": args.max_inflight_bytes,
                                 "deep_consumer_conf": dict(args.deep_consumer_conf)}
                         report = run_child(mirror, spec)
-                        landed = target_end(target_conf, dst)
+                        landed = target_end(dst_plain, dst)
                         if landed != data["records"]:
                             raise RuntimeError(f"{mirror} on {case.name}: target holds {landed} records, "
                                                f"expected {data['records']}")
@@ -375,6 +394,17 @@ def run(args) -> dict:
             for admin, topic in created:
                 admin.delete(topic)
     return out
+
+
+def _secure_endpoints(sandbox, source_conf: dict, target_conf: dict, source_admin, target_admin) -> dict:
+    """SASL_SSL/SCRAM client configs for the secure mirrors: the source's secure listener, and the target's when the
+    running target has one (else the source broker's, see the module docstring)."""
+    source = sandbox.client_config("source", secure=True)
+    if "secure" in sandbox.broker("target").info():
+        return {"source": source, "target": sandbox.client_config("target", secure=True), "admin": target_admin,
+                "target_plain": target_conf, "target_name": "target (SASL_SSL listener)"}
+    return {"source": source, "target": source, "admin": source_admin, "target_plain": source_conf,
+            "target_name": "source broker's SASL_SSL listener (the target runs without one)"}
 
 
 def _derived(report: dict, data: dict) -> dict:
@@ -402,18 +432,20 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-HEADER = (f"{'case':<22} {'mirror':<8} {'MB/s':>7} {'rec/s':>8} {'wall s':>7} {'CPU s':>6} {'CPU s/GB':>9} "
+HEADER = (f"{'case':<22} {'mirror':<15} {'MB/s':>7} {'rec/s':>8} {'wall s':>7} {'CPU s':>6} {'CPU s/GB':>9} "
           f"{'proc CPU s/GB':>13} {'peak RSS MiB':>12} {'start RSS':>9} {'growth':>7}")
 
 
 def _row(case: str, r: dict) -> str:
-    return (f"{case:<22} {r['mirror']:<8} {r['mb_per_s']:>7.1f} {r['records_per_s']:>8.0f} {r['seconds']:>7.2f} "
+    return (f"{case:<22} {r['mirror']:<15} {r['mb_per_s']:>7.1f} {r['records_per_s']:>8.0f} {r['seconds']:>7.2f} "
             f"{r['cpu_seconds']:>6.2f} {r['cpu_s_per_gb']:>9.1f} {r['process_cpu_s_per_gb']:>13.1f} "
             f"{r['peak_rss_kib'] / 1024:>12.1f} {r['rss_start_kib'] / 1024:>9.1f} {r['rss_growth_mib']:>7.1f}")
 
 
 def print_table(out: dict) -> None:
     print(f"\npinning: {out.get('pinning')}; MB = 10^6 bytes of source batches (compressed, as stored)")
+    if out.get("secure_target"):
+        print(f"secure mirrors: source through its SASL_SSL listener (SCRAM-SHA-512), target: {out['secure_target']}")
     print(HEADER)
     for entry in out["cases"]:
         for r in entry["runs"]:
@@ -431,7 +463,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.copy_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="*", help="case names (default: all of " +
                         ", ".join(c.name for c in default_cases(1)) + ")")
-    parser.add_argument("--mirrors", nargs="*", default=list(MIRRORS), choices=MIRRORS)
+    parser.add_argument("--mirrors", nargs="*", default=list(DEFAULT_MIRRORS), choices=MIRRORS,
+                        help="default: " + " ".join(DEFAULT_MIRRORS) + "; the SASL_SSL pair: shallow-sasl, "
+                        "shallow-sasl-kp (compare with shallow in the same run)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every case's record count")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each mirror per case")
     parser.add_argument("--fetch-max-bytes", type=int, default=4 * MIB)

@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 
 OPEN_VALIDATION_TIMEOUT_S = 5.0  # how long a lane open waits for the source leader's OffsetsForLeaderEpoch answer
 ABORT_GIVE_UP_S = 2.0  # how long a failed copy's abort may retry before the next InitProducerId is left to end it
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 class DeliveryMode(str, enum.Enum):
@@ -237,9 +238,12 @@ class LaneSession:
             writer.init_producer_id()
         except (TransactionsUnavailableError, CoordinatorUnavailableError) as exc:
             # at-least-once does not need transactions, only wants their fence: a target that refuses
-            # transactional producers, or whose transaction coordinator does not answer (a transaction state topic
-            # that can never be created), still gets copied, with the owner check in place of the fence
-            if self.exactly_once:
+            # transactional producers, or whose transaction state topic could not be created (its coordinator
+            # never answers), still gets copied, with the owner check in place of the fence. A coordinator that
+            # is only slow (a target restarting, its state topic loading) is waited for: falling back then would
+            # leave a former holder unfenced for the whole session
+            if self.exactly_once or (isinstance(exc, CoordinatorUnavailableError)
+                                     and self._transaction_state_topic_exists()):
                 raise
             log.warning("%s; lane %s stays at-least-once with an idempotent writer, checking before each copy "
                         "that no other writer committed its checkpoint (best effort, not a broker fence)", exc, lane)
@@ -250,6 +254,15 @@ class LaneSession:
         if not self.exactly_once:
             self._fence(writer)
         return writer
+
+    def _transaction_state_topic_exists(self) -> bool:
+        try:
+            self.owner.target.topic_metadata(TRANSACTION_STATE_TOPIC, refresh=True)
+        except Errors.UnknownTopicOrPartitionError:
+            return False
+        except Errors.KafkaError:  # there, but unhealthy (leaderless, loading): worth waiting for
+            return True
+        return True
 
     def _fence(self, writer: BatchWriter) -> None:
         owner = self.owner
@@ -366,8 +379,11 @@ class LaneSession:
         try:
             # resume: below ``start`` everything is on the target (or an accepted loss), so a first batch
             # straddling it is trimmed there, never copied whole
+            # at-least-once, a lane's first copy is trimmed there too: its first checkpoint (written before the
+            # first batch) must say exactly where the copy began, or a retry of the same range would find the
+            # checkpoint below its start and refuse a skip that is none
             result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher, landing=_ResumeLanding(self),
-                                 start_epoch=start_epoch, resume=previous is not None)
+                                 start_epoch=start_epoch, resume=previous is not None or not self.exactly_once)
         except BaseException:
             self._abort_quietly()
             raise

@@ -178,6 +178,7 @@ class ShallowMirrorDaemon:
                         self._housekeeping("rescan", self._rescan)
                     self._leases_if_due()
                     self._apply_prune_floors()
+                    self._renew_fences()
                     if self._copy_round() is None:  # nothing to fetch: no lane held, or all backing off
                         stop.wait(cfg.poll_interval_ms / 1000)
             except ForcedShutdown:
@@ -319,6 +320,11 @@ class ShallowMirrorDaemon:
                     self._drop(state.lane, f"{cp.lane_state.state}: {cp.lane_state.reason}")
             return
         if health.stopped and cp is not None and state.halt_stored:
+            # a checkpoint without our stored halt: the operator's resume, or a READ_COMMITTED read held below the
+            # halt by another writer's open transaction on the partition; the newest decided value tells which
+            latest = self.store.read_own(self.config.pipeline, state.topic, state.partition)
+            if latest is None or latest.lane_state is not None:
+                return
             state.halt_stored = False
             health.resumed()
             self.status.halted.pop(state.lane, None)
@@ -380,6 +386,20 @@ class ShallowMirrorDaemon:
                 with contextlib.suppress(KeyError):  # never set in this process
                     gauge.remove(state.topic, str(state.partition))
         event("lane_dropped", lane=lane, reason=why)
+
+    def _renew_fences(self) -> None:
+        """At-least-once: renew each held lane's broker fence when due (LaneSession.renew_fence_if_due), idle or
+        not — an idle lane calls no copy, and its fence must not lapse while it is held."""
+        if self.config.mode == "exactly-once":
+            return
+        for lane in sorted(self.held):
+            state = self.lanes.get(lane)
+            if state is None or state.session is None:
+                continue
+            try:
+                state.session.renew_fence_if_due()
+            except Exception as exc:  # noqa: BLE001 - classified like any lane error (fenced → dropped)
+                self._failed(state, exc)
 
     def _apply_prune_floors(self) -> None:
         """Hand each held lane the newest floor the prune watch gathered (its next commit prunes below it), and

@@ -316,7 +316,7 @@ def send_fetch(client: WireClient, leader: int, topics: Sequence[FetchTopicSpec]
                max_bytes: int, isolation: IsolationLevel) -> Future:
     """Send one FetchRequest for ``topics`` to ``leader`` and return its future at once (several brokers can be
     asked at the same time); :func:`wait_fetch` reads the answer. Topic ids are used (v13+) when every topic has
-    one. The hand-encoded route (:mod:`mirror_core.wire_fastpath`) is taken on PLAINTEXT clusters; transport
+    one. The hand-encoded route (:mod:`mirror_core.wire_fastpath`) is taken when the client offers it; transport
     failures come back on the future as kafka-python's (retriable) errors."""
     by_id = all(spec.topic_id is not None for spec in topics)
     timeout_ms = client.request_timeout_ms + max_wait_ms

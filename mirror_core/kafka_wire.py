@@ -26,9 +26,10 @@ What kafka-python 3.0.12 offers, and how we use it
   OAUTHBEARER, GSSAPI) during connect. ``manager.send(request, node_id)`` returns a ``kafka.future.Future`` of the
   parsed response; ``selector.run(fn, *args)`` drives the loop on the calling thread until it resolves (no IO
   thread is started here, so nothing runs between calls and there is nothing to join on close).
-- The hot path bypasses all of the above on PLAINTEXT clusters: :meth:`WireClient.fast_connection` gives the writer
-  and the fetcher a socket of our own per broker with hand-encoded Produce / Fetch (:mod:`mirror_core.wire_fastpath`,
-  tested byte-identical to kafka-python's encoding); kafka-python's per-request cost was most of the copy's CPU.
+- The hot path bypasses all of the above: :meth:`WireClient.fast_connection` gives the writer and the fetcher a
+  socket of our own per broker with hand-encoded Produce / Fetch (:mod:`mirror_core.wire_fastpath`, tested
+  byte-identical to kafka-python's encoding), with its own TLS (``ssl.SSLObject``) and SASL (PLAIN, SCRAM) on
+  secure clusters; kafka-python's per-request cost was most of the copy's CPU.
   There is no ``kafka.conn.BrokerConnection`` / ``kafka.client_async.KafkaClient`` any more (3.0 replaced them;
   ``kafka.net.KafkaNetClient`` is a compatibility shim over the manager).
 
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import time
 import uuid
 from collections.abc import Mapping
@@ -63,7 +65,14 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, Met
 
 from mirror_core.cluster import ClusterConfig
 from mirror_core.cluster import kafka_python_kwargs as cluster_kafka_python_kwargs
-from mirror_core.errors import ClusterUnavailableError, FetchError, MirrorError, PartitionUnavailableError
+from mirror_core.errors import (
+    ClusterUnavailableError,
+    ConfigError,
+    FetchError,
+    MirrorError,
+    PartitionUnavailableError,
+)
+from mirror_core.wire_channel import FastSecurity
 from mirror_core.wire_fastpath import FastConnection
 
 log = logging.getLogger(__name__)
@@ -213,9 +222,14 @@ class WireClient:
         self._sasl = kwargs.get("security_protocol", "PLAINTEXT").startswith("SASL_")
         self._topics: dict[str, TopicMetadata] = {}
         self._client_id = kwargs["client_id"]
-        # the hand-encoded hot path (mirror_core.wire_fastpath) speaks PLAINTEXT only, without proxies
-        self._fast_enabled = (fast_path and kwargs.get("security_protocol", "PLAINTEXT") == "PLAINTEXT"
-                              and not any("proxy" in key for key in kwargs))
+        # the hand-encoded hot path (mirror_core.wire_fastpath): every security protocol and SASL mechanism
+        # Shoal's cluster settings accept, no proxies
+        self._fast_enabled = fast_path and not any("proxy" in key for key in kwargs)
+        try:
+            self._fast_security = FastSecurity.from_settings(config) if self._fast_enabled else None
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cluster {cluster_name!r}: TLS settings unusable ({_one_line(exc)}); check "
+                              "ssl.ca.location, ssl.certificate.location and ssl.key.location") from None
         self._fast: dict[int, FastConnection] = {}
         self._closed = False
         first_error = self._first_contact(bootstrap_timeout_ms)
@@ -296,10 +310,11 @@ class WireClient:
 
     def fast_connection(self, node_id: int) -> FastConnection | None:
         """This client's own hand-encoded connection to ``node_id`` for Produce / Fetch
-        (:mod:`mirror_core.wire_fastpath`), made on first use and again after a failure; None when the cluster
-        is not PLAINTEXT (or the client was made with ``fast_path=False``), and the caller uses :meth:`send` /
-        :meth:`send_async`.
-        Raises kafka-python's retriable errors when the broker cannot be reached."""
+        (:mod:`mirror_core.wire_fastpath`; TLS and SASL as the cluster settings say), made on first use and again
+        after a failure; None when the client was made with ``fast_path=False`` (or reaches the cluster through
+        a proxy), and the caller uses :meth:`send` / :meth:`send_async`.
+        Raises kafka-python's retriable errors when the broker cannot be reached, and
+        :class:`ClusterUnavailableError` (not retriable) when it refuses our certificate check or login."""
         if not self._fast_enabled:
             return None
         if self._closed:
@@ -311,7 +326,8 @@ class WireClient:
         if broker is None:
             raise Errors.NodeNotReadyError(f"no address known for broker {node_id} of cluster {self.cluster_name!r}")
         conn = FastConnection(broker.host, broker.port, client_id=self._client_id, node_id=node_id,
-                              request_timeout_s=self.request_timeout_ms / 1000)
+                              request_timeout_s=self.request_timeout_ms / 1000, security=self._fast_security,
+                              cluster_name=self.cluster_name)
         self._fast[node_id] = conn
         return conn
 

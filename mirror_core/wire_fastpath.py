@@ -1,4 +1,4 @@
-"""Hand-encoded Produce / Fetch on a plain socket: the data plane's hot path without kafka-python's event loop.
+"""Hand-encoded Produce / Fetch on a socket of our own: the data plane's hot path without kafka-python's event loop.
 
 Why (``docs/performance.md``): one partition takes one batch per Produce request, so the shallow copy pays a
 request encode, a response decode and several event-loop turns per batch. In kafka-python 3 that is ~0.3 ms of CPU
@@ -12,13 +12,19 @@ What is hand-encoded, and tested byte-identical against kafka-python's own encod
 (``tests/unit/test_wire_fastpath.py``): request header v1/v2, ProduceRequest v3-v11 (v9+ flexible), ProduceResponse
 v3-v11, FetchRequest v4-v18 (v12+ flexible with LastFetchedEpoch, v13+ topic ids) with any number of topics and
 partitions, FetchResponse v4-v18 (its partitions' DivergingEpoch tagged field read, other tags skipped), ApiVersions
-v0.
+v0, SaslHandshake v1, SaslAuthenticate v1-v2.
 
-Scope: :class:`FastConnection` speaks PLAINTEXT only; :meth:`mirror_core.kafka_wire.WireClient.fast_connection`
-hands one out per broker for PLAINTEXT clusters (``WireClient(..., fast_path=False)`` turns it off); everything
-else, SSL and SASL included, stays on kafka-python. Failures come back as kafka-python's retriable errors
+Scope: :class:`FastConnection` speaks PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL (PLAIN, SCRAM-SHA-256/512):
+TLS through ``ssl.SSLObject`` and memory BIOs, so a request stays a list of buffers up to the encryption
+(:mod:`mirror_core.wire_channel`), SASL by hand-encoded SaslHandshake v1 / SaslAuthenticate v1-v2 with the
+exchanges of :mod:`mirror_core.sasl`, and KIP-368 re-authentication between requests.
+:meth:`mirror_core.kafka_wire.WireClient.fast_connection` hands one out per broker (``WireClient(...,
+fast_path=False)`` turns it off; clusters reached through a proxy stay on kafka-python; those three mechanisms are
+the only ones Shoal's cluster settings accept). Failures come back as kafka-python's retriable errors
 (``KafkaConnectionError``, ``RequestTimedOutError``) on the request's future, so callers retry as before; a failed
-connection is closed and every request in flight on it fails with it (a new one is made on the next use).
+connection is closed and every request in flight on it fails with it (a new one is made on the next use). A
+refused certificate or login is :class:`~mirror_core.errors.ClusterUnavailableError` (not retriable), raised where
+the connection is made or re-authenticated.
 
 Invariants: requests on one connection are answered in send order (Kafka processes a connection's requests one at
 a time), so responses are matched to the oldest request in flight and a correlation-id mismatch closes the
@@ -29,7 +35,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import random
 import socket
+import ssl
 import struct
 import time
 import uuid
@@ -39,14 +47,23 @@ from typing import NamedTuple
 import kafka.errors as Errors
 from kafka.future import Future
 
+from mirror_core.errors import ClusterUnavailableError
+from mirror_core.sasl import SaslExchangeError, new_exchange
+from mirror_core.wire_channel import FastSecurity, HandshakeRefused, PlainChannel, TlsChannel
+
 API_PRODUCE = 0
 API_FETCH = 1
+API_SASL_HANDSHAKE = 17
 API_VERSIONS = 18
+API_SASL_AUTHENTICATE = 36
 PRODUCE_VERSIONS = (3, 11)     # v12+ means "transaction version 2", v13+ topic ids only: not spoken here
 FETCH_VERSIONS = (4, 18)
 PRODUCE_FLEXIBLE = 9
 FETCH_FLEXIBLE = 12
 FETCH_TOPIC_IDS = 13
+SASL_HANDSHAKE_VERSION = 1       # v1: the exchange itself travels in SaslAuthenticate requests
+SASL_AUTHENTICATE_VERSIONS = (1, 2)   # v1+ answers with session_lifetime_ms (KIP-368); v2 is flexible
+SASL_AUTHENTICATE_FLEXIBLE = 2
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -457,6 +474,59 @@ def _partition_tags(r: _Reader) -> EpochEndOffset | None:
     return diverging
 
 
+# -- SASL -------------------------------------------------------------------------------------------------------
+
+def encode_sasl_handshake_request(correlation_id: int, client_id: str | None, mechanism: str) -> bytes:
+    """A framed SaslHandshakeRequest v1 (header v1, the mechanism name)."""
+    body = _string(mechanism, compact=False)
+    return request_header(API_SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION, correlation_id, client_id, False,
+                          len(body)) + body
+
+
+class SaslHandshakeResult(NamedTuple):
+    error_code: int
+    mechanisms: list[str]
+
+
+def decode_sasl_handshake_response(frame: memoryview) -> SaslHandshakeResult:
+    r = _Reader(frame)
+    error_code = r.i16()
+    return SaslHandshakeResult(error_code, [r.string(False) for _ in range(max(r.array(False), 0))])
+
+
+def encode_sasl_authenticate_request(version: int, correlation_id: int, client_id: str | None,
+                                     auth_bytes: bytes) -> list:
+    """A framed SaslAuthenticateRequest v1 or v2 as a list of buffers (the auth bytes are not copied into the
+    header: they hold a credential, and nothing here keeps them longer than the send)."""
+    if not SASL_AUTHENTICATE_VERSIONS[0] <= version <= SASL_AUTHENTICATE_VERSIONS[1]:
+        raise ValueError(f"SaslAuthenticateRequest v{version} is not hand-encoded")
+    flexible = version >= SASL_AUTHENTICATE_FLEXIBLE
+    length = uvarint(len(auth_bytes) + 1) if flexible else _I32.pack(len(auth_bytes))
+    tail = b"\x00" if flexible else b""
+    header = request_header(API_SASL_AUTHENTICATE, version, correlation_id, client_id, flexible,
+                            len(length) + len(auth_bytes) + len(tail))
+    return [header + length, auth_bytes, tail]
+
+
+class SaslAuthenticateResult(NamedTuple):
+    error_code: int
+    error_message: str | None
+    auth_bytes: bytes
+    session_lifetime_ms: int
+
+
+def decode_sasl_authenticate_response(version: int, frame: memoryview) -> SaslAuthenticateResult:
+    flexible = version >= SASL_AUTHENTICATE_FLEXIBLE
+    r = _Reader(frame)
+    error_code = r.i16()
+    message = r.string(flexible)
+    auth = r.bytes_view(flexible)
+    lifetime = r.i64()
+    if flexible:
+        r.skip_tags()
+    return SaslAuthenticateResult(error_code, message, b"" if auth is None else bytes(auth), lifetime)
+
+
 # -- the connection ---------------------------------------------------------------------------------------------
 
 class _FastFuture(Future):
@@ -464,23 +534,42 @@ class _FastFuture(Future):
 
 
 class FastConnection:
-    """One PLAINTEXT socket to one broker: pipelined Produce and Fetch requests, answered in order.
+    """One socket to one broker, PLAINTEXT or TLS, SASL-authenticated or not: pipelined Produce and Fetch requests,
+    answered in order.
 
-    Single-threaded and blocking: :meth:`send` writes a whole request (``sendmsg``), :meth:`wait` reads responses
-    in order until the given future is resolved. See the module docstring for the invariants.
+    Single-threaded and blocking: :meth:`send` writes a whole request, :meth:`wait` reads responses in order until
+    the given future is resolved. See the module docstring for the invariants.
+
+    Security (``security``, a :class:`~mirror_core.wire_channel.FastSecurity`): TLS wraps the socket before the
+    first request (:class:`~mirror_core.wire_channel.TlsChannel`, hostname verified against ``host``); SASL runs
+    after ApiVersions: SaslHandshake v1, then SaslAuthenticate v1/v2 rounds of the mechanism's exchange
+    (:mod:`mirror_core.sasl`). KIP-368: when the broker grants a session lifetime, the connection re-authenticates
+    between requests once 85-95 % of it has passed (the Java client's jitter): :meth:`send` first lets the requests
+    in flight finish (their futures resolve), then runs the exchange again on the same connection. A refused
+    certificate or login raises :class:`~mirror_core.errors.ClusterUnavailableError` (not retriable) naming
+    ``cluster_name``, the broker, and for SASL the mechanism and user.
     """
 
     def __init__(self, host: str, port: int, *, client_id: str | None = "shoal", node_id: int | None = None,
-                 connect_timeout_s: float = 10.0, request_timeout_s: float = 30.0):
+                 connect_timeout_s: float = 10.0, request_timeout_s: float = 30.0,
+                 security: FastSecurity | None = None, cluster_name: str | None = None,
+                 reauthenticate: bool = True):
         self.node_id = node_id
         self.address = (host, port)
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
+        self.security = security or FastSecurity()
+        self.cluster_name = cluster_name
+        self.reauthenticate = reauthenticate     # False only to show what a broker does without it (tests)
         self._correlation_id = 0
         # (correlation id, future, decoder, flexible response header, deadline) per request, in send order
         self._in_flight: collections.deque = collections.deque()
         self._throttled_until = 0.0
         self._header = bytearray(4)
+        self._reauth_at: float | None = None     # monotonic time of the next re-authentication (KIP-368)
+        self._salted: dict = {}                  # SCRAM's PBKDF2 result, reused by re-authentications
+        self.authentications = 0
+        self.session_lifetime_ms = 0
         self.closed = False
         try:
             self._sock = socket.create_connection(self.address, timeout=connect_timeout_s)
@@ -488,14 +577,32 @@ class FastConnection:
         except OSError as exc:
             self.closed = True
             raise Errors.KafkaConnectionError(f"connecting to {host}:{port}: {exc}") from None
+        self._channel = PlainChannel(self._sock)
         try:
+            if self.security.tls:
+                channel = TlsChannel(self._sock, self.security.ssl_context, host)
+                try:
+                    channel.handshake(f"{host}:{port}")
+                except (OSError, ssl.SSLError) as exc:
+                    raise Errors.KafkaConnectionError(f"{self!r}: TLS handshake: {exc}") from None
+                self._channel = channel
             self.api_versions = self._handshake()
+            if self.security.sasl:
+                self._authenticate()
+        except HandshakeRefused as exc:
+            self.close()
+            raise self._refused(exc) from None
         except BaseException:
             self.close()
             raise
 
     def __repr__(self) -> str:
         return f"FastConnection(node={self.node_id}, {self.address[0]}:{self.address[1]})"
+
+    @property
+    def tls_version(self) -> str | None:
+        """The negotiated TLS version ("TLSv1.3"), None on a plain connection."""
+        return self._channel.version if isinstance(self._channel, TlsChannel) else None
 
     # -- versions --------------------------------------------------------------------------------------------
 
@@ -519,12 +626,86 @@ class FastConnection:
         self._correlation_id = (self._correlation_id + 1) % 2**31
         return self._correlation_id
 
+    # -- SASL ------------------------------------------------------------------------------------------------
+
+    def _authenticate(self, *, again: bool = False) -> None:
+        """SaslHandshake v1 + SaslAuthenticate rounds; raises :class:`HandshakeRefused` on a refused login and
+        kafka-python's retriable errors on transport trouble. Only called with nothing in flight. On a first
+        login a connection the broker closes mid-exchange counts as refused (brokers often close before their
+        error response is out); on a re-authentication (``again``) it is a transport failure, retried on a new
+        connection that logs in afresh."""
+        sec = self.security
+        who = f"SASL {sec.sasl_mechanism} login as {sec.sasl_username!r}"
+        correlation_id = self._next_correlation_id()
+        handshake = self._round_trip(
+            [encode_sasl_handshake_request(correlation_id, self.client_id, sec.sasl_mechanism)],
+            decode_sasl_handshake_response, False, correlation_id, who, again)
+        if handshake.error_code:
+            enabled = ", ".join(handshake.mechanisms) or "none"
+            raise HandshakeRefused("sasl", self._where(), f"{who} refused: the broker does not enable "
+                                   f"{sec.sasl_mechanism} on this listener (enabled: {enabled})")
+        version = self.version(API_SASL_AUTHENTICATE, *SASL_AUTHENTICATE_VERSIONS)
+        exchange = new_exchange(sec.sasl_mechanism, sec.sasl_username, sec.sasl_password,
+                                salted_cache=self._salted)
+        started = time.monotonic()
+        message: bytes | None = exchange.first()
+        while message is not None:
+            correlation_id = self._next_correlation_id()
+            answer = self._round_trip(
+                encode_sasl_authenticate_request(version, correlation_id, self.client_id, message),
+                lambda frame, v=version: decode_sasl_authenticate_response(v, frame),
+                version >= SASL_AUTHENTICATE_FLEXIBLE, correlation_id, who, again)
+            if answer.error_code:
+                error = Errors.for_code(answer.error_code).__name__
+                raise HandshakeRefused("sasl", self._where(), f"{who} refused ({error}: "
+                                       f"{answer.error_message or 'no message'}); check sasl.mechanism, "
+                                       "sasl.username and sasl.password")
+            try:
+                message = exchange.respond(answer.auth_bytes)
+            except SaslExchangeError as exc:
+                raise HandshakeRefused("sasl", self._where(), f"{who} failed: {exc}") from None
+        self.session_lifetime_ms = max(answer.session_lifetime_ms, 0)
+        self.authentications += 1
+        self._reauth_at = (started + self.session_lifetime_ms / 1000 * random.uniform(0.85, 0.95)
+                           if self.session_lifetime_ms and self.reauthenticate else None)
+
+    def _round_trip(self, parts, decoder, flexible: bool, correlation_id: int, who: str, again: bool):
+        future = self.send(parts, decoder, flexible_response=flexible, correlation_id=correlation_id)
+        self.wait(future)
+        if future.failed():
+            if isinstance(future.exception, Errors.KafkaConnectionError) and not again:
+                raise HandshakeRefused("sasl", self._where(), f"{who}: the broker closed the connection during "
+                                       "authentication (refused login?); check sasl.mechanism, sasl.username "
+                                       "and sasl.password") from None
+            raise future.exception
+        return future.value
+
+    def _reauthenticate(self) -> None:
+        """KIP-368, between requests: drain what is in flight, then authenticate again on this connection."""
+        while self._in_flight and not self.closed:
+            self._read_one()
+        if self.closed:
+            return
+        try:
+            self._authenticate(again=True)
+        except HandshakeRefused as exc:
+            self._fail(Errors.KafkaConnectionError(f"{self!r}: re-authentication refused"))
+            raise self._refused(exc) from None
+
+    def _where(self) -> str:
+        return f"broker {self.address[0]}:{self.address[1]}"
+
+    def _refused(self, exc: HandshakeRefused) -> ClusterUnavailableError:
+        return ClusterUnavailableError(self.cluster_name or "?", f"{self.address[0]}:{self.address[1]}",
+                                       exc.reason, retriable=False)
+
     # -- requests --------------------------------------------------------------------------------------------
 
     def produce(self, *, transactional_id: str | None, acks: int, timeout_ms: int,
                 topic_data: Sequence[ProduceTopicData], max_version: int = PRODUCE_VERSIONS[1],
                 request_timeout_ms: int | None = None) -> Future:
         """Send a ProduceRequest; the future's value is a :class:`ProduceResult`."""
+        self._maybe_reauthenticate()
         version = self.version(API_PRODUCE, PRODUCE_VERSIONS[0], min(max_version, PRODUCE_VERSIONS[1]))
         correlation_id = self._next_correlation_id()
         parts = encode_produce_request(version, correlation_id, self.client_id, transactional_id=transactional_id,
@@ -537,6 +718,7 @@ class FastConnection:
                     **fields) -> Future:
         """Send a FetchRequest (see :func:`encode_fetch_request` for ``fields``); the future's value is a
         :class:`FetchResult` once :meth:`wait` read it, or a kafka-python error on transport failure."""
+        self._maybe_reauthenticate()
         version = self.version(API_FETCH, max(min_version, FETCH_VERSIONS[0]), min(max_version, FETCH_VERSIONS[1]))
         correlation_id = self._next_correlation_id()
         data = encode_fetch_request(version, correlation_id, self.client_id, **fields)
@@ -553,6 +735,10 @@ class FastConnection:
             raise future.exception
         return future.value
 
+    def _maybe_reauthenticate(self) -> None:
+        if self._reauth_at is not None and not self.closed and time.monotonic() >= self._reauth_at:
+            self._reauthenticate()
+
     def send(self, parts, decoder: Callable[[memoryview], object], *, flexible_response: bool,
              correlation_id: int, timeout_ms: int | None = None) -> Future:
         """Write one framed request (a list of buffers) and queue its decoder; the future resolves in :meth:`wait`."""
@@ -567,27 +753,13 @@ class FastConnection:
             self._throttled_until = 0.0
         timeout_s = self.request_timeout_s if timeout_ms is None else timeout_ms / 1000
         try:
-            self._sendall(parts, timeout_s)
-        except OSError as exc:
+            self._sock.settimeout(timeout_s)
+            self._channel.send(parts)
+        except (OSError, ssl.SSLError) as exc:
             self._fail(_transport_error(exc, self))
             return future.failure(_transport_error(exc, self))
         self._in_flight.append((correlation_id, future, decoder, flexible_response, time.monotonic() + timeout_s))
         return future
-
-    def _sendall(self, parts, timeout_s: float) -> None:
-        sock = self._sock
-        sock.settimeout(timeout_s)
-        pending = [part for part in parts if len(part)]
-        while pending:
-            sent = sock.sendmsg(pending)
-            while sent:
-                first = len(pending[0]) if not isinstance(pending[0], memoryview) else pending[0].nbytes
-                if sent >= first:
-                    sent -= first
-                    pending.pop(0)
-                else:
-                    pending[0] = memoryview(pending[0]).cast("B")[sent:]
-                    sent = 0
 
     def wait(self, future: Future) -> None:
         """Read responses in order until ``future`` is resolved (it fails if the connection does)."""
@@ -607,7 +779,7 @@ class FastConnection:
                 raise Errors.KafkaProtocolError(f"invalid frame length {size}")
             frame = bytearray(size)
             self._recv_exact(memoryview(frame))
-        except (OSError, Errors.KafkaError) as exc:
+        except (OSError, ssl.SSLError, Errors.KafkaError) as exc:
             self._fail(_transport_error(exc, self))
             return
         self._in_flight.popleft()
@@ -634,13 +806,12 @@ class FastConnection:
         future.success(value)
 
     def _recv_exact(self, view: memoryview) -> None:
-        sock = self._sock
-        got, total = 0, len(view)
-        while got < total:
-            n = sock.recv_into(view[got:])
-            if n == 0:
-                raise Errors.KafkaConnectionError(f"{self!r}: connection closed by the broker")
-            got += n
+        recv_into, got, total = self._channel.recv_into, 0, len(view)
+        try:
+            while got < total:
+                got += recv_into(view[got:])
+        except ConnectionResetError as exc:
+            raise Errors.KafkaConnectionError(f"{self!r}: {exc}") from None
 
     def _fail(self, error: BaseException) -> None:
         in_flight, self._in_flight = self._in_flight, collections.deque()
@@ -652,6 +823,7 @@ class FastConnection:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self._reauth_at = None
             with contextlib.suppress(OSError):
                 self._sock.close()
         while self._in_flight:

@@ -633,7 +633,7 @@ class _Transport:
     """Several requests in flight on one target client: ``send`` returns a kafka-python Future at once, ``wait``
     drives the network until a given one is answered.
 
-    A client with ``fast_connection(node)`` (:class:`WireClient` on a PLAINTEXT cluster) sends hand-encoded Produce
+    A client with ``fast_connection(node)`` (:class:`WireClient`, any security protocol) sends hand-encoded Produce
     requests on its own socket to the broker (:mod:`mirror_core.wire_fastpath`: the batches go to ``sendmsg``
     without a copy, no event-loop turns); one offering ``send_async(node, request, timeout_ms)`` / ``wait(future)``
     is used through them; any other client (test fakes) synchronously through ``send``, its futures coming back

@@ -1,10 +1,11 @@
 """Shoal's local Kafka sandbox: named single-node KRaft clusters started as JVM processes on loopback.
 
-``source`` and ``target`` (newest Kafka 4.x; ``source`` also has a SASL_SSL/SCRAM listener with a throw-away CA)
-are the default pair; ``legacy`` runs Kafka 3.9 for cross-version work. Used by ``shoal sandbox up|down|status``,
-the README's main job and the test suite. ``replicated`` (a controller-only node and two brokers, :mod:`.quorum`) is
-started only by the tests that need leader changes, through :meth:`Sandbox.replicated`. Files:
-``<sandbox_dir>/<cluster>/`` (see :mod:`.broker`); jars are cached under ``<cache_dir>/kafka/<version>/lib``.
+``source`` and ``target`` (newest Kafka 4.x, each also with a SASL_SSL listener: PLAIN and SCRAM users, a
+throw-away CA per cluster) are the default pair; ``legacy`` runs Kafka 3.9 for cross-version work. Used by
+``shoal sandbox up|down|status``, the README's main job and the test suite. ``replicated`` (a controller-only node
+and two brokers, :mod:`.quorum`) is started only by the tests that need leader changes, through
+:meth:`Sandbox.replicated`. Files: ``<sandbox_dir>/<cluster>/`` (see :mod:`.broker`); jars are cached under
+``<cache_dir>/kafka/<version>/lib``.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Sandbox:
         return [self.broker(n).status() for n in (names or CLUSTERS)]
 
     def write_clusters_file(self) -> Path:
-        """``<sandbox>/clusters.yaml``: every running cluster's PLAINTEXT settings (and ``source-secure``), in the
+        """``<sandbox>/clusters.yaml``: every running cluster's PLAINTEXT settings (and ``<name>-secure``), in the
         clusters-file format the backfill job reads. Private to the user (0600): it holds the SCRAM password."""
         import yaml
 
@@ -71,7 +72,8 @@ class Sandbox:
         for status in self.status():
             if status.running:
                 clusters[status.name] = self.client_config(status.name)
-                if status.secure_bootstrap:
+                # a broker started before its spec gained a secure listener has none until it restarts
+                if status.secure_bootstrap and "secure" in self.broker(status.name).info():
                     clusters[f"{status.name}-secure"] = self.client_config(status.name, secure=True)
         path = self.sandbox_dir / "clusters.yaml"
         path.touch(mode=0o600, exist_ok=True)

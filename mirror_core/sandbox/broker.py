@@ -114,8 +114,9 @@ class SandboxBroker:
         lib = self.resolve()
         self.home.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
-        tls_meta = tls.ensure_tls_material(self.home / "tls") if self.spec.secure_port else None
-        self.properties.write_text(self._render_properties(tls_meta))
+        tls_meta = tls.ensure_tls_material(self.home / "tls", self.spec.tls_names) if self.spec.secure_port else None
+        users = self._users() if self.spec.secure_port else None
+        self.properties.write_text(self._render_properties(tls_meta, users))
         self.properties.chmod(0o600)
         if not (self.data_dir / "meta.properties").exists():
             self._format(lib)
@@ -125,7 +126,7 @@ class SandboxBroker:
             if pid is not None:
                 self._terminate(pid)
             raise SandboxError(self._failure(f"did not answer Metadata within {timeout:.0f}s"))
-        self._write_info(tls_meta)
+        self._write_info(tls_meta, users)
         return self.status()
 
     def stop(self, *, timeout: float = 30.0) -> bool:
@@ -152,8 +153,8 @@ class SandboxBroker:
                 f"-Dkafka.logs.dir={self.log_dir}", f"{log_prop}{log_cfg}",
                 "-cp", f"{lib}/*", main, *args]
 
-    def _render_properties(self, tls_meta: dict | None) -> str:
-        return render_server_properties(self.spec, data_dir=str(self.data_dir), tls=tls_meta)
+    def _render_properties(self, tls_meta: dict | None, users: dict[str, str] | None = None) -> str:
+        return render_server_properties(self.spec, data_dir=str(self.data_dir), tls=tls_meta, users=users)
 
     def _new_cluster_id(self) -> str:
         """The id a first start formats the storage with (the nodes of one multi-node cluster share theirs)."""
@@ -200,33 +201,40 @@ class SandboxBroker:
                         f"(find it with `ss -ltnp 'sport = :{port}'`); stop it and rerun `shoal sandbox up`"
                     ) from None
 
-    def _write_info(self, tls_meta: dict | None) -> None:
+    def _write_info(self, tls_meta: dict | None, users: dict[str, str] | None) -> None:
         info: dict = {"name": self.spec.name, "version": self.spec.version, "bootstrap": self.spec.bootstrap,
                       "cluster_id": self._cluster_id()}
-        if tls_meta is not None:
-            users = self._ensure_scram_users()
+        if tls_meta is not None and users is not None:
+            self._ensure_scram_users(users)
             info["secure"] = {"bootstrap": self.spec.secure_bootstrap, "security.protocol": "SASL_SSL",
                               "sasl.mechanism": SCRAM_MECHANISM, "ssl.ca.location": tls_meta["ca"],
                               "users": users}
         self.info_file.write_text(json.dumps(info, indent=2))
         self.info_file.chmod(0o600)
 
-    def _ensure_scram_users(self) -> dict[str, str]:
-        """SCRAM users with random passwords, created through the Admin API (no secret on a command line)."""
-        from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-
+    def _users(self) -> dict[str, str]:
+        """The secure listener's users and their random passwords: those of an earlier start (kept in
+        ``cluster.json``, private to the user), else new ones. Known before the broker starts, since the PLAIN
+        mechanism reads them from ``server.properties`` (also 0600)."""
         old = json.loads(self.info_file.read_text()).get("secure", {}).get("users") if self.info_file.exists() \
             else None
-        users = old or {name: secrets.token_urlsafe(18) for name in SCRAM_USERS}
+        return old or {name: secrets.token_urlsafe(18) for name in SCRAM_USERS}
+
+    def _ensure_scram_users(self, users: dict[str, str]) -> None:
+        """SCRAM-SHA-256 and SCRAM-SHA-512 credentials for ``users``, created through the Admin API (no secret on
+        a command line)."""
+        from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
         admin = AdminClient({"bootstrap.servers": self.spec.bootstrap, "log_level": 0})
-        upserts = [UserScramCredentialUpsertion(name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
-                                                password.encode()) for name, password in users.items()]
-        for name, fut in admin.alter_user_scram_credentials(upserts).items():
-            try:
-                fut.result(timeout=30)
-            except Exception as exc:  # noqa: BLE001
-                raise SandboxError(f"could not create SCRAM user {name!r} on {self.spec.name!r}: {exc}") from exc
-        return users
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):  # one per request (broker)
+            upserts = [UserScramCredentialUpsertion(name, ScramCredentialInfo(mechanism, 4096), password.encode())
+                       for name, password in users.items()]
+            for name, fut in admin.alter_user_scram_credentials(upserts).items():
+                try:
+                    fut.result(timeout=30)
+                except Exception as exc:  # noqa: BLE001
+                    raise SandboxError(f"could not create {mechanism.name} user {name!r} on {self.spec.name!r}: "
+                                       f"{exc}") from exc
 
     def _cluster_id(self) -> str | None:
         meta = self.data_dir / "meta.properties"

@@ -2,7 +2,8 @@
 
 Generated once per sandbox directory with ``cryptography``: ``ca.pem`` (what clients trust, librdkafka's
 ``ssl.ca.location``) and ``broker.p12`` (the broker's PKCS12 keystore, certificate for ``localhost`` and
-``127.0.0.1``). The keystore password is random and written only to files inside the sandbox directory.
+``127.0.0.1`` unless told other names). The keystore password is random and written only to files inside the
+sandbox directory.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
 
 
-def ensure_tls_material(tls_dir: Path) -> dict[str, str]:
-    """Create (or reuse) the CA and broker keystore in ``tls_dir``; returns paths and the keystore password."""
+def ensure_tls_material(tls_dir: Path, names: tuple[str, ...] = ("localhost", "127.0.0.1")) -> dict[str, str]:
+    """Create (or reuse) the CA and broker keystore in ``tls_dir``; returns paths and the keystore password.
+    The broker certificate carries ``names`` (DNS names and IP addresses) as subject alternative names."""
     meta_path = tls_dir / "tls.json"
     if meta_path.exists():
         return json.loads(meta_path.read_text())
@@ -45,14 +47,13 @@ def ensure_tls_material(tls_dir: Path) -> dict[str, str]:
     broker_key = ec.generate_private_key(ec.SECP256R1())
     broker_cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
         .issuer_name(ca_name)
         .public_key(broker_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=365))
-        .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([_san(name) for name in names]), critical=False)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -69,3 +70,10 @@ def ensure_tls_material(tls_dir: Path) -> dict[str, str]:
     meta_path.write_text(json.dumps(meta))
     meta_path.chmod(0o600)
     return meta
+
+
+def _san(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)

@@ -35,8 +35,11 @@ def _stop_after_first_write(result) -> None:
         raise _Stopped
 
 
+@pytest.mark.parametrize("start", [0, 10], ids=["batch-start", "mid-batch"])
 def test_an_at_least_once_first_run_stopped_before_its_first_commit_leaves_only_reported_duplicates(
-        source_cluster, target_cluster, unique_name, caplog):
+        source_cluster, target_cluster, unique_name, caplog, start):
+    """``mid-batch``: the range starts inside the first batch (a timestamp start, a DeleteRecords log start); the
+    retry of the same range must resume where the first run began, not refuse a skip below its start."""
     topic = unique_name()
     target_topic, pipeline = f"dr.{topic}", f"p.{topic}"
     source_cluster.create_topic(topic)
@@ -47,19 +50,19 @@ def test_an_at_least_once_first_run_stopped_before_its_first_commit_leaves_only_
             WireClient.for_cluster(target_cluster.config) as target:
         store = CheckpointStore(target_cluster.config, target)
         store.ensure_topic()
-        rng = PartitionRange(topic, 0, 0, RECORDS, target_topic, 0)
+        rng = PartitionRange(topic, 0, start, RECORDS, target_topic, 0)
         with pytest.raises(_Stopped):
             _copier(source, target, store, pipeline).copy(rng, _stop_after_first_write)
         first_run = len(target_cluster.read_all(target_topic))
-        assert 0 < first_run < RECORDS, f"the first run wrote {first_run} records before it stopped"
+        assert 0 < first_run < RECORDS - start, f"the first run wrote {first_run} records before it stopped"
 
         # the restarted process: a new writer of the lane (fencing the first), resuming from what is stored
         session = _copier(source, target, store, pipeline).open_lane(topic, 0, target_topic, 0)
         with caplog.at_level(logging.WARNING, logger="mirror_core.checkpointed"):
-            result = session.copy(0, RECORDS)
+            result = session.copy(start, RECORDS)
     assert result.source_end == RECORDS
     values = [r.value for r in target_cluster.read_all(target_topic)]
-    expected = [b"v%d" % i for i in range(first_run)] + [b"v%d" % i for i in range(RECORDS)]
+    expected = [b"v%d" % i for i in range(start, start + first_run)] + [b"v%d" % i for i in range(start, RECORDS)]
     assert values == expected, "the target is not the first run's copies followed by the whole source"
     assert session.duplicates_reported == first_run, \
         f"{first_run} records were copied twice, {session.duplicates_reported} reported"

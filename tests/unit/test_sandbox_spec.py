@@ -8,6 +8,7 @@ from mirror_core.sandbox.spec import (
     CLUSTERS,
     FAST_TIMERS,
     QUORUM_CLUSTERS,
+    ClusterSpec,
     render_quorum_node_properties,
     render_server_properties,
 )
@@ -36,13 +37,27 @@ def test_ports_never_collide_between_clusters():
     assert len(ports) == len(set(ports))
 
 
-def test_secure_listener_is_sasl_ssl_scram_with_the_keystore():
-    spec = CLUSTERS["source"]
-    props = _props(render_server_properties(spec, data_dir="/d", tls={"keystore": "/k.p12", "password": "s3cret"}))
+@pytest.mark.parametrize("name", ["source", "target"])
+def test_secure_listener_is_sasl_ssl_plain_and_scram_with_the_keystore(name):
+    spec = CLUSTERS[name]
+    props = _props(render_server_properties(spec, data_dir="/d", tls={"keystore": "/k.p12", "password": "s3cret"},
+                                            users={"shoal": "pw-1", "alice": "pw-2"}))
     assert "SECURE:SASL_SSL" in props["listener.security.protocol.map"]
-    assert props["listener.name.secure.sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert f"SECURE://localhost:{spec.secure_port}" in props["advertised.listeners"]
+    assert props["listener.name.secure.sasl.enabled.mechanisms"] == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    assert props["listener.name.secure.plain.sasl.jaas.config"] == (
+        'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="pw-2" user_shoal="pw-1";')
+    for scram in ("scram-sha-256", "scram-sha-512"):
+        assert "ScramLoginModule" in props[f"listener.name.secure.{scram}.sasl.jaas.config"]
     assert props["listener.name.secure.ssl.keystore.location"] == "/k.p12"
     assert props["inter.broker.listener.name"] == "PLAINTEXT"
+
+
+def test_extra_properties_of_a_private_broker_come_last():
+    spec = ClusterSpec("private", CLUSTERS["source"].version, 1, 2, extra=(("connections.max.reauth.ms", "3000"),
+                                                                            ("log.cleaner.backoff.ms", "10")))
+    props = _props(render_server_properties(spec, data_dir="/d"))
+    assert props["connections.max.reauth.ms"] == "3000" and props["log.cleaner.backoff.ms"] == "10"
 
 
 def test_secure_listener_without_tls_material_is_refused():

@@ -1,0 +1,229 @@
+"""The byte channel under the fast connection: a plain TCP socket, or TLS through ``ssl.SSLObject`` and memory BIOs.
+
+Why memory BIOs: ``ssl.SSLSocket`` has no ``sendmsg``, and the fast path's point is that a Produce request is a list
+of buffers (the record batches themselves, never joined). Here the plaintext buffers go to ``SSLObject.write``
+as they are (OpenSSL reads them in place; small header pieces are first gathered into one TLS record so a request
+is not cut into many tiny records), the ciphertext is drained from the outgoing BIO in ~256 KiB slices and handed
+to one ``sendmsg`` per slice; on the way in, one reusable buffer takes ``recv_into`` and feeds the incoming BIO,
+and ``SSLObject.read`` decrypts straight into the caller's frame buffer. Encryption is the only copy added.
+
+Also here: :class:`FastSecurity`, what the fast connection needs from a cluster's librdkafka-style settings
+(``security.protocol``, ``ssl.ca.location``, client certificate, ``ssl.endpoint.identification.algorithm``,
+``sasl.*``), and :class:`HandshakeRefused`, a TLS or SASL refusal that retrying will not cure.
+
+Invariants: a channel is used by one thread; :meth:`send` returns only when every byte is with the kernel;
+:meth:`recv_into` returns at least one byte or raises (0 is never returned: a closed peer is an error). TLS
+hostname verification is on unless the settings say ``ssl.endpoint.identification.algorithm=none``; the
+certificate chain is always verified (against ``ssl.ca.location``, or the system store when that is unset).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+_SEND_SLICE = 256 * 1024        # plaintext per SSLObject.write, ciphertext per sendmsg
+_GATHER_BELOW = 16 * 1024       # parts smaller than one TLS record are gathered before encryption
+_RECV_BUFFER = 256 * 1024
+
+
+class HandshakeRefused(Exception):
+    """The broker's certificate failed verification, or the broker refused the SASL login: not retriable.
+
+    ``stage`` is ``"tls"`` or ``"sasl"``; the message names the broker address and (for SASL) the mechanism and
+    user, never a password."""
+
+    def __init__(self, stage: str, address: str, reason: str):
+        self.stage = stage
+        self.address = address
+        self.reason = reason
+        super().__init__(f"{address}: {reason}")
+
+
+@dataclass(frozen=True)
+class FastSecurity:
+    """How the fast connection secures itself, derived once per cluster from its settings."""
+
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str]) -> FastSecurity:
+        """From validated librdkafka-style settings (:func:`mirror_core.cluster.validate_settings`)."""
+        protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+        context = tls_context(settings) if protocol in ("SSL", "SASL_SSL") else None
+        if not protocol.startswith("SASL_"):
+            return cls(protocol, context)
+        mechanism = str(settings.get("sasl.mechanism", settings.get("sasl.mechanisms", ""))).upper()
+        return cls(protocol, context, mechanism, str(settings["sasl.username"]), str(settings["sasl.password"]))
+
+
+def tls_context(settings: Mapping[str, str]) -> ssl.SSLContext:
+    """A client TLS context: the CA from ``ssl.ca.location`` (else the system store), an optional client
+    certificate, hostname verification unless ``ssl.endpoint.identification.algorithm`` is ``none``."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.get("ssl.ca.location") or None)
+    if settings.get("ssl.certificate.location"):
+        context.load_cert_chain(settings["ssl.certificate.location"], settings.get("ssl.key.location") or None,
+                                settings.get("ssl.key.password") or None)
+    if str(settings.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+        context.check_hostname = False
+    return context
+
+
+class PlainChannel:
+    """A connected TCP socket: ``sendmsg`` of the caller's buffers, ``recv_into`` the caller's buffer."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    def send(self, parts) -> None:
+        _sendmsg_all(self.sock, [part for part in parts if len(part)])
+
+    def recv_into(self, view: memoryview) -> int:
+        n = self.sock.recv_into(view)
+        if n == 0:
+            raise ConnectionResetError("connection closed by the broker")
+        return n
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class TlsChannel:
+    """TLS over a connected TCP socket through ``ssl.SSLObject`` and two memory BIOs (see the module docstring).
+
+    :meth:`handshake` must succeed before :meth:`send` / :meth:`recv_into`; a certificate that fails verification
+    raises :class:`HandshakeRefused` naming ``server_hostname``."""
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: str):
+        self.sock = sock
+        self.server_hostname = server_hostname
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=False,
+                                     server_hostname=server_hostname)
+        self._buffer = bytearray(_RECV_BUFFER)
+        self._view = memoryview(self._buffer)
+
+    @property
+    def version(self) -> str | None:
+        return self._ssl.version()
+
+    def handshake(self, address: str) -> None:
+        while True:
+            try:
+                self._ssl.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                self._fill()
+            except ssl.SSLCertVerificationError as exc:
+                raise HandshakeRefused("tls", address, _verify_reason(exc, self.server_hostname)) from None
+        self._flush()
+
+    def send(self, parts) -> None:
+        out, gathered = self._outgoing, bytearray()
+        pending: list[bytes] = []
+        pending_bytes = 0
+        for part in parts:
+            size = part.nbytes if isinstance(part, memoryview) else len(part)
+            if not size:
+                continue
+            if size < _GATHER_BELOW:
+                gathered += part
+                if len(gathered) < _GATHER_BELOW:
+                    continue
+                chunks, gathered = (gathered,), bytearray()
+            else:
+                if gathered:
+                    self._write(gathered)
+                    gathered = bytearray()
+                view = memoryview(part).cast("B")
+                chunks = [view[i:i + _SEND_SLICE] for i in range(0, size, _SEND_SLICE)]
+            for chunk in chunks:
+                self._write(chunk)
+                if out.pending >= _SEND_SLICE:
+                    pending.append(out.read())
+                    pending_bytes += len(pending[-1])
+                    if pending_bytes >= _SEND_SLICE:
+                        _sendmsg_all(self.sock, pending)
+                        pending, pending_bytes = [], 0
+        if gathered:
+            self._write(gathered)
+        if out.pending:
+            pending.append(out.read())
+        if pending:
+            _sendmsg_all(self.sock, pending)
+
+    def recv_into(self, view: memoryview) -> int:
+        while True:
+            try:
+                n = self._ssl.read(len(view), view)
+            except ssl.SSLWantReadError:
+                self._fill()
+                continue
+            except ssl.SSLZeroReturnError:
+                raise ConnectionResetError("TLS session closed by the broker") from None
+            if self._outgoing.pending:      # post-handshake messages (TLS 1.3 key update) to answer
+                self._flush()
+            if n == 0:
+                raise ConnectionResetError("TLS session closed by the broker")
+            return n
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def _write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        while view.nbytes:
+            written = self._ssl.write(view)
+            view = view[written:]
+
+    def _flush(self) -> None:
+        if self._outgoing.pending:
+            self.sock.sendall(self._outgoing.read())
+
+    def _fill(self) -> None:
+        n = self.sock.recv_into(self._buffer)
+        if n == 0:
+            raise ConnectionResetError("connection closed by the broker during TLS")
+        self._incoming.write(self._view[:n])
+
+
+def _sendmsg_all(sock: socket.socket, pending: list) -> None:
+    """``sendmsg`` until every buffer is written (partial sends resume mid-buffer, nothing is joined)."""
+    while pending:
+        sent = sock.sendmsg(pending)
+        while sent:
+            first = pending[0].nbytes if isinstance(pending[0], memoryview) else len(pending[0])
+            if sent >= first:
+                sent -= first
+                pending.pop(0)
+            else:
+                pending[0] = memoryview(pending[0]).cast("B")[sent:]
+                sent = 0
+
+
+def _verify_reason(exc: ssl.SSLCertVerificationError, hostname: str) -> str:
+    detail = exc.verify_message or exc.reason or str(exc)
+    if "mismatch" in str(detail).lower() or "hostname" in str(detail).lower():
+        return (f"TLS hostname verification failed: the broker's certificate is not valid for {hostname!r} "
+                f"({detail}); connect by a name the certificate carries, or fix the certificate")
+    return (f"TLS certificate verification failed for {hostname!r} ({detail}); check ssl.ca.location "
+            "(the CA that signed the broker's certificate)")

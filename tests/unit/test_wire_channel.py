@@ -1,0 +1,110 @@
+"""The fast connection's TLS channel (mirror_core.wire_channel) against a local TLS server on a socket pair: a
+request of many buffers (small header pieces gathered, large batches sliced) arrives whole and in order; a host
+name the certificate does not carry and an unknown CA are refused with a sentence naming the host."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import threading
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
+
+from mirror_core.sandbox.tls import ensure_tls_material
+from mirror_core.wire_channel import FastSecurity, HandshakeRefused, TlsChannel, tls_context
+
+
+@pytest.fixture(scope="module")
+def material(tmp_path_factory):
+    home = tmp_path_factory.mktemp("tls")
+    meta = ensure_tls_material(home, ("localhost",))
+    key, cert, _ = pkcs12.load_key_and_certificates(Path(meta["keystore"]).read_bytes(), meta["password"].encode())
+    (home / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()))
+    (home / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return {"ca": meta["ca"], "cert": str(home / "cert.pem"), "key": str(home / "key.pem")}
+
+
+def _echo_server(material, sock: socket.socket, expect: int) -> threading.Thread:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(material["cert"], material["key"])
+
+    def serve():
+        try:
+            with context.wrap_socket(sock, server_side=True) as tls:
+                got = bytearray()
+                while len(got) < expect:
+                    got += tls.recv(65536)
+                tls.sendall(got)
+        except (ssl.SSLError, OSError):
+            sock.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def _channel(material, hostname: str, expect: int, **settings) -> tuple[TlsChannel, threading.Thread]:
+    client, server = socket.socketpair()
+    client.settimeout(10)
+    thread = _echo_server(material, server, expect)
+    context = tls_context({"ssl.ca.location": material["ca"], **settings})
+    return TlsChannel(client, context, hostname), thread
+
+
+def test_a_request_of_many_buffers_arrives_whole_and_in_order(material):
+    big = memoryview(bytearray(os.urandom(700_000)))
+    parts = [b"\x00\x00\x00\x10header", b"t" * 20, big[:300_000], b"mid", bytearray(os.urandom(20_000)),
+             big[300_000:], b"", b"tail" * 5000, b"end"]
+    expected = b"".join(bytes(p) for p in parts)
+    channel, thread = _channel(material, "localhost", len(expected))
+    channel.handshake("localhost:0")
+    assert channel.version in ("TLSv1.2", "TLSv1.3")
+    channel.send(parts)
+    received = bytearray(len(expected))
+    view, got = memoryview(received), 0
+    while got < len(expected):
+        got += channel.recv_into(view[got:])
+    assert received == expected
+    thread.join(10)
+    with pytest.raises(ConnectionResetError):
+        channel.recv_into(memoryview(bytearray(10)))
+    channel.close()
+
+
+def test_a_host_name_the_certificate_does_not_carry_is_refused(material):
+    channel, thread = _channel(material, "127.0.0.1", 1)
+    with pytest.raises(HandshakeRefused) as info:
+        channel.handshake("127.0.0.1:9093")
+    assert info.value.stage == "tls" and "hostname verification failed" in str(info.value)
+    assert "'127.0.0.1'" in str(info.value) and "127.0.0.1:9093" in str(info.value)
+    channel.close()
+    thread.join(10)
+
+
+def test_hostname_verification_can_be_turned_off_but_the_chain_is_still_checked(material):
+    channel, thread = _channel(material, "127.0.0.1", 1, **{"ssl.endpoint.identification.algorithm": "none"})
+    channel.handshake("127.0.0.1:9093")
+    channel.send([b"x"])
+    channel.close()
+    thread.join(10)
+    client, server = socket.socketpair()
+    thread = _echo_server(material, server, 1)
+    no_ca = tls_context({"ssl.endpoint.identification.algorithm": "none"})   # the system store: not our CA
+    with pytest.raises(HandshakeRefused, match="ssl.ca.location"):
+        TlsChannel(client, no_ca, "localhost").handshake("localhost:9093")
+    client.close()
+    thread.join(10)
+
+
+def test_security_from_settings_keeps_the_password_out_of_repr(material):
+    security = FastSecurity.from_settings({"bootstrap.servers": "b:1", "security.protocol": "sasl_ssl",
+                                           "sasl.mechanism": "scram-sha-256", "sasl.username": "u",
+                                           "sasl.password": "pw-123", "ssl.ca.location": material["ca"]})
+    assert security.tls and security.sasl and security.sasl_mechanism == "SCRAM-SHA-256"
+    assert "pw-123" not in repr(security)
+    assert not FastSecurity.from_settings({"bootstrap.servers": "b:1"}).tls
