@@ -26,14 +26,14 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, task
 
-from plugins.operators import (
+from shoal_airflow.operators import (
     ShoalPlanOperator,
     ShoalPreflightOperator,
     ShoalRetentionCheckOperator,
     ShoalSparkBackfillOperator,
     ShoalVerifyOperator,
 )
-from plugins.params import backfill_params
+from shoal_airflow.params import backfill_params
 
 WORK_DIR = "{{ var.value.get('shoal_work_dir', '/tmp/shoal') }}"
 LEDGER_DIR = WORK_DIR + "/ledger"
@@ -55,7 +55,7 @@ with DAG(
 
     @task(retries=0)
     def validate(params=None) -> dict:
-        from plugins.params import validate_backfill_request
+        from shoal_airflow.params import validate_backfill_request
 
         return validate_backfill_request(dict(params))
 

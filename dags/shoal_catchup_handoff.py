@@ -24,9 +24,9 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Param, TaskGroup, task
 
-from plugins.operators import ShoalHandoffOperator, ShoalPlanOperator, ShoalSparkBackfillOperator
-from plugins.params import CONN_ID, NAME, NAMING
-from plugins.sensors import ShoalCaughtUpSensor
+from shoal_airflow.operators import ShoalHandoffOperator, ShoalPlanOperator, ShoalSparkBackfillOperator
+from shoal_airflow.params import CONN_ID, NAME, NAMING
+from shoal_airflow.sensors import ShoalCaughtUpSensor
 
 ROUNDS = 3
 WORK_DIR = "{{ var.value.get('shoal_work_dir', '/tmp/shoal') }}"
@@ -61,8 +61,8 @@ with DAG(
 
             @task.short_circuit(task_id="lagging", ignore_downstream_trigger_rules=False)
             def lagging(params=None) -> bool:
-                from plugins.hooks import ShoalKafkaHook
-                from plugins.lag import measure_lag
+                from shoal_airflow.hooks import ShoalKafkaHook
+                from shoal_airflow.lag import measure_lag
 
                 lag = measure_lag(ShoalKafkaHook(params["source_conn_id"]).get_cluster(),
                                   ShoalKafkaHook(params["target_conn_id"]).get_cluster(), params["pipeline"],

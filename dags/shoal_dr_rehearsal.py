@@ -22,13 +22,13 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, task
 
-from plugins.operators import (
+from shoal_airflow.operators import (
     ShoalDropTopicsOperator,
     ShoalPlanOperator,
     ShoalSparkBackfillOperator,
     ShoalVerifyOperator,
 )
-from plugins.params import CONN_ID, NAME
+from shoal_airflow.params import CONN_ID, NAME
 
 WORK_DIR = "{{ var.value.get('shoal_work_dir', '/tmp/shoal') }}"
 LEDGER_DIR = WORK_DIR + "/ledger"
@@ -77,9 +77,9 @@ with DAG(
 
         from airflow.sdk import Variable
 
-        from plugins.hooks import ShoalKafkaHook
-        from plugins.operators import load_plan
-        from plugins.rehearsal import RehearsalRecord, measure_rpo, write_rehearsal
+        from shoal_airflow.hooks import ShoalKafkaHook
+        from shoal_airflow.operators import load_plan
+        from shoal_airflow.rehearsal import RehearsalRecord, measure_rpo, write_rehearsal
 
         planned, rebuilt = ti.xcom_pull(task_ids="plan"), ti.xcom_pull(task_ids="rebuild")
         plan = load_plan(planned["plan_path"])

@@ -22,8 +22,8 @@ from datetime import datetime, timedelta
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param, task
 
-from plugins.operators import ShoalRetentionCheckOperator
-from plugins.params import CONN_ID, NAME
+from shoal_airflow.operators import ShoalRetentionCheckOperator
+from shoal_airflow.params import CONN_ID, NAME
 
 P = "{{ params.%s }}"
 

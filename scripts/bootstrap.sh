@@ -13,16 +13,23 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python"
 fi
 
 py="${SHOAL_PYTHON:-python3}"
-if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
-  echo "shoal: Python >= 3.10 is required (found $("$py" --version 2>&1)); set SHOAL_PYTHON" >&2
+# the lock is resolved for 3.11 and several of its packages need >= 3.11; Airflow 3.3 excludes 3.15
+if ! "$py" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 15) else 1)'; then
+  echo "shoal: Python 3.11 to 3.14 is required (found $("$py" --version 2>&1)); set SHOAL_PYTHON" >&2
   exit 1
 fi
-if ! command -v uv >/dev/null 2>&1; then
-  echo "shoal: installing uv (the resolver/installer) into the user site" >&2
-  "$py" -m pip install --quiet --user uv || "$py" -m pip install --quiet uv
-  export PATH="$HOME/.local/bin:$PATH"
+if command -v uv >/dev/null 2>&1; then
+  uv_bin="$(command -v uv)"
+else
+  # No `pip install --user`: PEP 668 refuses it on Debian/Ubuntu/Homebrew Pythons. uv goes into the project's own
+  # venv instead (created with the standard library's venv module).
+  if [ ! -x "$venv/bin/python" ] && ! "$py" -m venv "$venv"; then
+    echo "shoal: '$py -m venv' failed; install the venv module (Debian/Ubuntu: apt install python3-venv) or uv" >&2
+    exit 1
+  fi
+  [ -x "$venv/bin/uv" ] || "$venv/bin/python" -m pip install --quiet --disable-pip-version-check uv
+  uv_bin="$venv/bin/uv"
 fi
-uv_bin="$(command -v uv || echo "$("$py" -m site --user-base)/bin/uv")"
 
 echo "shoal: creating $venv from requirements.lock" >&2
 [ -x "$venv/bin/python" ] || "$uv_bin" venv --quiet --python "$py" "$venv"
@@ -30,4 +37,7 @@ echo "shoal: creating $venv from requirements.lock" >&2
 "$uv_bin" pip install --quiet --python "$venv/bin/python" --no-deps -r requirements.lock
 # compat mode: a path entry for the checkout, so packages added later import without reinstalling
 "$uv_bin" pip install --quiet --python "$venv/bin/python" --no-deps --config-settings editable_mode=compat -e .
+# setuptools leaves shoal.egg-info in the checkout, which that path entry puts on sys.path: a second copy of the
+# metadata beside the venv's dist-info, so Airflow would load the Shoal plugin twice (a plugin import error in the UI)
+rm -rf "$root/shoal.egg-info"
 echo "$want" > "$stamp"

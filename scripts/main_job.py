@@ -38,7 +38,7 @@ def airflow_environment(sandbox) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{HOME / 'airflow.db'}",
-        "AIRFLOW__CORE__ALLOWED_DESERIALIZATION_CLASSES": "airflow.* plugins.*",
+        "AIRFLOW__CORE__ALLOWED_DESERIALIZATION_CLASSES": "airflow.* shoal_airflow.*",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
         "AIRFLOW_CONN_SHOAL_SOURCE": kafka(sandbox.client_config("source")),
         "AIRFLOW_CONN_SHOAL_TARGET": kafka(sandbox.client_config("target")),
@@ -111,8 +111,12 @@ def main() -> int:
         produce_demo_data(source, TOPIC, 20_000)
         produce_demo_transactions(source, TOPIC)
 
+    from shoal_airflow.local_airflow import LocalAirflowConfig, write_config
+
+    # the same airflow.cfg as ./scripts/airflow.sh (DAGs from dags/, not Airflow's default .airflow/dags), so the UI
+    # started afterwards on this home shows this run
+    write_config(LocalAirflowConfig(home=HOME, dags_folder=ROOT / "dags"))
     os.environ.update(airflow_environment(sandbox))
-    HOME.mkdir(exist_ok=True)
     WORK.mkdir(exist_ok=True)
     with console.status("preparing Airflow's SQLite metadata DB (airflow db migrate)…"):
         migrate = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
@@ -163,8 +167,8 @@ def main() -> int:
     verdict = "[green]identical[/]" if comparison.equal else f"[red]DIFFERENT[/]: {comparison.first_difference}"
     console.print(f"source/{TOPIC} vs target/{TARGET_TOPIC} after {after} more orders arrived post-handoff: "
                   f"{comparison.records} records {verdict} (read_committed on both clusters) in {elapsed:.0f}s")
-    console.print(f"Airflow home: {HOME} (open the UI with `AIRFLOW_HOME={HOME} .venv/bin/airflow standalone`); "
-                  f"work dir {WORK}; daemon log {WORK / 'daemon.log'}.")
+    console.print(f"Airflow home: {HOME} (click through it in the UI: `./scripts/airflow.sh`, then "
+                  f"http://localhost:8080); work dir {WORK}; daemon log {WORK / 'daemon.log'}.")
     ok = str(run.state) == "success" and daemon_ran and comparison.equal and seams and \
         all(s.get("seam_ok") for s in seams.values())
     return 0 if ok else 1

@@ -30,7 +30,7 @@ os.environ.update({
     "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
     "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-    "AIRFLOW__CORE__ALLOWED_DESERIALIZATION_CLASSES": "airflow.* plugins.*",
+    "AIRFLOW__CORE__ALLOWED_DESERIALIZATION_CLASSES": "airflow.* shoal_airflow.*",
 })
 
 
@@ -113,3 +113,27 @@ def fresh_dag(airflow_db):
         return bag.get_dag(dag_id)
 
     return load
+
+
+@pytest.fixture(scope="session")
+def local_airflow(sandbox, tmp_path_factory):
+    """The README's local Airflow (api-server, scheduler, dag-processor, triggerer; SQLite, LocalExecutor) as real
+    processes for the whole session, with ``shoal_source``/``shoal_target`` on the sandbox clusters. How to use it
+    from another module: tests/airflow/local_airflow.py."""
+    from importlib.metadata import entry_points
+
+    from tests.airflow.local_airflow import port_is_free, start_local_airflow, stop_local_airflow
+
+    if not [ep for ep in entry_points(group="airflow.plugins") if ep.value.startswith("shoal_airflow.")]:
+        pytest.fail("Shoal is installed without its entry points (airflow.plugins, apache_airflow_provider): run "
+                    "scripts/bootstrap.sh, which reinstalls the project when pyproject.toml changes", pytrace=False)
+    clusters = {"source": sandbox.client_config("source"), "target": sandbox.client_config("target")}
+    try:
+        running = start_local_airflow(tmp_path_factory.mktemp("local-airflow"), clusters)
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield running
+    finally:
+        stop_local_airflow(running)
+        assert port_is_free(running.base_url), f"{running.base_url} still answers after the stop"

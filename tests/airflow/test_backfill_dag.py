@@ -200,8 +200,8 @@ def test_a_job_that_refuses_its_input_fails_the_spark_task_without_retries(airfl
 
     from mirror_core.plan_inputs import build_plan
     from mirror_core.planner import PlanRequest
-    from plugins.hooks import ShoalKafkaHook
-    from plugins.operators import ShoalSparkBackfillOperator
+    from shoal_airflow.hooks import ShoalKafkaHook
+    from shoal_airflow.operators import ShoalSparkBackfillOperator
 
     topic = unique_name("exit2")
     source_cluster.create_topic(topic, partitions=2)

@@ -34,7 +34,7 @@ class DaemonStarter:
         return self
 
     def _run(self):
-        from plugins.lag import stored_positions
+        from shoal_airflow.lag import stored_positions
 
         while not self._stop.wait(1.0):
             if len(stored_positions(self.target, self.pipeline)) >= self.partitions:
@@ -97,7 +97,7 @@ def run_trigger(trigger):
 @pytest.mark.parametrize(("max_lag", "timeout_s", "status"), [(10**9, 60, "caught_up"), (0, 0.5, "timeout")])
 def test_lag_trigger_fires_on_threshold_or_timeout(airflow_connections, source_cluster, unique_name, max_lag,
                                                    timeout_s, status):
-    from plugins.triggers import ShoalLagTrigger
+    from shoal_airflow.triggers import ShoalLagTrigger
 
     topic = unique_name("lag")
     source_cluster.create_topic(topic, partitions=1)
@@ -111,7 +111,7 @@ def test_lag_trigger_fires_on_threshold_or_timeout(airflow_connections, source_c
 
 
 def test_lag_trigger_reports_an_unknown_connection_instead_of_crashing(airflow_connections):
-    from plugins.triggers import ShoalLagTrigger
+    from shoal_airflow.triggers import ShoalLagTrigger
 
     event = run_trigger(ShoalLagTrigger(source_conn_id="no_such_conn", target_conn_id="shoal_target",
                                         pipeline="p", include="x"))
@@ -122,8 +122,8 @@ def test_caught_up_sensor_defers_to_the_lag_trigger_and_maps_its_events(airflow_
                                                                         unique_name):
     from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
-    from plugins.sensors import ShoalCaughtUpSensor
-    from plugins.triggers import ShoalLagTrigger
+    from shoal_airflow.sensors import ShoalCaughtUpSensor
+    from shoal_airflow.triggers import ShoalLagTrigger
 
     topic = unique_name("defer")
     source_cluster.create_topic(topic, partitions=1)

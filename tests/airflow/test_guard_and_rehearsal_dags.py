@@ -50,7 +50,7 @@ def backfill_runs_for(topic: str) -> list[dict]:
 
 def test_retention_deadline_sensor_waits_while_a_partition_is_at_risk(airflow_connections, source_cluster,
                                                                       unique_name):
-    from plugins.sensors import ShoalRetentionDeadlineSensor
+    from shoal_airflow.sensors import ShoalRetentionDeadlineSensor
 
     safe, risky = unique_name("safe"), unique_name("risky")
     source_cluster.create_topic(safe, partitions=1, config={"retention.ms": "-1"})
@@ -70,7 +70,7 @@ def test_retention_deadline_sensor_waits_while_a_partition_is_at_risk(airflow_co
 def test_dr_rehearsal_rebuilds_verifies_records_rto_and_cleans_up(fresh_dag, airflow_connections, work_dir,
                                                                   source_cluster, target_cluster, unique_name):
     from mirror_core.topics import TopicAdmin
-    from plugins.rehearsal import read_rehearsals
+    from shoal_airflow.rehearsal import read_rehearsals
 
     topic = unique_name("dr")
     source_cluster.create_topic(topic, partitions=2)

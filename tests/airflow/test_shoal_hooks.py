@@ -20,7 +20,7 @@ def set_conn(monkeypatch, conn_id: str, body: dict) -> None:
 def test_hook_turns_a_kafka_connection_into_a_masked_cluster(monkeypatch):
     from airflow.sdk._shared.secrets_masker.secrets_masker import redact
 
-    from plugins.hooks import ShoalKafkaHook
+    from shoal_airflow.hooks import ShoalKafkaHook
 
     set_conn(monkeypatch, "hook_secure", {"conn_type": "kafka", "extra": {**SECURE, "group.id": "ignored"}})
     cluster = ShoalKafkaHook("hook_secure").get_cluster()
@@ -38,7 +38,7 @@ def test_hook_turns_a_kafka_connection_into_a_masked_cluster(monkeypatch):
     ({"conn_type": "postgres", "host": "db", "extra": {"bootstrap.servers": "h:1"}}, "postgres"),
 ])
 def test_hook_refuses_invalid_connections_by_name(monkeypatch, body, message):
-    from plugins.hooks import ShoalKafkaHook
+    from shoal_airflow.hooks import ShoalKafkaHook
 
     set_conn(monkeypatch, "hook_bad", body)
     with pytest.raises(ConfigError, match=message):
@@ -46,7 +46,7 @@ def test_hook_refuses_invalid_connections_by_name(monkeypatch, body, message):
 
 
 def test_clusters_file_is_private_and_holds_every_cluster(tmp_path, monkeypatch):
-    from plugins.hooks import clusters_of, write_clusters_file
+    from shoal_airflow.hooks import clusters_of, write_clusters_file
 
     set_conn(monkeypatch, "hook_a", {"conn_type": "kafka", "extra": SECURE})
     set_conn(monkeypatch, "hook_b", {"conn_type": "kafka", "extra": {"bootstrap.servers": "b:9092"}})
@@ -60,7 +60,7 @@ def test_clusters_file_is_private_and_holds_every_cluster(tmp_path, monkeypatch)
 def test_mirror_errors_map_to_airflow_retry_semantics():
     from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-    from plugins.errors import airflow_errors
+    from shoal_airflow.errors import airflow_errors
 
     with pytest.raises(AirflowFailException, match="data loss"), airflow_errors():
         raise DataLossError("src", "t", 0, 5, 10)
@@ -72,11 +72,11 @@ def test_mirror_errors_map_to_airflow_retry_semantics():
 
 
 def test_lag_trigger_serializes_ids_and_numbers_only():
-    from plugins.triggers import ShoalLagTrigger
+    from shoal_airflow.triggers import ShoalLagTrigger
 
     trigger = ShoalLagTrigger(source_conn_id="s", target_conn_id="t", pipeline="p", include="a.*", max_lag=3)
     path, kwargs = trigger.serialize()
-    assert path == "plugins.triggers.ShoalLagTrigger"
+    assert path == "shoal_airflow.triggers.ShoalLagTrigger"
     assert set(kwargs) == {"source_conn_id", "target_conn_id", "pipeline", "include", "exclude", "max_lag",
                            "poll_interval_s", "timeout_s"}
     assert all(isinstance(v, (str, int, float, type(None))) for v in kwargs.values())
@@ -86,7 +86,7 @@ def test_lag_trigger_serializes_ids_and_numbers_only():
 def test_spark_operator_ships_code_as_a_zip_for_remote_masters(tmp_path):
     import zipfile
 
-    from plugins.operators import ShoalSparkBackfillOperator
+    from shoal_airflow.operators import ShoalSparkBackfillOperator
 
     op = ShoalSparkBackfillOperator(task_id="b", source_conn_id="s", target_conn_id="t", plan_path="p.json",
                                     ledger_dir=str(tmp_path))

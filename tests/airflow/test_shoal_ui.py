@@ -1,6 +1,6 @@
-"""The Shoal page in the Airflow UI (plugins/shoal_ui.py), served by the api-server app exactly as Airflow builds it
-(``create_app()`` with the project's plugins folder and the simple auth manager), against a pipeline that a real
-exactly-once ``shoal copy`` wrote to the target sandbox cluster."""
+"""The Shoal page in the Airflow UI (shoal_airflow/shoal_ui.py), served by the api-server app exactly as Airflow builds
+it (``create_app()`` with the plugin from Shoal's ``airflow.plugins`` entry point, an empty plugins folder and the
+simple auth manager), against a pipeline that a real exactly-once ``shoal copy`` wrote to the target sandbox cluster."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ FIRST, LATER = 20, 5  # records per partition copied, then records produced to p
 
 @pytest.fixture(scope="module")
 def api_app(airflow_db, tmp_path_factory):
-    """Airflow's api-server app (``create_app``) with the plugins of ``plugins/`` and a viewer-role user."""
+    """Airflow's api-server app (``create_app``) with the entry-point plugins (no plugins folder: the page must come
+    from the installed package) and a viewer-role user."""
     from airflow import plugins_manager, settings
 
     caches = (plugins_manager._get_plugins, plugins_manager.get_fastapi_plugins, plugins_manager._get_ui_plugins)
@@ -34,7 +35,7 @@ def api_app(airflow_db, tmp_path_factory):
         mp.setenv("AIRFLOW__API_AUTH__JWT_SECRET", uuid.uuid4().hex * 2)  # 64 bytes: what HS512 asks for
         mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE",
                   str(tmp_path_factory.mktemp("auth") / "passwords.json"))
-        mp.setattr(settings, "PLUGINS_FOLDER", str(ROOT / "plugins"))
+        mp.setattr(settings, "PLUGINS_FOLDER", str(tmp_path_factory.mktemp("empty-plugins-folder")))
         for cache in caches:
             cache.cache_clear()
         from airflow.api_fastapi.app import create_app, purge_cached_app
@@ -150,7 +151,7 @@ def test_a_halted_lane_shows_its_state_reason_and_offsets_on_the_page():
     the way out; a healthy lane renders as copying."""
     from mirror_core.checkpoint import Checkpoint
     from mirror_core.lane_status import PersistedLaneState
-    from plugins.shoal_ui import PipelineSpec, PipelineView, lane_rows, render_pipeline
+    from shoal_airflow.shoal_ui import PipelineSpec, PipelineView, lane_rows, render_pipeline
 
     halt = PersistedLaneState("halted", "batch_rejected", "cluster 'target' rejected the batch for dr.t-0 copied "
                               "from source offset 5: MESSAGE_SIZE_TOO_LARGE", 1_000, 0, 5)

@@ -15,7 +15,7 @@ import pytest
 def _plan_file(work_dir, source_cluster, unique_name) -> str:
     from mirror_core.plan_inputs import build_plan
     from mirror_core.planner import PlanRequest
-    from plugins.hooks import ShoalKafkaHook
+    from shoal_airflow.hooks import ShoalKafkaHook
 
     topic = source_cluster.create_topic(unique_name("submit"))
     source_cluster.produce(topic, [(b"k", b"v")] * 3)
@@ -33,7 +33,7 @@ def test_a_missing_spark_connection_fails_naming_the_connection_id(airflow_conne
                                                                    unique_name):
     from airflow.sdk.exceptions import AirflowFailException
 
-    from plugins.operators import ShoalSparkBackfillOperator
+    from shoal_airflow.operators import ShoalSparkBackfillOperator
 
     plan_path = _plan_file(work_dir, source_cluster, unique_name)
     op = ShoalSparkBackfillOperator(task_id="backfill", source_conn_id="shoal_source", target_conn_id="shoal_target",
@@ -51,7 +51,7 @@ def test_a_remote_master_gets_the_code_and_a_packed_environment_not_this_interpr
     execute would start it: no cluster is needed to check what is shipped)."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from plugins.operators import ShoalSparkBackfillOperator
+    from shoal_airflow.operators import ShoalSparkBackfillOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_SHOAL_SPARK_REMOTE",
                        json.dumps({"conn_type": "spark", "host": "spark://spark-master", "port": 7077}))

@@ -8,7 +8,7 @@ call mirror_core, and push only paths and summaries to XCom (never settings or s
 - :class:`ShoalVerifyOperator`      ledger accounting and a record-by-record comparison of every copied range
 - :class:`ShoalHandoffOperator`     hand caught-up partitions to the daemon and verify each seam
 
-Non-retriable Shoal errors fail the task without retries (:mod:`plugins.errors`).
+Non-retriable Shoal errors fail the task without retries (:mod:`shoal_airflow.errors`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from mirror_core.spark_env import ARCHIVE_ALIAS, EXECUTOR_PYTHON, code_zip, default_cache_dir, is_local_master, ship
-from plugins.errors import airflow_errors
-from plugins.hooks import ShoalKafkaHook, clusters_of, write_clusters_file
+from shoal_airflow.errors import airflow_errors
+from shoal_airflow.hooks import ShoalKafkaHook, clusters_of, write_clusters_file
 
 DEFAULT_WORK_DIR = "/tmp/shoal"
 _SPARK_EXIT = re.compile(r"[Ee]rror code is: (\d+)")
@@ -138,7 +138,7 @@ class ShoalPlanOperator(BaseOperator):
             throttle = None if self.throttle_mb_s in (None, "", "None") else float(self.throttle_mb_s)
             start = self.start
             if start == "checkpoint" and self.start_without_checkpoints:
-                from plugins.lag import stored_positions
+                from shoal_airflow.lag import stored_positions
 
                 if not stored_positions(target, self.pipeline):
                     self.log.info("pipeline %s has no checkpoints yet: starting at %s", self.pipeline,
@@ -217,7 +217,7 @@ class ShoalRetentionCheckOperator(BaseOperator):
             return topics, {(u.topic, u.partition): u.start for u in plan.units}
         if not (self.pipeline and self.include and self.target_conn_id):
             raise AirflowFailException("give plan_path, or pipeline, include and target_conn_id")
-        from plugins.lag import checkpoint_positions
+        from shoal_airflow.lag import checkpoint_positions
 
         target = ShoalKafkaHook(self.target_conn_id).get_cluster()
         return checkpoint_positions(source, target, self.pipeline, self.include, self.exclude or None)
@@ -450,7 +450,7 @@ class ShoalHandoffOperator(BaseOperator):
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
             target = ShoalKafkaHook(self.target_conn_id).get_cluster()
             if self.include:
-                from plugins.lag import selected_partitions, stored_positions
+                from shoal_airflow.lag import selected_partitions, stored_positions
 
                 stored = stored_positions(target, self.pipeline)
                 for t, p in selected_partitions(source, self.pipeline, self.include, self.exclude or None):

@@ -25,14 +25,14 @@ class ShoalLagTrigger(BaseTrigger):
         self.max_lag, self.poll_interval_s, self.timeout_s = max_lag, poll_interval_s, timeout_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("plugins.triggers.ShoalLagTrigger",
+        return ("shoal_airflow.triggers.ShoalLagTrigger",
                 {"source_conn_id": self.source_conn_id, "target_conn_id": self.target_conn_id,
                  "pipeline": self.pipeline, "include": self.include, "exclude": self.exclude,
                  "max_lag": self.max_lag, "poll_interval_s": self.poll_interval_s, "timeout_s": self.timeout_s})
 
     def _measure(self):
-        from plugins.hooks import ShoalKafkaHook
-        from plugins.lag import measure_lag
+        from shoal_airflow.hooks import ShoalKafkaHook
+        from shoal_airflow.lag import measure_lag
 
         source = ShoalKafkaHook(self.source_conn_id).get_cluster()
         target = ShoalKafkaHook(self.target_conn_id).get_cluster()

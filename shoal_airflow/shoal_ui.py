@@ -8,7 +8,7 @@ manager's ``is_authorized_custom_view(GET, "Shoal")`` (the simple auth manager g
 
 What to show comes from the Airflow Variable ``shoal_pipelines``, a JSON list of
 ``{"pipeline", "source_conn_id", "target_conn_id", "topics"?, "at_risk_below"?}``; clusters and their secrets only
-through ``kafka`` connections (:class:`plugins.hooks.ShoalKafkaHook`). The page is read-only: it reads checkpoints
+through ``kafka`` connections (:class:`shoal_airflow.hooks.ShoalKafkaHook`). The page is read-only: it reads checkpoints
 and leases on the target and offsets, configs and sizes on the source, on every request. A pipeline that cannot be
 read shows its error; the others still render.
 
@@ -177,7 +177,7 @@ def collect_pipeline(spec: PipelineSpec) -> PipelineView:
     from mirror_core.plan_inputs import lookup_offsets
     from mirror_core.retention import CopyCapacity, assess_partitions
     from mirror_core.retention_inputs import gather_inputs, measure_rtt
-    from plugins.hooks import ShoalKafkaHook
+    from shoal_airflow.hooks import ShoalKafkaHook
 
     view = PipelineView(spec)
     try:

@@ -14,9 +14,9 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from plugins.errors import airflow_errors
-from plugins.hooks import ShoalKafkaHook
-from plugins.triggers import ShoalLagTrigger
+from shoal_airflow.errors import airflow_errors
+from shoal_airflow.hooks import ShoalKafkaHook
+from shoal_airflow.triggers import ShoalLagTrigger
 
 
 class ShoalCaughtUpSensor(BaseSensorOperator):
@@ -34,7 +34,7 @@ class ShoalCaughtUpSensor(BaseSensorOperator):
         self.poll_interval_s, self.deferrable = poll_interval_s, deferrable
 
     def _lag(self):
-        from plugins.lag import measure_lag
+        from shoal_airflow.lag import measure_lag
 
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
@@ -84,7 +84,7 @@ class ShoalRetentionDeadlineSensor(BaseSensorOperator):
     def poke(self, context) -> bool:
         from mirror_core.retention import CopyCapacity, Status, assess_partitions
         from mirror_core.retention_inputs import gather_inputs
-        from plugins.lag import checkpoint_positions
+        from shoal_airflow.lag import checkpoint_positions
 
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()

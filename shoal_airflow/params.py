@@ -49,7 +49,7 @@ def validate_backfill_request(params: dict[str, Any]) -> dict[str, Any]:
 
     from mirror_core.errors import MirrorError
     from mirror_core.planner import BoundSpec, PlanRequest
-    from plugins.hooks import ShoalKafkaHook
+    from shoal_airflow.hooks import ShoalKafkaHook
 
     problems: list[str] = []
     clusters = {}
