@@ -69,7 +69,8 @@ with DAG(
         start=P % "start", end=P % "end", mode=P % "mode", exact_bounds=P % "exact_bounds",
         throttle_mb_s=P % "throttle_mb_s", accept_loss=P % "accept_loss", work_dir=WORK_DIR)
     retention = ShoalRetentionCheckOperator(
-        task_id="retention_check", source_conn_id=P % "source_conn_id", plan_path=PLAN,
+        task_id="retention_check", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
+        plan_path=PLAN,
         accept_loss=P % "accept_loss", fail_on=("LOST",), retries=0)
 
     @task.short_circuit(ignore_downstream_trigger_rules=False)

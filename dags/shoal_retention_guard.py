@@ -45,8 +45,11 @@ with DAG(
         "include": Param(".*", type="string", format="regex", minLength=1),
         "exclude": Param(None, type=["null", "string"], format="regex"),
         "naming": Param("identity", type="string", description="naming policy for a triggered backfill"),
-        "at_risk_below_s": Param(600, type="number", minimum=0, description="margin under which a partition is "
-                                                                              "AT_RISK"),
+        "at_risk_below_s": Param(None, type=["null", "number"], minimum=0,
+                                 description="margin under which a partition is AT_RISK (null: the policy's, 1 h)"),
+        "retention": Param({}, type="object", description="the pipeline's retention policy (keys as in the "
+                           "pipeline file's retention: section: at_risk_below, link_mb_s, fetch_bytes, "
+                           "throughput_mb_s, ingest_sample_s); empty: the defaults every Shoal component uses"),
         "trigger_backfill": Param(False, type="boolean"),
     },
     default_args={"owner": "shoal", "retries": 1, "retry_delay": timedelta(seconds=30)},
@@ -54,7 +57,7 @@ with DAG(
     assess = ShoalRetentionCheckOperator(
         task_id="assess", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
         pipeline=P % "pipeline", include=P % "include", exclude=P % "exclude", fail_on=(), accept_loss=True,
-        at_risk_below_s=P % "at_risk_below_s")
+        at_risk_below_s=P % "at_risk_below_s", retention=P % "retention")
 
     @task.short_circuit(ignore_downstream_trigger_rules=False)
     def backfill_needed(ti=None, params=None) -> bool:

@@ -165,31 +165,35 @@ class ShoalRetentionCheckOperator(BaseOperator):
     XCom: per status the partitions, and the most urgent deadline."""
 
     template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "plan_path", "pipeline", "include",
-                                      "exclude", "accept_loss", "at_risk_below_s")
+                                      "exclude", "accept_loss", "at_risk_below_s", "retention")
 
     def __init__(self, *, source_conn_id: str, plan_path: str | None = None, target_conn_id: str | None = None,
                  pipeline: str | None = None, include: str | None = None, exclude: str | None = None,
                  fail_on: Sequence[str] = ("LOSING", "LOST"), accept_loss: bool | str = False,
-                 at_risk_below_s: float | str = 600.0, **kwargs: Any) -> None:
+                 at_risk_below_s: float | str | None = None, retention: dict | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.target_conn_id, self.plan_path = source_conn_id, target_conn_id, plan_path
         self.pipeline, self.include, self.exclude = pipeline, include, exclude
         self.fail_on, self.accept_loss, self.at_risk_below_s = tuple(fail_on), accept_loss, at_risk_below_s
+        self.retention = retention  # the pipeline's retention policy keys (mirror_core.retention_policy)
 
     def execute(self, context) -> dict:
-        from mirror_core.retention import CopyCapacity, assess_partitions, guard_plan
-        from mirror_core.retention_inputs import gather_inputs
+        from mirror_core.retention import guard_plan
+        from mirror_core.retention_inputs import assess_positions
+        from plugins.lag import retention_policy
 
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+            target = ShoalKafkaHook(self.target_conn_id).get_cluster() if self.target_conn_id else None
             topics, positions = self._positions(source)
             if not topics:
                 return {"statuses": {}, "failing": []}
-            inputs = gather_inputs(source, topics, positions)
-            capacity = CopyCapacity.estimate(bandwidth_bytes_per_s=50e6, rtt_s=0.002, fetch_bytes=4 * 1024 * 1024)
-            statuses = assess_partitions(inputs.snapshots, inputs.topics, capacity,
-                                         at_risk_below_s=float(self.at_risk_below_s),
-                                         check_interval_ms=inputs.check_interval_ms)
+            verdict = assess_positions(source, topics, positions,
+                                       retention_policy(self.retention, self.at_risk_below_s), target=target,
+                                       throttle_bytes_per_s=self._throttle)
+            statuses = verdict.statuses
+            self.log.info("retention verdict: copy %s; AT_RISK below %.0f s", verdict.copy.how,
+                          verdict.policy.at_risk_below_s)
             losses = guard_plan(source.name, statuses, accept_loss=_flag(self.accept_loss))
         by_status: dict[str, list[str]] = {}
         for s in statuses:
@@ -208,9 +212,12 @@ class ShoalRetentionCheckOperator(BaseOperator):
                                        + "; ".join(failing[:10]))
         return result
 
+    _throttle: float | None = None  # the plan's throttle (bytes/s): part of the ETA
+
     def _positions(self, source):
         if self.plan_path:
             plan = load_plan(self.plan_path)
+            self._throttle = plan.throttle_mb_s * 1e6 if plan.throttle_mb_s else None
             topics: dict[str, list[int]] = {}
             for u in plan.units:
                 topics.setdefault(u.topic, []).append(u.partition)

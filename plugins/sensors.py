@@ -71,31 +71,34 @@ class ShoalCaughtUpSensor(BaseSensorOperator):
 class ShoalRetentionDeadlineSensor(BaseSensorOperator):
     """Pokes the retention model at the pipeline's checkpoints; success when no partition is at risk."""
 
-    template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "pipeline", "include", "exclude")
+    template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "pipeline", "include", "exclude",
+                                      "retention")
 
     def __init__(self, *, source_conn_id: str, target_conn_id: str, pipeline: str, include: str,
-                 exclude: str | None = None, at_risk_below_s: float = 600.0,
+                 exclude: str | None = None, at_risk_below_s: float | None = None, retention: dict | None = None,
                  fail_on: Sequence[str] = ("LOST",), **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.target_conn_id = source_conn_id, target_conn_id
         self.pipeline, self.include, self.exclude = pipeline, include, exclude
-        self.at_risk_below_s, self.fail_on = at_risk_below_s, tuple(fail_on)
+        self.at_risk_below_s, self.retention, self.fail_on = at_risk_below_s, retention, tuple(fail_on)
 
-    def poke(self, context) -> bool:
-        from mirror_core.retention import CopyCapacity, Status, assess_partitions
-        from mirror_core.retention_inputs import gather_inputs
-        from plugins.lag import checkpoint_positions
+    def assess(self) -> list:
+        """The shared retention verdict at the pipeline's checkpoints (most urgent first)."""
+        from mirror_core.retention_inputs import assess_positions
+        from plugins.lag import checkpoint_positions, retention_policy
 
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
             target = ShoalKafkaHook(self.target_conn_id).get_cluster()
             topics, positions = checkpoint_positions(source, target, self.pipeline, self.include,
                                                      self.exclude or None)
-            inputs = gather_inputs(source, topics, positions)
-            capacity = CopyCapacity.estimate(bandwidth_bytes_per_s=50e6, rtt_s=0.002, fetch_bytes=4 * 1024 * 1024)
-            statuses = assess_partitions(inputs.snapshots, inputs.topics, capacity,
-                                         at_risk_below_s=self.at_risk_below_s,
-                                         check_interval_ms=inputs.check_interval_ms)
+            return assess_positions(source, topics, positions, retention_policy(self.retention, self.at_risk_below_s),
+                                    target=target).statuses
+
+    def poke(self, context) -> bool:
+        from mirror_core.retention import Status
+
+        statuses = self.assess()
         fatal = [s for s in statuses if s.status.value in self.fail_on]
         if fatal:
             raise AirflowFailException("; ".join(f"{s.topic}-{s.partition} {s.status.value}: {s.remedy.text}"

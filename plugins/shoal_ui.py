@@ -34,10 +34,7 @@ log = logging.getLogger(__name__)
 
 PIPELINES_VARIABLE = "shoal_pipelines"
 RESOURCE_NAME = "Shoal"
-DEFAULT_AT_RISK_BELOW_S = 3600.0
-LINK_BANDWIDTH_BYTES_PER_S = 100e6  # the copy-throughput estimate's defaults, as in `shoal deadlines`
-FETCH_BYTES = 4 * 1024 * 1024
-_SPEC_KEYS = {"pipeline", "source_conn_id", "target_conn_id", "topics", "at_risk_below"}
+_SPEC_KEYS = {"pipeline", "source_conn_id", "target_conn_id", "topics", "at_risk_below", "retention"}
 
 
 # -- configuration --------------------------------------------------------------------------------------------------
@@ -51,7 +48,14 @@ class PipelineSpec:
     source_conn_id: str
     target_conn_id: str
     topics: tuple[str, ...] = ()
-    at_risk_below_s: float = DEFAULT_AT_RISK_BELOW_S
+    at_risk_below_s: float | None = None   # None: the policy's threshold
+    retention: Mapping | None = None       # the pipeline's retention policy keys (mirror_core.retention_policy)
+
+    @property
+    def policy(self):
+        from plugins.lag import retention_policy
+
+        return retention_policy(self.retention, self.at_risk_below_s)
 
     @classmethod
     def parse(cls, entry: Any) -> PipelineSpec:
@@ -70,8 +74,12 @@ class PipelineSpec:
         topics = entry.get("topics") or []
         if isinstance(topics, str) or not all(isinstance(t, str) and t for t in topics):
             raise ConfigError(f"{where}: pipeline {entry['pipeline']!r}: 'topics' must be a list of topic names")
-        threshold = parse_duration(str(entry.get("at_risk_below", "1h")), what=f"{where}: 'at_risk_below'")
-        return cls(entry["pipeline"], entry["source_conn_id"], entry["target_conn_id"], tuple(topics), threshold)
+        threshold = None if entry.get("at_risk_below") is None else parse_duration(
+            str(entry["at_risk_below"]), what=f"{where}: 'at_risk_below'")
+        spec = cls(entry["pipeline"], entry["source_conn_id"], entry["target_conn_id"], tuple(topics), threshold,
+                   entry.get("retention"))
+        spec.policy  # noqa: B018 - validated here, at the edge
+        return spec
 
 
 def load_pipeline_specs() -> list[PipelineSpec]:
@@ -175,8 +183,7 @@ def collect_pipeline(spec: PipelineSpec) -> PipelineView:
     from mirror_core.deadlines_report import status_to_dict
     from mirror_core.kafka_wire import WireClient
     from mirror_core.plan_inputs import lookup_offsets
-    from mirror_core.retention import CopyCapacity, assess_partitions
-    from mirror_core.retention_inputs import gather_inputs, measure_rtt
+    from mirror_core.retention_inputs import assess_positions
     from plugins.hooks import ShoalKafkaHook
 
     view = PipelineView(spec)
@@ -191,16 +198,12 @@ def collect_pipeline(spec: PipelineSpec) -> PipelineView:
             parts = [(t, p) for t in topics for p in sorted(topic_metadata_or_error(client, t).partitions)]
             stable = lookup_offsets(client, parts, "last_stable")
             start = lookup_offsets(client, parts, "earliest")
-            rtt = measure_rtt(client)
         view.lanes = lane_rows(checkpoints, leases, parts, stable, start, spec.pipeline)
         positions = {(r.topic, r.partition): r.position for r in view.lanes if r.position is not None}
-        inputs = gather_inputs(source, {t: None for t in topics}, positions, sample_s=0)
-        copy = CopyCapacity.estimate(bandwidth_bytes_per_s=LINK_BANDWIDTH_BYTES_PER_S, rtt_s=rtt,
-                                     fetch_bytes=FETCH_BYTES)
-        statuses = assess_partitions(inputs.snapshots, inputs.topics, copy, at_risk_below_s=spec.at_risk_below_s,
-                                     check_interval_ms=inputs.check_interval_ms)
+        verdict = assess_positions(source, {t: None for t in topics}, positions, spec.policy, target=target)
+        statuses, copy = verdict.statuses, verdict.copy
         view.retention = [status_to_dict(s) for s in statuses]
-        view.chart_svg = chart_svg(statuses, spec.at_risk_below_s)
+        view.chart_svg = chart_svg(statuses, verdict.policy.at_risk_below_s)
         view.copy_throughput = copy.how
     except Exception as exc:  # noqa: BLE001 - one unreadable pipeline must not hide the others
         log.exception("Shoal page: pipeline %s could not be read", spec.pipeline)
@@ -316,7 +319,7 @@ def render_pipeline(view: PipelineView, now_ms: int) -> str:
                   _lanes_table(view, now_ms),
                   "<h3>Retention margins</h3>", _retention_table(view),
                   f'<p class="dim">copy throughput {html.escape(view.copy_throughput)}; AT_RISK below '
-                  f"{_seconds(spec.at_risk_below_s)}</p>", f'<div class="chart">{view.chart_svg}</div>']
+                  f"{_seconds(spec.policy.at_risk_below_s)}</p>", f'<div class="chart">{view.chart_svg}</div>']
     parts.append("</section>")
     return "".join(parts)
 
