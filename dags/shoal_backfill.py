@@ -13,6 +13,8 @@ bounds, mode, throttle). Then:
 4. **retention_check** — refuses partitions that already lost data (unless *accept_loss*); AT_RISK and LOSING
    partitions are warned about and copied first (the plan is ordered earliest deadline first).
 5. **backfill** — spark-submit of `spark_apps/backfill_job.py`; credentials travel in a 0600 file, never argv.
+   While it runs the task log shows each lane's progress (offset, ~records, ~MB, rate, ETA; every
+   `shoal_progress_interval_s`, default 10 s) and each unit's ledger row is written as the unit ends.
 6. **verify** — every planned unit accounted for in the ledger; copied ranges compared record by record.
 7. **report** — one summary in the log and in XCom.
 
@@ -79,7 +81,8 @@ with DAG(
 
     backfill = ShoalSparkBackfillOperator(
         task_id="backfill", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
-        plan_path=PLAN, ledger_dir=LEDGER_DIR, work_dir=WORK_DIR, conn_id="shoal_spark")
+        plan_path=PLAN, ledger_dir=LEDGER_DIR, work_dir=WORK_DIR, conn_id="shoal_spark",
+        progress_interval_s="{{ var.value.get('shoal_progress_interval_s', 10) }}")
     verify = ShoalVerifyOperator(
         task_id="verify", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
         plan_path=PLAN, ledger_dir=LEDGER_DIR, shoal_run_id="{{ ti.xcom_pull(task_ids='backfill')['run_id'] }}")

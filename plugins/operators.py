@@ -239,21 +239,22 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
     XCom: the run id, ledger dir and per-status unit counts."""
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "source_conn_id", "target_conn_id",
-                                      "plan_path", "ledger_dir", "shoal_run_id", "work_dir")
+                                      "plan_path", "ledger_dir", "shoal_run_id", "work_dir", "progress_interval_s")
 
     def __init__(self, *, source_conn_id: str, target_conn_id: str, plan_path: str, ledger_dir: str,
                  shoal_run_id: str = "{{ run_id }}", work_dir: str = DEFAULT_WORK_DIR, conn_id: str = "spark_default",
-                 **kwargs: Any) -> None:
+                 progress_interval_s: float | str = 10.0, **kwargs: Any) -> None:
         import spark_apps
 
         kwargs.setdefault("name", "shoal-backfill")
-        conf = {"spark.speculation": "false", "spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false",
+        conf = {"spark.speculation": "false", "spark.ui.showConsoleProgress": "false",
                 **(kwargs.pop("conf", None) or {})}
         super().__init__(application=str(Path(spark_apps.__file__).parent / "backfill_job.py"), conf=conf,
                          conn_id=conn_id, **kwargs)
         self.source_conn_id, self.target_conn_id = source_conn_id, target_conn_id
         self.plan_path, self.ledger_dir, self.shoal_run_id, self.work_dir = plan_path, ledger_dir, shoal_run_id, \
             work_dir
+        self.progress_interval_s = progress_interval_s  # the driver prints each lane's progress this often
 
     def execute(self, context) -> dict:
         plan = load_plan(self.plan_path)
@@ -274,7 +275,8 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
         clusters_file = write_clusters_file(clusters, workdir)
         try:
             self.application_args = ["--plan", self.plan_path, "--clusters", str(clusters_file),
-                                     "--ledger", self.ledger_dir, "--run-id", run_id]
+                                     "--ledger", self.ledger_dir, "--run-id", run_id,
+                                     "--progress-interval", str(float(self.progress_interval_s))]
             python_bin = str(Path(sys.executable).parent)
             self.env_vars = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                              "PATH": f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -344,7 +346,7 @@ class ShoalVerifyOperator(BaseOperator):
 
     def execute(self, context) -> dict:
         from mirror_core.ledger import STATUS_FAILED, read_ledger
-        from mirror_core.verify import read_range
+        from mirror_core.verify import compare_ranges
 
         plan = load_plan(self.plan_path)
         rows = {r.unit_id: r for r in read_ledger(Path(self.ledger_dir), self.shoal_run_id)}
@@ -365,16 +367,14 @@ class ShoalVerifyOperator(BaseOperator):
                 for row in rows.values():
                     if row.source_start is None or row.target_start is None:
                         continue
-                    src = read_range(source, row.source_topic, row.source_partition, row.source_start,
-                                     row.source_end)
-                    tgt = read_range(target, row.target_topic, row.target_partition, row.target_start,
-                                     row.target_end)
-                    compared += len(src)
-                    if [r for _, r in src] != [r for _, r in tgt]:
-                        problems.append(f"{row.unit_id}: {len(src)} source records in [{row.source_start}, "
-                                        f"{row.source_end}) differ from {len(tgt)} target records in "
-                                        f"{row.target_topic}-{row.target_partition} [{row.target_start}, "
-                                        f"{row.target_end})")
+                    same = compare_ranges(
+                        source, (row.source_topic, row.source_partition, row.source_start, row.source_end),
+                        target, (row.target_topic, row.target_partition, row.target_start, row.target_end))
+                    compared += same.records
+                    if not same.equal:
+                        problems.append(f"{row.unit_id}: source [{row.source_start}, {row.source_end}) differs "
+                                        f"from {row.target_topic}-{row.target_partition} [{row.target_start}, "
+                                        f"{row.target_end}): {same.first_difference}")
         maps = 0
         if self.check_offset_maps and not problems:
             with airflow_errors():
