@@ -8,6 +8,8 @@ Trigger it from the UI: the form is validated when the run is triggered (connect
 bounds, mode, throttle). Then:
 
 1. **validate** — cross-field checks (unknown connection, end before start, a copy onto itself); never retried.
+   It claims the pipeline: a second active backfill of the same pipeline is refused, naming the run that holds it
+   (the claim is released by **release_claim** when the run ends, or taken over once its run is no longer active).
 2. **preflight** — every selected target topic is checked (and created when missing; not in a dry run).
 3. **plan** — per-partition ranges, earliest retention deadline first, written as JSON under the work dir.
 4. **retention_check** — refuses partitions that already lost data (unless *accept_loss*); AT_RISK and LOSING
@@ -56,10 +58,20 @@ with DAG(
 ):
 
     @task(retries=0)
-    def validate(params=None) -> dict:
-        from plugins.params import validate_backfill_request
+    def validate(params=None, ti=None, run_id=None) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
 
-        return validate_backfill_request(dict(params))
+        from plugins.params import claim_pipeline, validate_backfill_request
+
+        checked = validate_backfill_request(dict(params))
+        if not params["dry_run"]:
+            holder = claim_pipeline(params["pipeline"], run_id, ti, by="shoal_backfill")
+            if holder.run_id != run_id:
+                raise AirflowFailException(
+                    f"pipeline {params['pipeline']!r} already has an active backfill: run {holder.run_id} (started by "
+                    f"{holder.by or 'a user'}); two backfills of one pipeline would fence each other's lanes. Wait "
+                    "for it to end, or mark it failed if it is dead, then trigger again")
+        return checked
 
     preflight = ShoalPreflightOperator(
         task_id="preflight", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
@@ -98,4 +110,14 @@ with DAG(
         print(f"shoal_backfill report: {summary}")
         return summary
 
-    validate() >> preflight >> plan >> retention >> copy_requested() >> backfill >> verify >> report()
+    @task(retries=3)
+    def release_claim(params=None, run_id=None) -> bool:
+        """The pipeline is free for the next backfill once this run has ended, however it ended (a teardown: it
+        does not decide the run's state)."""
+        from plugins.params import release_pipeline
+
+        return release_pipeline(params["pipeline"], run_id)
+
+    claimed, ended = validate(), report()
+    claimed >> preflight >> plan >> retention >> copy_requested() >> backfill >> verify >> ended
+    ended >> release_claim().as_teardown(setups=claimed)

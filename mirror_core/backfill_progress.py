@@ -127,7 +127,7 @@ class BackfillProgress:
         rates = [r for p in lanes if not p.finished and (r := p.rate()) is not None]
         rate = sum(rates) if rates else None
         eta = None if not rate else (total - reached) / rate
-        return (f"progress run {self.run_id}: {done}/{len(lanes)} units finished, {reached:,} of {total:,} offsets "
+        return (f"progress run {self.run_id}: {done}/{len(lanes)} units ended, {reached:,} of {total:,} offsets "
                 f"({(reached / total if total else 1):.1%}), "
                 + ("rate unknown" if rate is None else f"{rate:,.0f} offsets/s") + f", ETA {format_eta(eta)}")
 

@@ -20,7 +20,7 @@ def test_a_lane_reports_offset_records_bytes_rate_and_eta():
     lines = progress.tick({("t", 0): 350}, at=10.0)
     assert lines[0] == ("progress t-0 lane dr.t-0: offset 350 of [100, 1100) 25.0%, ~250 records, ~25.0 MB; "
                         "25 offsets/s, ~2.50 MB/s; ETA 30s")
-    assert lines[-1].startswith("progress run r1: 0/2 units finished, 250 of 1,010 offsets")
+    assert lines[-1].startswith("progress run r1: 0/2 units ended, 250 of 1,010 offsets")
 
 
 def test_only_lanes_that_moved_are_listed_and_positions_never_fall():
@@ -36,7 +36,7 @@ def test_a_finished_unit_counts_whole_and_leaves_the_lane_lines():
     progress.finish("t-1")
     lines = progress.tick({("t", 1): 10, ("t", 0): 600}, at=1.0)
     assert [line for line in lines if "lane dr.t-1" in line] == []
-    assert "1/2 units finished, 510 of 1,010 offsets" in lines[-1]
+    assert "1/2 units ended, 510 of 1,010 offsets" in lines[-1]
 
 
 def test_the_reporter_survives_a_failed_read():
