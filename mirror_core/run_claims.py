@@ -7,8 +7,9 @@ claimant is refused while the holder is active, and told which run holds it. A c
 until someone asks: the caller says whether the holder is still active (for Airflow, the holder's DAG-run state),
 and an inactive holder's claim is taken over.
 
-Invariant: at most one claim file per pipeline, created with ``O_EXCL`` (an atomic create); a stale one is moved
-aside with an atomic rename before the create is retried, so two claimants never both win. The directory must be
+Invariant: at most one claim file per pipeline; every read-decide-write of a claim happens under an exclusive
+``flock`` of the directory's ``.lock`` file, and a claim is written whole (temp file + rename), so two claimants
+never both win and no reader sees half a claim. The directory must be
 shared by everything that claims (the DAGs' work dir already is: plans and the ledger live there).
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import time
 import uuid
@@ -58,31 +58,34 @@ class PipelineClaims:
         """Claim ``pipeline`` for ``run_id``; returns the holder afterwards — ``run_id``'s own claim when it won (or
         already held it), else the active run that holds it."""
         path = self.path(pipeline)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        for _ in range(5):
+        with self._locked():
+            held = self.holder(pipeline)
+            if held is not None and (held.run_id == run_id or is_active(held.run_id)):
+                return held
             mine = Claim(pipeline, run_id, int(time.time() * 1000), by)
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                held = self.holder(pipeline)
-                if held is None:
-                    continue   # released meanwhile
-                if held.run_id == run_id:
-                    return held
-                if is_active(held.run_id):
-                    return held
-                with contextlib.suppress(FileNotFoundError):   # stale: moved aside atomically, then race again
-                    path.rename(path.with_name(f".{path.name}.stale-{uuid.uuid4().hex[:8]}"))
-                continue
-            with os.fdopen(fd, "w") as out:
-                out.write(json.dumps(asdict(mine)))
+            draft = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+            draft.write_text(json.dumps(asdict(mine)))
+            draft.replace(path)   # atomic: no reader sees it half-written
             return mine
-        raise ConfigError(f"pipeline {pipeline!r}: could not settle the claim in {path} (contended)")
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """An exclusive lock on the claims directory for one read-decide-write."""
+        import fcntl
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def release(self, pipeline: str, run_id: str) -> bool:
         """Drop ``run_id``'s claim (not another run's); True when it was held."""
-        held = self.holder(pipeline)
-        if held is None or held.run_id != run_id:
-            return False
-        self.path(pipeline).unlink(missing_ok=True)
-        return True
+        with self._locked():
+            held = self.holder(pipeline)
+            if held is None or held.run_id != run_id:
+                return False
+            self.path(pipeline).unlink(missing_ok=True)
+            return True

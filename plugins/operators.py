@@ -418,7 +418,8 @@ def check_offset_maps(target, pipeline: str, rows) -> tuple[list[str], int]:
 
 class ShoalHandoffOperator(BaseOperator):
     """Hand each partition of a plan (or the given topic partitions) to the daemon at its checkpoint, optionally
-    wait for a daemon to hold the lanes, then prove each seam. XCom: per partition the handoff position and seam."""
+    wait for a daemon to hold the lanes — deferred to :class:`~plugins.triggers.ShoalDaemonHoldsTrigger`, so the
+    wait holds no worker slot — then prove each seam. XCom: per partition the handoff position and seam."""
 
     template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "pipeline", "plan_path", "include",
                                       "exclude", "wait_for_daemon_s")
@@ -426,20 +427,23 @@ class ShoalHandoffOperator(BaseOperator):
     def __init__(self, *, source_conn_id: str, target_conn_id: str, pipeline: str, plan_path: str | None = None,
                  partitions: dict[str, list[int]] | None = None, include: str | None = None,
                  exclude: str | None = None, wait_for_daemon_s: float | str = 0.0, verify: bool = True,
-                 **kwargs: Any) -> None:
+                 deferrable: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.target_conn_id, self.pipeline = source_conn_id, target_conn_id, pipeline
         self.plan_path, self.partitions, self.include, self.exclude = plan_path, partitions, include, exclude
-        self.wait_for_daemon_s, self.verify = wait_for_daemon_s, verify
+        self.wait_for_daemon_s, self.verify, self.deferrable = wait_for_daemon_s, verify, deferrable
 
     def execute(self, context) -> dict:
-        from mirror_core.handoff import hand_off, verify_seam
+        from mirror_core.checkpointed import default_lane
+        from mirror_core.handoff import hand_off
 
         wanted = dict(self.partitions or {})
         if self.plan_path:
             for u in load_plan(self.plan_path).units:
                 wanted.setdefault(u.topic, []).append(u.partition)
         out: dict[str, dict] = {}
+        lanes: list[str] = []
+        wait_s = float(self.wait_for_daemon_s)
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
             target = ShoalKafkaHook(self.target_conn_id).get_cluster()
@@ -454,9 +458,37 @@ class ShoalHandoffOperator(BaseOperator):
                 raise AirflowFailException(f"pipeline {self.pipeline}: no checkpointed partition to hand off")
             for topic, parts in sorted(wanted.items()):
                 for cp in hand_off(target, self.pipeline, topic, sorted(set(parts)),
-                                   wait_for_daemon_s=float(self.wait_for_daemon_s)):
+                                   wait_for_daemon_s=0.0 if self.deferrable else wait_s):
                     out[f"{topic}-{cp.partition}"] = {"handoff_position": cp.handoff_position}
-            if self.verify:
+                    lanes.append(default_lane(cp.target_topic, cp.target_partition))
+        if self.deferrable and wait_s > 0:
+            from datetime import timedelta
+
+            from plugins.triggers import ShoalDaemonHoldsTrigger
+
+            self.log.info("handed off %d partition(s); waiting (deferred) up to %.0f s for a daemon to hold %s",
+                          len(out), wait_s, ", ".join(lanes))
+            self.defer(trigger=ShoalDaemonHoldsTrigger(target_conn_id=self.target_conn_id, pipeline=self.pipeline,
+                                                       lanes=lanes, timeout_s=wait_s),
+                       method_name="execute_complete", kwargs={"handed": out},
+                       timeout=timedelta(seconds=wait_s + 60))
+        return self._verify(out)
+
+    def execute_complete(self, context, event: dict[str, Any], handed: dict[str, dict]) -> dict:
+        if event.get("status") != "held":
+            raise AirflowFailException(
+                f"pipeline {self.pipeline}: no daemon took the handed-off lanes ({event.get('message', event)}); "
+                "is `shoal mirror run` running for this pipeline? The handoff itself stands: the daemon resumes at "
+                "the handoff positions whenever it starts")
+        return self._verify(handed)
+
+    def _verify(self, out: dict[str, dict]) -> dict:
+        from mirror_core.handoff import verify_seam
+
+        if self.verify:
+            with airflow_errors():
+                source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+                target = ShoalKafkaHook(self.target_conn_id).get_cluster()
                 for key, entry in out.items():
                     topic, _, part = key.rpartition("-")
                     seam = verify_seam(source, target, self.pipeline, topic, int(part))
