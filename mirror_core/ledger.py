@@ -141,3 +141,17 @@ def read_runs(ledger_dir: Path) -> list[RunManifest]:
         except (OSError, ValueError, TypeError):
             continue
     return sorted(out, key=lambda m: m.started_ms)
+
+
+def run_summaries(ledger_dir: Path, pipeline: str, *, limit: int = 10) -> list[dict]:
+    """A pipeline's backfill runs, newest first: in flight or ended (exit code), units finished of planned, records
+    so far, failed units — what the Shoal page's ledger table shows."""
+    out = []
+    for manifest in reversed([m for m in read_runs(ledger_dir) if m.pipeline == pipeline][-limit:]):
+        rows = read_ledger(ledger_dir, manifest.run_id)
+        out.append({"run_id": manifest.run_id, "in_flight": manifest.in_flight, "exit_code": manifest.exit_code,
+                    "started_ms": manifest.started_ms, "ended_ms": manifest.ended_ms, "units": len(manifest.units),
+                    "finished": len({r.unit_id for r in rows} & set(manifest.units)),
+                    "records": sum(r.records for r in rows),
+                    "failed": [f"{r.unit_id}: {r.error}" for r in rows if r.status == STATUS_FAILED][:5]})
+    return out

@@ -14,6 +14,7 @@ task's own failure is what matters.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 
@@ -36,9 +37,8 @@ def notify_failure(context) -> None:
                         "callable, and %s to its arguments)", what, NOTIFIER_VARIABLE, KWARGS_VARIABLE)
             return
         kwargs = Variable.get(KWARGS_VARIABLE, default={}, deserialize_json=True) or {}
-        from airflow.utils.module_loading import import_string
-
-        target = import_string(spec)
+        module, _, name = spec.rpartition(".")
+        target = getattr(importlib.import_module(module), name)
         if inspect.isclass(target):
             target(**kwargs)(context)   # a BaseNotifier instance is called with the context
         else:

@@ -469,18 +469,18 @@ class ShoalHandoffOperator(BaseOperator):
             self.log.info("handed off %d partition(s); waiting (deferred) up to %.0f s for a daemon to hold %s",
                           len(out), wait_s, ", ".join(lanes))
             self.defer(trigger=ShoalDaemonHoldsTrigger(target_conn_id=self.target_conn_id, pipeline=self.pipeline,
-                                                       lanes=lanes, timeout_s=wait_s),
-                       method_name="execute_complete", kwargs={"handed": out},
-                       timeout=timedelta(seconds=wait_s + 60))
+                                                       lanes=lanes, timeout_s=wait_s, handed=out),
+                       method_name="execute_complete", timeout=timedelta(seconds=wait_s + 60))
         return self._verify(out)
 
-    def execute_complete(self, context, event: dict[str, Any], handed: dict[str, dict]) -> dict:
+    def execute_complete(self, context, event: dict[str, Any]) -> dict:
+        """Resumed from the trigger, which carries the handed-off positions back (offsets and names only)."""
         if event.get("status") != "held":
             raise AirflowFailException(
                 f"pipeline {self.pipeline}: no daemon took the handed-off lanes ({event.get('message', event)}); "
                 "is `shoal mirror run` running for this pipeline? The handoff itself stands: the daemon resumes at "
                 "the handoff positions whenever it starts")
-        return self._verify(handed)
+        return self._verify(event["handed"])
 
     def _verify(self, out: dict[str, dict]) -> dict:
         from mirror_core.handoff import verify_seam

@@ -107,14 +107,15 @@ class ShoalDaemonHoldsTrigger(ShoalPollTrigger):
     off the worker)."""
 
     def __init__(self, *, target_conn_id: str, pipeline: str, lanes: list[str], poll_interval_s: float = 2.0,
-                 timeout_s: float = 120.0) -> None:
+                 timeout_s: float = 120.0, handed: dict | None = None) -> None:
         super().__init__(poll_interval_s=poll_interval_s, timeout_s=timeout_s)
         self.target_conn_id, self.pipeline, self.lanes = target_conn_id, pipeline, list(lanes)
+        self.handed = handed or {}   # the handed-off positions, passed back in the event (offsets and names only)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("plugins.triggers.ShoalDaemonHoldsTrigger",
                 {"target_conn_id": self.target_conn_id, "pipeline": self.pipeline, "lanes": self.lanes,
-                 "poll_interval_s": self.poll_interval_s, "timeout_s": self.timeout_s})
+                 "poll_interval_s": self.poll_interval_s, "timeout_s": self.timeout_s, "handed": self.handed})
 
     def check(self) -> dict | None:
         from mirror_core.handoff import daemon_missing_lanes
@@ -124,7 +125,7 @@ class ShoalDaemonHoldsTrigger(ShoalPollTrigger):
         if missing:
             self.log.info("pipeline %s: no daemon holds %s yet", self.pipeline, ", ".join(missing))
             return None
-        return {"status": "held", "lanes": self.lanes}
+        return {"status": "held", "lanes": self.lanes, "handed": self.handed}
 
 
 class ShoalRetentionTrigger(ShoalPollTrigger):
