@@ -1,5 +1,8 @@
 """``shoal backfill run|status``: run a plan as a PySpark job (``spark-submit``, local[N] or ``--master``) and read
-the ledger it writes. (``plan`` lives in :mod:`mirror_core.plan_command`.)"""
+the ledger it writes. (``plan`` lives in :mod:`mirror_core.plan_command`.)
+
+With a remote master the executors do not share the driver's interpreter: the submit ships Shoal's code and a
+packed environment (:mod:`mirror_core.spark_env`) and the executors run the unpacked archive's Python."""
 
 from __future__ import annotations
 
@@ -7,20 +10,23 @@ import importlib.util
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.ledger import STATUS_FAILED, STATUS_LOST, read_ledger, read_runs
+from mirror_core.spark_env import Shipment, default_cache_dir, is_local_master, ship
 
 # Spark's own log lines ("26/11/23 01:32:07 INFO SparkContext: ..."): shown only at ERROR
 SPARK_LOG = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN) ")
 SPARK_BANNER = ("Using Spark's default log4j", "To adjust logging level", "Setting default log level")
 
 
-def spark_submit_command(master: str, job_args: list[str]) -> list[str]:
+def spark_submit_command(master: str, job_args: list[str], shipment: Shipment | None = None) -> list[str]:
     """The spark-submit invocation of the backfill job (credentials travel in the clusters file, never here).
 
+    A remote master needs ``shipment`` (what executors import); a local one runs tasks in this interpreter.
     pyspark and spark_apps are located, not imported: mirror_core stays importable without Spark."""
     pyspark, apps = importlib.util.find_spec("pyspark"), importlib.util.find_spec("spark_apps")
     if pyspark is None or pyspark.origin is None:
@@ -29,8 +35,12 @@ def spark_submit_command(master: str, job_args: list[str]) -> list[str]:
         raise ConfigError("the spark_apps package is not installed next to mirror_core")
     submit = Path(pyspark.origin).parent / "bin" / "spark-submit"
     job = Path(apps.origin).parent / "backfill_job.py"
+    if shipment is None and not is_local_master(master):
+        raise ConfigError(f"master {master!r} runs tasks on other machines: the submit must ship Shoal's code and "
+                          "environment (spark_env.ship)")
+    shipped = shipment.submit_args(sys.executable) if shipment else []
     return [str(submit), "--master", master, "--conf", "spark.speculation=false",
-            "--conf", "spark.ui.showConsoleProgress=false", str(job), *job_args]
+            "--conf", "spark.ui.showConsoleProgress=false", *shipped, str(job), *job_args]
 
 
 def run_backfill(*, plan: Path, clusters: Path, ledger: Path, master: str, run_id: str | None, console,
@@ -42,12 +52,18 @@ def run_backfill(*, plan: Path, clusters: Path, ledger: Path, master: str, run_i
     args = ["--plan", str(plan), "--clusters", str(clusters), "--ledger", str(ledger)]
     if run_id:
         args += ["--run-id", run_id]
-    env = {**environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    with subprocess.Popen(spark_submit_command(master, args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env=env) as proc:
-        for line in proc.stdout:
-            if not SPARK_LOG.match(line) and not line.startswith(SPARK_BANNER):
-                console.print(line.rstrip(), highlight=False, markup=False)
+    env = {**environ, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    with tempfile.TemporaryDirectory(prefix="shoal-submit-") as staging:
+        if is_local_master(master):
+            command = spark_submit_command(master, args)
+            env["PYSPARK_PYTHON"] = sys.executable
+        else:
+            env.pop("PYSPARK_PYTHON", None)  # the executors' Python is the shipped one (spark.pyspark.python)
+            command = spark_submit_command(master, args, ship(default_cache_dir(environ), Path(staging)))
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
+            for line in proc.stdout:
+                if not SPARK_LOG.match(line) and not line.startswith(SPARK_BANNER):
+                    console.print(line.rstrip(), highlight=False, markup=False)
     return proc.returncode
 
 

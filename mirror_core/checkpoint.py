@@ -63,7 +63,7 @@ LARGEST_RECORD_BYTES = 12 * 1024
 CHECKPOINT_TOPIC_CONFIG = {  # explicit, so a cluster's defaults cannot change what the checkpoints rely on
     "cleanup.policy": "compact",  # last value per key; "delete" would let retention erase the checkpoints
     "max.message.bytes": str(1024 * 1024),
-    "min.insync.replicas": "1",  # the topic is created with replication factor 1 (TopicAdmin.create)
+    "min.insync.replicas": "1",  # raised with the replication factor at creation (checkpoint_topic_settings)
     "min.compaction.lag.ms": "0",
     "segment.ms": "3600000",
 }
@@ -203,10 +203,22 @@ def upgrade_checkpoint_body(body: dict) -> dict:
     return body
 
 
-def checkpoint_topic_problems(configs: dict[str, str]) -> list[str]:
+def checkpoint_topic_settings(brokers: int) -> tuple[int, dict[str, str]]:
+    """Replication factor and configs for a new checkpoint topic on a cluster of ``brokers`` brokers: it follows
+    the cluster (up to 3 replicas, ``min.insync.replicas`` one below that), so a replicated target keeps its
+    checkpoints through a broker loss; a single broker gets 1 and 1."""
+    replicas = max(1, min(3, brokers))
+    return replicas, {**CHECKPOINT_TOPIC_CONFIG, "min.insync.replicas": str(max(1, replicas - 1))}
+
+
+def checkpoint_topic_problems(configs: dict[str, str], replication_factor: int | None = None) -> list[str]:
     """What in an existing checkpoint topic's settings would break it (empty: nothing), each naming the config,
     its value and why."""
     problems = []
+    min_isr = configs.get("min.insync.replicas")
+    if replication_factor is not None and min_isr is not None and int(min_isr) > replication_factor:
+        problems.append(f"min.insync.replicas={min_isr} is above its replication factor ({replication_factor}): "
+                        "every checkpoint write would be refused (NOT_ENOUGH_REPLICAS) for ever; lower it")
     cleanup = configs.get("cleanup.policy", "")
     if "delete" in cleanup.split(",") or "compact" not in cleanup.split(","):
         problems.append(f"cleanup.policy={cleanup} would let retention delete checkpoints (or keep every old "
@@ -324,12 +336,13 @@ class CheckpointStore:
         admin = TopicAdmin(self.cluster)
         existing = admin.list_topics().get(self.topic)
         if existing is None:  # created with our settings (DescribeConfigs may not know it yet: nothing to check)
-            admin.create(self.topic, self.partitions, CHECKPOINT_TOPIC_CONFIG, exist_ok=True)
+            replicas, config = checkpoint_topic_settings(admin.broker_count())
+            admin.create(self.topic, self.partitions, config, exist_ok=True, replication_factor=replicas)
             return
         if existing != self.partitions:
             raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} has {existing} "
                               f"partitions, Shoal expects {self.partitions}; keys would land in the wrong place")
-        problems = checkpoint_topic_problems(admin.configs(self.topic))
+        problems = checkpoint_topic_problems(admin.configs(self.topic), admin.replication_factor(self.topic))
         if problems:
             raise ConfigError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r}: "
                               + "; ".join(problems))

@@ -39,6 +39,7 @@ from mirror_core.copier import BatchSource, CopyOptions, CopyResult, PartitionRa
 from mirror_core.epochs import validate_position
 from mirror_core.errors import (
     ConfigError,
+    CoordinatorUnavailableError,
     DataLossError,
     FetchError,
     ForeignWriteError,
@@ -77,6 +78,8 @@ class CommitPolicy:
     commit_interval_ms: int = 1000
     transaction_timeout_ms: int | None = None  # None: 60 s, or longer when the commit interval needs it
     write_retry_s: float = 25.0
+    # at-least-once: how often a lane renews its broker fence (see LaneSession.renew_fence_if_due)
+    refence_interval_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.commit_bytes <= 0 or self.commit_interval_ms <= 0:
@@ -190,6 +193,8 @@ class LaneSession:
         self.target_topic, self.target_partition = target_topic, target_partition
         self.exactly_once = owner.mode is DeliveryMode.EXACTLY_ONCE
         self.fenced_by_broker = True  # False: at-least-once on a target without transactions (owner check instead)
+        self.fenced_at = 0.0  # at-least-once: monotonic time of the last fence (renewed, see renew_fence_if_due)
+        self.fences = 0
         self.writer = self._open_writer(lane)
         # at-least-once with a broker fence: the fence's abort marker sits before this session's first landing only
         self.fence_marker_pending = not self.exactly_once and self.fenced_by_broker
@@ -230,7 +235,10 @@ class LaneSession:
         writer = BatchWriter(owner.target, transactional_id=lane_transactional_id(owner.pipeline, lane), **settings)
         try:
             writer.init_producer_id()
-        except TransactionsUnavailableError as exc:
+        except (TransactionsUnavailableError, CoordinatorUnavailableError) as exc:
+            # at-least-once does not need transactions, only wants their fence: a target that refuses
+            # transactional producers, or whose transaction coordinator does not answer (a transaction state topic
+            # that can never be created), still gets copied, with the owner check in place of the fence
             if self.exactly_once:
                 raise
             log.warning("%s; lane %s stays at-least-once with an idempotent writer, checking before each copy "
@@ -240,10 +248,32 @@ class LaneSession:
             writer.init_producer_id()
             return writer
         if not self.exactly_once:
-            key = checkpoint_key(owner.pipeline, self.topic, self.partition)
-            writer.fence_partitions([(self.target_topic, self.target_partition),
-                                     (owner.store.topic, checkpoint_partition(key, owner.store.partitions))])
+            self._fence(writer)
         return writer
+
+    def _fence(self, writer: BatchWriter) -> None:
+        owner = self.owner
+        key = checkpoint_key(owner.pipeline, self.topic, self.partition)
+        writer.fence_partitions([(self.target_topic, self.target_partition),
+                                 (owner.store.topic, checkpoint_partition(key, owner.store.partitions))])
+        self.fenced_at = time.monotonic()
+        self.fences += 1
+
+    def renew_fence_if_due(self) -> None:
+        """At-least-once with a broker fence: fence the lane's partitions again every ``refence_interval_s``.
+
+        The fence lasts only while the coordinator remembers the lane's transactional.id, and at-least-once writes
+        are not transactions, so they do not keep it alive: after ``transactional.id.expiration.ms`` (7 days by
+        default) of no transaction the id is forgotten, a new holder's InitProducerId gets a *new* producer id,
+        and its fence would not refuse this writer's producer id any more. Each renewal is one empty aborted
+        transaction (one abort marker in the target and checkpoint partitions; the next copy's landing rule allows
+        for it), and it fails with ProducerFencedError if another writer took the lane meanwhile."""
+        if self.exactly_once or not self.fenced_by_broker:
+            return
+        if time.monotonic() - self.fenced_at < self.owner.policy.refence_interval_s:
+            return
+        self._fence(self.writer)
+        self.fence_marker_pending = True
 
     def check_still_owner(self) -> None:
         """Without a broker fence: raise :class:`LaneTakenError` if the lane's stored checkpoint is no longer the
@@ -311,6 +341,7 @@ class LaneSession:
         which records ``[checkpoint, start)`` in the checkpoint's lost ranges (``CopyResult.lost_ranges``)."""
         owner, previous = self.owner, self.checkpoint
         self.check_still_owner()
+        self.renew_fence_if_due()
         if previous is not None and previous.position >= end:
             # a rerun of finished work (the checkpoint may even lie past ``end``: a straddling batch was copied
             # whole): nothing to copy, nothing to commit
@@ -355,6 +386,28 @@ class LaneSession:
                          "InitProducerId or the transaction timeout ends it", self.owner.target.cluster_name,
                          self.target_topic, self.target_partition, exc)
 
+    def write_first_checkpoint(self, position: int) -> None:
+        """At-least-once, the lane's first copy, before any of its data is written: a checkpoint at ``position``
+        (the first batch's source offset) saying the data will land at the target partition's current end.
+
+        Without it, a first run stopped or fenced before its first commit would leave copies on the target that
+        nobody could judge: the next holder, finding no checkpoint, would copy the same records again, unreported.
+        With it, the next holder resumes here and the landing rule recognises (and reports) those copies as the
+        at-most-one-window duplicates an at-least-once restart may leave, or halts on anything else. Exactly-once
+        needs none: an uncommitted first transaction is aborted by the next InitProducerId."""
+        target = self.owner.target
+        target_end = list_offsets(target, self.target_topic, self.target_partition, "latest")
+        first = Checkpoint(
+            pipeline=self.owner.pipeline, topic=self.topic, partition=self.partition, position=position,
+            target_topic=self.target_topic, target_partition=self.target_partition, target_next=target_end,
+            owner=self.owner.owner, owner_epoch=self.owner.owner_epoch, source_topic_id=self.source_topic_id,
+            target_topic_id=self.target_topic_id)
+        self.writer.write([self.owner.store.checkpoint_batch(first)])
+        self.checkpoint = first
+        self.fence_marker_pending = False  # the fence's marker lies below target_end
+        log.info("cluster %r %s-%d: at-least-once lane starts at source offset %d, landing at target offset %d",
+                 target.cluster_name, self.target_topic, self.target_partition, position, target_end)
+
     def _skipped_range(self, position: int, start: int) -> tuple[tuple[int, int], ...]:
         """``[position, start)``, refused unless the loss is accepted (see :meth:`copy`)."""
         if start <= position:
@@ -386,6 +439,11 @@ class _ResumeLanding:
 
     def __init__(self, session: LaneSession):
         self.session = session
+
+    def before_first_write(self, prepared: PreparedBatch) -> None:
+        session = self.session
+        if session.checkpoint is None and not session.exactly_once:
+            session.write_first_checkpoint(prepared.source_first_offset)
 
     def first_landing(self, prepared: PreparedBatch, base: int) -> None:
         session = self.session

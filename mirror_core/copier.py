@@ -108,7 +108,11 @@ class FlushListener(Protocol):
 
 class LandingRule(Protocol):
     """Told where a copy's first batch landed on the target (later ones are checked for contiguity by the copier
-    itself); raises to halt the copy when the target does not end where the caller's state says it should."""
+    itself); raises to halt the copy when the target does not end where the caller's state says it should. Told
+    too, once, just before that batch is written (a lane with no checkpoint yet records where it will land)."""
+
+    def before_first_write(self, prepared: PreparedBatch) -> None:
+        """Called once, before the copy's first batch (``prepared``) is written."""
 
     def first_landing(self, prepared: PreparedBatch, base: int) -> None: ...
 
@@ -238,6 +242,9 @@ class RangeCopier:
                session: _Session) -> None:
         outgoing = [OutgoingBatch(rng.target_topic, rng.target_partition, p.data, p.source_first_offset)
                     for p in pending]
+        if session.expected is None and session.landing is not None and not session.announced:
+            session.announced = True
+            session.landing.before_first_write(pending[0])
         bases = self.writer.write(outgoing)
         for prepared, base in zip(pending, bases, strict=True):
             base = session.check_landing(self.target.cluster_name, rng, prepared, base)
@@ -271,6 +278,7 @@ class _Session:
     expected: int | None = None
     markers_allowed: int = 0
     landing: LandingRule | None = None  # checks the first batch (the copier has no earlier landing to go by)
+    announced: bool = False  # the landing rule was told about the first batch before it was written
 
     def check_landing(self, cluster: str, rng: PartitionRange, prepared: PreparedBatch, base: int) -> int:
         where = f"cluster {cluster!r} {rng.target_topic}-{rng.target_partition}"

@@ -56,6 +56,7 @@ from mirror_core.checkpointed import (
 from mirror_core.copier import CopyOptions, FetchedOnce
 from mirror_core.daemon_config import PipelineConfig, load_pipeline_config
 from mirror_core.daemon_metrics import DaemonMetrics, serve_metrics
+from mirror_core.daemon_prune import PruneWatch
 from mirror_core.daemon_retention import RetentionWatch
 from mirror_core.errors import (
     BatchRejectedError,
@@ -115,6 +116,9 @@ class LaneState:
     fetch_failures: int = 0
     last_stable: int | None = None  # the source partition's last stable offset at the last fetch
     repaired_at: int | None = None  # source offset of the rejected batch a config sync last repaired
+    # the lane's halt is stored in its checkpoint (we wrote it, or read it there): from then on a checkpoint of the
+    # lane without a halt can only be the operator's resume (no clock is compared: machines' clocks differ)
+    halt_stored: bool = False
 
     def reset(self) -> None:
         """Forget the open session and fetch position: the next round reopens the lane (fencing any older writer
@@ -146,8 +150,8 @@ class ShallowMirrorDaemon:
         self._next_rescan = 0.0
         self._next_lease = 0.0
         self._next_config_sync = 0.0
-        self._next_prune = 0.0
-        self._prune_floors: dict[tuple[str, int], int] = {}  # held (topic, partition) → offset-map prune floor
+        # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
+        self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
         self._round = 0
         self.retention = RetentionWatch(config.source, config.target, self.metrics,
                                         interval_s=config.retention_interval_s,
@@ -163,6 +167,7 @@ class ShallowMirrorDaemon:
             self.store.ensure_topic()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
             self.retention.start()
+            self.pruner.start()
             forced = False
             try:
                 while not stop.is_set():
@@ -172,9 +177,7 @@ class ShallowMirrorDaemon:
                         self._next_rescan = now + cfg.rescan_interval_s
                         self._housekeeping("rescan", self._rescan)
                     self._leases_if_due()
-                    if now >= self._next_prune:
-                        self._next_prune = now + cfg.prune_interval_s
-                        self._housekeeping("prune", self._refresh_prune_floors)
+                    self._apply_prune_floors()
                     if self._copy_round() is None:  # nothing to fetch: no lane held, or all backing off
                         stop.wait(cfg.poll_interval_ms / 1000)
             except ForcedShutdown:
@@ -185,6 +188,7 @@ class ShallowMirrorDaemon:
                 raise
             finally:
                 self.retention.stop()  # no join: an assessment stuck on a slow source must not eat the grace
+                self.pruner.stop()
                 if not forced:  # leases of a forced stop just expire (the target may be the reason for it)
                     self._shutdown()
         event("stop", pipeline=cfg.pipeline, worker=self.worker_id)
@@ -308,12 +312,14 @@ class ShallowMirrorDaemon:
         after our halt without one is the operator's resume (``shoal lanes resume``)."""
         health = state.health
         if cp is not None and cp.lane_state is not None:
+            state.halt_stored = True
             if not health.stopped or health.since_ms != cp.lane_state.since_ms:
                 health.stop(cp.lane_state)
                 if state.lane in self.held:
                     self._drop(state.lane, f"{cp.lane_state.state}: {cp.lane_state.reason}")
             return
-        if health.stopped and cp is not None and health.since_ms is not None and cp.updated_ms > health.since_ms:
+        if health.stopped and cp is not None and state.halt_stored:
+            state.halt_stored = False
             health.resumed()
             self.status.halted.pop(state.lane, None)
             state.failures = state.fetch_failures = 0
@@ -375,19 +381,15 @@ class ShallowMirrorDaemon:
                     gauge.remove(state.topic, str(state.partition))
         event("lane_dropped", lane=lane, reason=why)
 
-    def _refresh_prune_floors(self) -> None:
-        """Gather, for every held lane, the source offset below which no translation can be asked for (log start
-        and source groups' offsets: :mod:`mirror_core.prune_inputs`); each lane's next commit prunes below it."""
-        from mirror_core.prune_inputs import gather_prune_floors
-
-        held = [self.lanes[lane] for lane in sorted(self.held)]
-        if not held:
-            return
-        self._prune_floors = gather_prune_floors(self.config.source, self.source,
-                                                 [(state.topic, state.partition) for state in held])
+    def _apply_prune_floors(self) -> None:
+        """Hand each held lane the newest floor the prune watch gathered (its next commit prunes below it), and
+        tell the watch which partitions are held now."""
+        held = [self.lanes[lane] for lane in self.held if lane in self.lanes]
+        self.pruner.publish({(state.topic, state.partition) for state in held})
+        floors = self.pruner.floors()
         for state in held:
             if state.session is not None:
-                state.session.prune_floor = self._prune_floors.get((state.topic, state.partition))
+                state.session.prune_floor = floors.get((state.topic, state.partition), state.session.prune_floor)
 
     # ---- copying -----------------------------------------------------------------------------------------------
     def _session(self, state: LaneState) -> LaneSession:
@@ -410,9 +412,7 @@ class ShallowMirrorDaemon:
             if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
                 # a backfill claimed the lane between our read and the open: leave it (its retry fences us back)
                 raise NotHandedOffError(cfg.pipeline, session.checkpoint)
-            session.prune_floor = self._prune_floors.get((state.topic, state.partition))
-            if session.prune_floor is None:
-                self._next_prune = 0.0  # a lane new to this daemon: gather its floor on the next loop
+            session.prune_floor = self.pruner.floors().get((state.topic, state.partition))
             state.session = session
             event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                   position=state.session.position)
@@ -572,6 +572,7 @@ class ShallowMirrorDaemon:
         self.status.halted[state.lane] = str(exc)
         self._drop(state.lane, reason)
         saved = self._persist(state, persisted)
+        state.halt_stored = saved  # not stored: the halt holds in this process only, and no checkpoint resumes it
         event("lane_halted" if stopped == HALTED else "lane_retired", logging.ERROR if stopped == HALTED
               else logging.WARNING, topic=state.topic, partition=state.partition, lane=state.lane, reason=reason,
               position=position, range_end=range_end, persisted=saved, error=exc)
@@ -688,7 +689,8 @@ def run_daemon(config_path, worker_id: str | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_stop)
     signal.signal(signal.SIGALRM, on_alarm)
-    server = serve_metrics(daemon.metrics, config.metrics_port) if config.metrics_port else None
+    server = serve_metrics(daemon.metrics, config.metrics_port, host=config.metrics_host) if config.metrics_port \
+        else None
     try:
         daemon.run(stop)
     except ForcedShutdown:

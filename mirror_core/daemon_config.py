@@ -18,6 +18,7 @@
     retention_interval_s: 60                           # retention margin of the held partitions assessed this often
     lease_ttl_s: 15
     metrics_port: 9308                                 # 0: no HTTP endpoint
+    metrics_host: 127.0.0.1                            # 0.0.0.0 in a container, so probes and Prometheus reach it
     new_partitions: earliest                           # where a partition without checkpoint starts
     fetch_max_bytes: 16777216                          # per Fetch request (one per source broker per round)
     partition_fetch_max_bytes: 4194304                 # per partition in that request
@@ -64,6 +65,7 @@ class PipelineConfig:
     retention_interval_s: float = 60.0
     lease_ttl_s: float = 15.0
     metrics_port: int = 9308
+    metrics_host: str = "127.0.0.1"
     new_partitions: str = "earliest"
     fetch_max_bytes: int = 16 * 1024 * 1024
     partition_fetch_max_bytes: int = 4 * 1024 * 1024
@@ -83,6 +85,8 @@ class PipelineConfig:
                      "retention_interval_s", "stall_after_s", "prune_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
+        if not self.metrics_host or any(c in self.metrics_host for c in " /"):
+            raise ConfigError(f"pipeline {self.pipeline!r}: metrics_host {self.metrics_host!r} is not an address")
         if not self.checkpoint_topic or any(c in self.checkpoint_topic for c in " /\\"):
             raise ConfigError(f"pipeline {self.pipeline!r}: checkpoint_topic {self.checkpoint_topic!r} is not a "
                               "topic name")

@@ -118,9 +118,10 @@ class DaemonMetrics:
         return not blocking, {"ready": not blocking, "not_ready_lanes": blocking, "lanes": lanes}
 
 
-def serve_metrics(metrics: DaemonMetrics, port: int, *, stale_after_s: float = 60.0) -> ThreadingHTTPServer:
-    """Start ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (127.0.0.1 unless bound otherwise) in a daemon
-    thread."""
+def serve_metrics(metrics: DaemonMetrics, port: int, *, host: str = "127.0.0.1",
+                  stale_after_s: float = 60.0) -> ThreadingHTTPServer:
+    """Start ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` in a daemon thread (loopback by default; a
+    container binds 0.0.0.0 so its probes and Prometheus reach it)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's naming
@@ -145,6 +146,6 @@ def serve_metrics(metrics: DaemonMetrics, port: int, *, stale_after_s: float = 6
         def log_message(self, *_args):  # keep access logs out of the daemon's log
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="shoal-metrics", daemon=True).start()
     return server

@@ -330,6 +330,38 @@ class TransactionTimedOutError(MirrorError):
                          "took over, nothing of it was committed, and it resumes from its last checkpoint")
 
 
+class CoordinatorUnavailableError(MirrorError):
+    """The transaction coordinator of a transactional.id did not answer within the retry window (its
+    ``__transaction_state`` partition has no leader: a target restarting, or one whose transaction state topic can
+    never be created, e.g. ``transaction.state.log.replication.factor`` above its broker count)."""
+
+    retriable = True
+    lane_reason = "unavailable"
+
+    def __init__(self, cluster: str, producer: str, request: str, error: str, waited_s: float):
+        self.cluster = cluster
+        self.producer = producer
+        self.error = error
+        self.waited_s = waited_s
+        super().__init__(f"{request} for {producer} on cluster {cluster!r}: no transaction coordinator answered in "
+                         f"{waited_s:.0f} s ({error}); check the target's __transaction_state topic and "
+                         "transaction.state.log.replication.factor / min.isr against its brokers")
+
+
+class TransactionTimeoutRefusedError(MirrorError):
+    """The broker refuses the transaction timeout Shoal asks for (above its ``transaction.max.timeout.ms``)."""
+
+    lane_reason = "config"
+
+    def __init__(self, cluster: str, producer: str, timeout_ms: int):
+        self.cluster = cluster
+        self.producer = producer
+        self.timeout_ms = timeout_ms
+        super().__init__(f"cluster {cluster!r} refuses transaction.timeout.ms {timeout_ms} for {producer}: it is above "
+                         "the brokers' transaction.max.timeout.ms (15 min by default); lower commit_interval_ms and "
+                         "write_retry_s (the timeout is derived from them) or set transaction_timeout_ms explicitly")
+
+
 class TransactionsUnavailableError(MirrorError):
     """The target refuses transactional producers (no transaction support, or the principal may not use the
     transactional.id): exactly-once is impossible there, and at-least-once falls back to its owner check."""

@@ -134,6 +134,11 @@ class Backoff:
         time.sleep(min(delay, max(0.0, self.give_up_after - (now - self._started))))
         return True
 
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the first :meth:`wait` (0 before it)."""
+        return 0.0 if self._started is None else time.monotonic() - self._started
+
 
 @dataclass(frozen=True)
 class PartitionMetadata:

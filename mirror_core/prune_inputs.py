@@ -1,17 +1,22 @@
 """Gathers what :func:`mirror_core.map_segments.prune_floor` decides on: each source partition's log start and the
 offsets the source's consumer groups hold for it (I/O: confluent-kafka admin for groups, ListOffsets for the log
-start). Called now and then (the daemon: at lane open and every ``prune_interval_s``), never on every commit.
+start). Called now and then (the daemon: from its prune watch thread, :mod:`mirror_core.daemon_prune`), never on
+every commit.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
 
 from mirror_core.cluster import ClusterConfig
+from mirror_core.errors import MirrorError
 from mirror_core.fetcher import list_offsets
 from mirror_core.kafka_wire import WireClient
 from mirror_core.map_segments import prune_floor
+
+log = logging.getLogger(__name__)
 
 
 def group_offsets_by_partition(source: ClusterConfig, partitions: Iterable[tuple[str, int]]
@@ -32,9 +37,17 @@ def group_offsets_by_partition(source: ClusterConfig, partitions: Iterable[tuple
 def gather_prune_floors(source: ClusterConfig, client: WireClient, partitions: Iterable[tuple[str, int]]
                         ) -> dict[tuple[str, int], int]:
     """(topic, partition) → the source offset below which no translation can be asked for (see
-    :func:`~mirror_core.map_segments.prune_floor`). Raises MirrorError when a listing fails: then nothing is
-    pruned (a partial group list could prune what a group still holds)."""
+    :func:`~mirror_core.map_segments.prune_floor`). Raises MirrorError when a group listing fails: then nothing
+    is pruned (a partial group list could prune what a group still holds). A partition whose log start cannot be
+    read now (offline, leaderless) gets no floor this time; the others still do."""
     partitions = list(partitions)
     held = group_offsets_by_partition(source, partitions)
-    return {tp: prune_floor(list_offsets(client, tp[0], tp[1], "earliest"), held.get(tp, ()))
-            for tp in partitions}
+    floors: dict[tuple[str, int], int] = {}
+    for topic, partition in partitions:
+        try:
+            log_start = list_offsets(client, topic, partition, "earliest")
+        except MirrorError as exc:
+            log.info("cluster %r %s-%d: no prune floor this time (%s)", source.name, topic, partition, exc)
+            continue
+        floors[(topic, partition)] = prune_floor(log_start, held.get((topic, partition), ()))
+    return floors

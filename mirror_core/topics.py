@@ -26,15 +26,26 @@ class TopicAdmin:
         md = self._admin.list_topics(timeout=self.timeout_s)
         return {name: len(t.partitions) for name, t in md.topics.items()}
 
+    def replication_factor(self, topic: str) -> int | None:
+        """How many replicas ``topic``'s partitions have (the smallest; None when the topic is unknown)."""
+        md = self._admin.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
+        if md is None or md.error is not None or not md.partitions:
+            return None
+        return min(len(p.replicas) for p in md.partitions.values())
+
+    def broker_count(self) -> int:
+        return len(self._admin.list_topics(timeout=self.timeout_s).brokers)
+
     def exists(self, topic: str) -> bool:
         return topic in self.list_topics()
 
     def create(self, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None,
-               *, exist_ok: bool = False) -> None:
+               *, exist_ok: bool = False, replication_factor: int = 1) -> None:
         from confluent_kafka import KafkaError
         from confluent_kafka.admin import NewTopic
 
-        new = NewTopic(topic, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
+        new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
+                       config=dict(config or {}))
         fut = self._admin.create_topics([new], operation_timeout=self.timeout_s)[topic]
         try:
             fut.result(timeout=self.timeout_s)

@@ -52,12 +52,14 @@ from mirror_core.batch_codec import parse_batch, stamp_producer_in_place
 from mirror_core.errors import (
     AmbiguousWriteError,
     BatchRejectedError,
+    CoordinatorUnavailableError,
     CorruptBatchError,
     MirrorError,
     PartitionUnavailableError,
     ProducerFencedError,
     TransactionsUnavailableError,
     TransactionTimedOutError,
+    TransactionTimeoutRefusedError,
 )
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
 
@@ -219,15 +221,20 @@ class BatchWriter:
                         and isinstance(request, InitProducerIdRequest):
                     raise TransactionsUnavailableError(self.client.cluster_name, self._who,
                                                        type(exc).__name__) from None
+                if isinstance(exc, Errors.InvalidTransactionTimeoutError):
+                    raise TransactionTimeoutRefusedError(self.client.cluster_name, self._who,
+                                                         self.transaction_timeout_ms) from None
                 if not is_retriable(type(exc)):
                     raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r} failed: "
                                       f"{type(exc).__name__}") from None
                 coordinator = None
                 if not backoff.wait():
-                    why = "the id's previous transaction is still being completed (its markers are not written " \
-                        "yet)" if isinstance(exc, Errors.ConcurrentTransactionsError) else "coordinator unavailable"
-                    raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r}: {why} "
-                                      f"({type(exc).__name__})") from None
+                    if isinstance(exc, Errors.ConcurrentTransactionsError):
+                        raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r}: the id's "
+                                          "previous transaction is still being completed (its markers are not "
+                                          f"written yet) ({type(exc).__name__})") from None
+                    raise CoordinatorUnavailableError(self.client.cluster_name, self._who, what, type(exc).__name__,
+                                                      backoff.elapsed) from None
 
     def _fenced_or_timed_out(self, fenced: ProducerFencedError) -> MirrorError:
         """What a fencing-shaped answer (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_TXN_STATE) really means.

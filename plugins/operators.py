@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from mirror_core.spark_env import ARCHIVE_ALIAS, EXECUTOR_PYTHON, code_zip, default_cache_dir, is_local_master, ship
 from plugins.errors import airflow_errors
 from plugins.hooks import ShoalKafkaHook, clusters_of, write_clusters_file
 
@@ -235,7 +235,9 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
 
     The clusters file (the connections' settings, secrets included) is written 0600 under the run's work dir and
     deleted when the job ends: credentials never reach the spark-submit command line, XCom or rendered fields.
-    With a non-local master, mirror_core and spark_apps ship to the executors as a zip in ``py_files``.
+    With a non-local master the executors get Shoal the way any remote cluster needs it: mirror_core and spark_apps
+    as a zip in ``py_files`` and a packed environment in ``archives`` (:mod:`mirror_core.spark_env`), run by
+    ``./environment/bin/python`` — never this worker's interpreter path.
     XCom: the run id, ledger dir and per-status unit counts."""
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "source_conn_id", "target_conn_id",
@@ -269,6 +271,7 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
             self.log.info("plan %s has no work units (%d empty partitions): nothing to submit", plan.plan_id,
                           len(plan.empty))
             return {"run_id": run_id, "ledger_dir": self.ledger_dir, "units": {}, "records": 0}
+        self._require_spark_connection()
         workdir = run_dir(self.work_dir, context)
         with airflow_errors():
             clusters = clusters_of([self.source_conn_id, self.target_conn_id])
@@ -278,14 +281,20 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
                                      "--ledger", self.ledger_dir, "--run-id", run_id,
                                      "--progress-interval", str(float(self.progress_interval_s))]
             python_bin = str(Path(sys.executable).parent)
-            self.env_vars = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+            self.env_vars = {"PYSPARK_DRIVER_PYTHON": sys.executable,
                              "PATH": f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}",
                              **(self.env_vars or {})}
             self._hook = self._get_hook()
             master = str(self._hook._connection.get("master", ""))
-            if not master.startswith("local"):
-                self.py_files = str(self._code_zip(workdir))
-                self._hook = self._get_hook()
+            if is_local_master(master):  # tasks run in this interpreter
+                self.env_vars = {"PYSPARK_PYTHON": sys.executable, **self.env_vars}
+            else:  # executors on other machines: ship the code and a packed environment (mirror_core.spark_env)
+                shipment = ship(default_cache_dir(os.environ), workdir)
+                self._archives = f"{shipment.environment}#{ARCHIVE_ALIAS}"
+                self.py_files = str(shipment.code)
+                self.conf = {**self.conf, "spark.pyspark.python": EXECUTOR_PYTHON,
+                             "spark.pyspark.driver.python": sys.executable}
+            self._hook = self._get_hook()
             self.log.info("spark-submit backfill of plan %s on %s: run %s, ledger %s", plan.plan_id, master, run_id,
                           self.ledger_dir)
             try:
@@ -300,16 +309,20 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
             clusters_file.unlink(missing_ok=True)
         return self._ledger_summary(run_id)
 
-    def _code_zip(self, workdir: Path) -> Path:
-        import mirror_core
-        import spark_apps
+    def _require_spark_connection(self) -> None:
+        """The provider's hook falls back to master ``yarn`` when the connection is missing: refuse instead."""
+        from airflow.sdk import BaseHook
 
-        staging = workdir / "pyfiles"
-        shutil.rmtree(staging, ignore_errors=True)
-        for pkg in (mirror_core, spark_apps):
-            src = Path(pkg.__file__).parent
-            shutil.copytree(src, staging / src.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        return Path(shutil.make_archive(str(workdir / "shoal-code"), "zip", staging))
+        try:
+            BaseHook.get_connection(self._conn_id)
+        except AirflowException as exc:
+            raise AirflowFailException(
+                f"Spark connection {self._conn_id!r} is not defined ({type(exc).__name__}): define it as a `spark` "
+                f"connection naming the master (e.g. AIRFLOW_CONN_{self._conn_id.upper()}='spark://host:7077' or "
+                f"'{{\"conn_type\": \"spark\", \"host\": \"local[2]\"}}')") from None
+
+    def _code_zip(self, workdir: Path) -> Path:
+        return code_zip(workdir)
 
     def _ledger_summary(self, run_id: str) -> dict:
         from mirror_core.ledger import read_ledger

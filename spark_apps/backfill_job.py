@@ -10,8 +10,9 @@ the Airflow task log and the Shoal page show a run in flight. The Spark UI stays
 ``--plan`` is a plan file or the plan's JSON itself; ``--clusters`` a YAML/JSON file mapping cluster names to
 librdkafka settings (the only place credentials live: never on the command line). Speculation is off and each
 lane is one task, so order within a partition holds; a retried task of a lane is fenced by the broker through the
-lane's transactional.id. Exit 0 when every unit is ok or skipped, 1 when any failed (they are named), 2 on bad
-input.
+lane's transactional.id. Each task prints which lane it runs and with which Python to its executor's log (on a
+standalone cluster: ``<worker dir>/<app id>/<executor id>/stderr``). Exit 0 when every unit is ok or skipped, 1 when
+any failed (they are named), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -71,6 +72,20 @@ def prepare_targets(plan: dict, jobs) -> None:
         CheckpointStore(target, client).ensure_topic()
 
 
+def run_lane_task(job) -> list:
+    """One Spark task: copy one lane, after saying where it runs (the executor's log, not the driver's)."""
+    import socket
+
+    from pyspark import TaskContext
+
+    from mirror_core.backfill import run_lane
+
+    ctx = TaskContext.get()
+    print(f"shoal task: lane {job.units[0]['lane']} ({len(job.units)} units) partition {ctx.partitionId()} "
+          f"attempt {ctx.attemptNumber()} on {socket.gethostname()} python {sys.executable}", flush=True)
+    return run_lane(job)
+
+
 def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
@@ -118,7 +133,7 @@ def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_in
     lane's position from the checkpoints meanwhile."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from mirror_core.backfill import failed_rows, run_lane
+    from mirror_core.backfill import failed_rows
     from mirror_core.backfill_progress import BackfillProgress, ProgressReporter, checkpoint_reader
     from mirror_core.ledger import write_ledger
 
@@ -131,7 +146,7 @@ def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_in
         index, job = index_job
         sc.setJobGroup(f"lane-{index}", f"shoal lane {job.units[0]['lane']}", interruptOnCancel=False)
         try:
-            rows = sc.parallelize([job], numSlices=1).flatMap(run_lane).collect()
+            rows = sc.parallelize([job], numSlices=1).flatMap(run_lane_task).collect()
         except Exception as exc:  # noqa: BLE001 - the Spark job itself failed (task retries exhausted, lost executor)
             rows = failed_rows(job, f"the lane's Spark job failed: {type(exc).__name__}: {str(exc)[:500]}")
         for row in rows:

@@ -1,4 +1,5 @@
-"""Spark backfill tests: real brokers (the sandbox) and spark-submit on local[2].
+"""Spark backfill tests: real brokers (the sandbox) and spark-submit on local[2], or on a real standalone cluster
+(a master and two worker JVMs, tests/spark/standalone.py).
 
 The root conftest marks every test here ``spark`` and ``integration``, so ``-m "not spark"`` leaves out the slow
 spark-submit runs.

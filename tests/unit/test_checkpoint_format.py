@@ -106,6 +106,21 @@ def test_checkpoint_topic_settings_that_would_break_it_are_named(configs, named)
     assert problem.startswith(named)
 
 
+def test_min_insync_replicas_above_the_replication_factor_is_named():
+    (problem,) = checkpoint_topic_problems({**CHECKPOINT_TOPIC_CONFIG, "min.insync.replicas": "2"}, 1)
+    assert problem.startswith("min.insync.replicas=2 is above its replication factor (1)")
+    assert checkpoint_topic_problems({**CHECKPOINT_TOPIC_CONFIG, "min.insync.replicas": "2"}, 3) == []
+
+
+@pytest.mark.parametrize(("brokers", "replicas", "min_isr"), [(1, 1, "1"), (2, 2, "1"), (3, 3, "2"), (9, 3, "2")])
+def test_a_new_checkpoint_topic_follows_the_cluster(brokers, replicas, min_isr):
+    from mirror_core.checkpoint import checkpoint_topic_settings
+
+    rf, config = checkpoint_topic_settings(brokers)
+    assert (rf, config["min.insync.replicas"]) == (replicas, min_isr)
+    assert checkpoint_topic_problems(config, rf) == []
+
+
 def test_the_settings_shoal_creates_the_topic_with_are_fine_and_its_records_fit_them():
     assert checkpoint_topic_problems(CHECKPOINT_TOPIC_CONFIG) == []
     assert checkpoint_topic_problems({**CHECKPOINT_TOPIC_CONFIG, "max.message.bytes": "16384"}) == []

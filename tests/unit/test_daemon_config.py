@@ -18,6 +18,13 @@ def test_the_compose_pipeline_file_loads():
     config = load_pipeline_config(ROOT / "docker" / "config" / "pipeline.yaml")
     assert config.pipeline == "compose-orders" and config.source.bootstrap == "kafka-source:9092"
     assert config.mode == "exactly-once"
+    assert config.metrics_host == "0.0.0.0", "in a container the metrics must be reachable from outside it"
+
+
+def test_metrics_bind_to_loopback_unless_configured():
+    assert pipeline_config_from_mapping(BASE).metrics_host == "127.0.0.1"
+    with pytest.raises(ConfigError, match="metrics_host"):
+        pipeline_config_from_mapping({**BASE, "metrics_host": "0.0.0.0/8"})
 
 
 def test_unknown_keys_are_refused_by_name():

@@ -94,6 +94,24 @@ def _get(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+@pytest.mark.parametrize("host, reachable", [("127.0.0.1", False), ("0.0.0.0", True)])
+def test_metrics_are_reachable_from_other_hosts_only_when_bound_to_all_interfaces(host, reachable):
+    address = "127.0.0.2"  # another address of this host (Linux routes 127/8 to lo): a socket on 127.0.0.1 misses it
+    port = _free_port()
+    server = serve_metrics(DaemonMetrics(), port, host=host)
+    try:
+        try:
+            with urllib.request.urlopen(f"http://{address}:{port}/healthz", timeout=5) as resp:
+                answered = resp.status
+        except urllib.error.HTTPError as exc:
+            answered = exc.code
+        except OSError:
+            answered = None
+        assert (answered is not None) is reachable, f"{host}: {address}:{port} answered {answered}"
+    finally:
+        server.shutdown()
+
+
 def _lane(topic: str, partition: int, **health) -> dict:
     return {"topic": topic, "partition": partition, **LaneHealth(**health).as_dict()}
 
