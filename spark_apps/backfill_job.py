@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         run_id = args.run_id or f"{plan['plan_id']}-{int(time.time())}"
         spark = (SparkSession.builder.appName(f"shoal-backfill-{plan['pipeline']}")
                  .config("spark.speculation", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.port.maxRetries", "64")   # the UI moves up from 4040 on a busy host
                  .getOrCreate())
         jobs = lane_jobs(plan, clusters, run_id, parallelism=spark.sparkContext.defaultParallelism)
         prepare_targets(plan, jobs)
@@ -133,6 +134,8 @@ def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_in
     lane's position from the checkpoints meanwhile."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from py4j.protocol import Py4JJavaError
+
     from mirror_core.backfill import failed_rows
     from mirror_core.backfill_progress import BackfillProgress, ProgressReporter, checkpoint_reader
     from mirror_core.ledger import write_ledger
@@ -147,8 +150,9 @@ def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_in
         sc.setJobGroup(f"lane-{index}", f"shoal lane {job.units[0]['lane']}", interruptOnCancel=False)
         try:
             rows = sc.parallelize([job], numSlices=1).flatMap(run_lane_task).collect()
-        except Exception as exc:  # noqa: BLE001 - the Spark job itself failed (task retries exhausted, lost executor)
-            rows = failed_rows(job, f"the lane's Spark job failed: {type(exc).__name__}: {str(exc)[:500]}")
+        except Py4JJavaError as exc:  # the lane's Spark job failed (task retries exhausted, lost executor); a driver
+            # whose JVM is gone raises something else and writes nothing: that run simply never ended
+            rows = failed_rows(job, f"the lane's Spark job failed: {str(exc.java_exception)[:500]}")
         for row in rows:
             write_ledger(ledger, run_id, [row], part=f"unit-{row.unit_id}")
             progress.finish(row.unit_id)
