@@ -8,11 +8,15 @@ Trigger it from the UI: the form is validated when the run is triggered (connect
 bounds, mode, throttle). Then:
 
 1. **validate** — cross-field checks (unknown connection, end before start, a copy onto itself); never retried.
+   It claims the pipeline: a second active backfill of the same pipeline is refused, naming the run that holds it
+   (the claim is released by **release_claim** when the run ends, or taken over once its run is no longer active).
 2. **preflight** — every selected target topic is checked (and created when missing; not in a dry run).
 3. **plan** — per-partition ranges, earliest retention deadline first, written as JSON under the work dir.
 4. **retention_check** — refuses partitions that already lost data (unless *accept_loss*); AT_RISK and LOSING
    partitions are warned about and copied first (the plan is ordered earliest deadline first).
 5. **backfill** — spark-submit of `spark_apps/backfill_job.py`; credentials travel in a 0600 file, never argv.
+   While it runs the task log shows each lane's progress (offset, ~records, ~MB, rate, ETA; every
+   `shoal_progress_interval_s`, default 10 s) and each unit's ledger row is written as the unit ends.
 6. **verify** — every planned unit accounted for in the ledger; copied ranges compared record by record.
 7. **report** — one summary in the log and in XCom.
 
@@ -54,10 +58,20 @@ with DAG(
 ):
 
     @task(retries=0)
-    def validate(params=None) -> dict:
-        from shoal_airflow.params import validate_backfill_request
+    def validate(params=None, ti=None, run_id=None) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
 
-        return validate_backfill_request(dict(params))
+        from shoal_airflow.params import claim_pipeline, validate_backfill_request
+
+        checked = validate_backfill_request(dict(params))
+        if not params["dry_run"]:
+            holder = claim_pipeline(params["pipeline"], run_id, ti, by="shoal_backfill")
+            if holder.run_id != run_id:
+                raise AirflowFailException(
+                    f"pipeline {params['pipeline']!r} already has an active backfill: run {holder.run_id} (started by "
+                    f"{holder.by or 'a user'}); two backfills of one pipeline would fence each other's lanes. Wait "
+                    "for it to end, or mark it failed if it is dead, then trigger again")
+        return checked
 
     preflight = ShoalPreflightOperator(
         task_id="preflight", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
@@ -69,7 +83,8 @@ with DAG(
         start=P % "start", end=P % "end", mode=P % "mode", exact_bounds=P % "exact_bounds",
         throttle_mb_s=P % "throttle_mb_s", accept_loss=P % "accept_loss", work_dir=WORK_DIR)
     retention = ShoalRetentionCheckOperator(
-        task_id="retention_check", source_conn_id=P % "source_conn_id", plan_path=PLAN,
+        task_id="retention_check", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
+        plan_path=PLAN,
         accept_loss=P % "accept_loss", fail_on=("LOST",), retries=0)
 
     @task.short_circuit(ignore_downstream_trigger_rules=False)
@@ -78,7 +93,8 @@ with DAG(
 
     backfill = ShoalSparkBackfillOperator(
         task_id="backfill", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
-        plan_path=PLAN, ledger_dir=LEDGER_DIR, work_dir=WORK_DIR, conn_id="shoal_spark")
+        plan_path=PLAN, ledger_dir=LEDGER_DIR, work_dir=WORK_DIR, conn_id="shoal_spark",
+        progress_interval_s="{{ var.value.get('shoal_progress_interval_s', 10) }}")
     verify = ShoalVerifyOperator(
         task_id="verify", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
         plan_path=PLAN, ledger_dir=LEDGER_DIR, shoal_run_id="{{ ti.xcom_pull(task_ids='backfill')['run_id'] }}")
@@ -94,4 +110,14 @@ with DAG(
         print(f"shoal_backfill report: {summary}")
         return summary
 
-    validate() >> preflight >> plan >> retention >> copy_requested() >> backfill >> verify >> report()
+    @task(retries=3)
+    def release_claim(params=None, run_id=None) -> bool:
+        """The pipeline is free for the next backfill once this run has ended, however it ended (a teardown: it
+        does not decide the run's state)."""
+        from shoal_airflow.params import release_pipeline
+
+        return release_pipeline(params["pipeline"], run_id)
+
+    claimed, ended = validate(), report()
+    claimed >> preflight >> plan >> retention >> copy_requested() >> backfill >> verify >> ended
+    ended >> release_claim().as_teardown(setups=claimed)

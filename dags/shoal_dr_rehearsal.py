@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, task
 
+from shoal_airflow.notify import notify_failure
 from shoal_airflow.operators import (
     ShoalDropTopicsOperator,
     ShoalPlanOperator,
@@ -57,7 +58,8 @@ with DAG(
         "scratch_prefix": Param("shoal-dr-rehearsal.", type="string", pattern=NAME, minLength=3),
         "keep_scratch": Param(False, type="boolean", description="keep the scratch topics for inspection"),
     },
-    default_args={"owner": "shoal", "retries": 1, "retry_delay": timedelta(minutes=2)},
+    default_args={"owner": "shoal", "retries": 1, "retry_delay": timedelta(minutes=2),
+                  "on_failure_callback": notify_failure},
 ):
     plan = ShoalPlanOperator(
         task_id="plan", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",

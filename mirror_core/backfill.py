@@ -124,5 +124,10 @@ def lane_jobs(plan: Mapping, clusters: Mapping[str, Mapping[str, str]], run_id: 
                     tuple(lane), accept_loss=bool(plan.get("accept_loss"))) for lane in lanes]
 
 
+def failed_rows(job: LaneJob, error: str) -> list[LedgerRow]:
+    """The lane's units as failed with ``error`` (its Spark job died before it could report them)."""
+    return [_row(job, unit, None, 0.0, STATUS_FAILED, error) for unit in job.units]
+
+
 def failed_units(rows: Sequence[LedgerRow]) -> list[LedgerRow]:
     return [r for r in rows if r.status == STATUS_FAILED]

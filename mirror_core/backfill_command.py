@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mirror_core.errors import ConfigError, MirrorError
-from mirror_core.ledger import STATUS_FAILED, STATUS_LOST, read_ledger
+from mirror_core.ledger import STATUS_FAILED, STATUS_LOST, read_ledger, read_runs
 from mirror_core.spark_env import Shipment, default_cache_dir, is_local_master, ship
 
 # Spark's own log lines ("26/11/23 01:32:07 INFO SparkContext: ..."): shown only at ERROR
@@ -67,12 +67,29 @@ def run_backfill(*, plan: Path, clusters: Path, ledger: Path, master: str, run_i
     return proc.returncode
 
 
+def run_lines(runs, rows) -> list[str]:
+    """One line per run: in flight (units finished so far) or ended (exit code)."""
+    finished: dict[str, set[str]] = {}
+    for r in rows:
+        finished.setdefault(r.run_id, set()).add(r.unit_id)
+    lines = []
+    for m in runs:
+        done = len(finished.get(m.run_id, set()) & set(m.units))
+        state = "IN FLIGHT" if m.in_flight else f"ended (exit {m.exit_code})"
+        lines.append(f"run {m.run_id} (pipeline {m.pipeline}, plan {m.plan_id}): {state}, {done} of {len(m.units)} "
+                     "units finished")
+    return lines
+
+
 def show_status(ledger: Path, run_id: str | None, console) -> int:
     from rich.table import Table
 
     rows = read_ledger(ledger, run_id)
-    if not rows:
+    runs = [m for m in read_runs(ledger) if run_id is None or m.run_id == run_id]
+    if not rows and not runs:
         raise MirrorError(f"no ledger rows in {ledger}" + (f" for run {run_id!r}" if run_id else ""))
+    for line in run_lines(runs, rows):
+        console.print(line, highlight=False, markup=False)
     table = Table(title=f"backfill ledger {ledger}")
     for col in ("run", "unit", "status", "records", "source range", "target range", "deep", "s", "error"):
         table.add_column(col)

@@ -155,7 +155,7 @@ class ShallowMirrorDaemon:
         self._round = 0
         self.retention = RetentionWatch(config.source, config.target, self.metrics,
                                         interval_s=config.retention_interval_s,
-                                        fetch_bytes=config.partition_fetch_max_bytes)
+                                        fetch_bytes=config.partition_fetch_max_bytes, policy=config.retention)
 
     # ---- main loop ---------------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

@@ -26,6 +26,12 @@
     stall_after_s: 300                                 # a lane failing (retriable) this long is `stalled`: /readyz 503
     prune_interval_s: 300                              # offset maps pruned below groups and log start this often
     checkpoint_topic: __shoal_checkpoints              # on the target; one per Shoal installation, usually
+    retention:                                         # the retention verdict (mirror_core/retention_policy.py),
+      at_risk_below: 1h                                #   shared by the daemon, `shoal deadlines --config`, the
+      link_mb_s: 100                                   #   Airflow checks and the Shoal page; every key optional
+      fetch_bytes: 4194304
+      throughput_mb_s: null                            #   measured per-stream copy rate; null: estimate from RTT
+      ingest_sample_s: 0
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from pathlib import Path
 from mirror_core.checkpoint import CHECKPOINT_TOPIC
 from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import ConfigError
+from mirror_core.retention_policy import RetentionPolicy
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class PipelineConfig:
     stall_after_s: float = 300.0
     prune_interval_s: float = 300.0
     checkpoint_topic: str = CHECKPOINT_TOPIC
+    retention: RetentionPolicy = RetentionPolicy()
 
     def __post_init__(self) -> None:
         if self.mode not in ("exactly-once", "at-least-once"):
@@ -113,6 +121,7 @@ def pipeline_config_from_mapping(raw: Mapping, *, base: Path = Path(".")) -> Pip
     values = dict(raw)
     for role in ("source", "target"):
         values[role] = _cluster(role, raw[role], base)
+    values["retention"] = RetentionPolicy.from_mapping(raw.get("retention"), where="pipeline file: retention")
     return PipelineConfig(**values)
 
 

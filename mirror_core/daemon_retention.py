@@ -7,8 +7,8 @@ loss, catch-up ETA, unmirrored bytes, lost offsets, status. It runs in a thread 
 so the copy path never waits for it; a failed assessment is logged and counted, and the gauges keep their last
 values until the next one succeeds.
 
-Copy capacity is estimated the way ``shoal deadlines`` does without ``--throughput`` (round trips to both clusters,
-the partition fetch size, a 100 MB/s link), so a margin is comparable between the two.
+The verdict is the shared one (:func:`mirror_core.retention_inputs.assess_positions` with the pipeline file's
+``retention:`` policy): ``shoal deadlines``, the Airflow checks and the Shoal page reach the same status and margin.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from mirror_core.cluster import ClusterConfig
 
 log = logging.getLogger("shoal.daemon")
 
-AT_RISK_BELOW_S = 3600.0  # as `shoal deadlines --at-risk-below 1h`
-LINK_BYTES_PER_S = 100e6  # as `shoal deadlines --bandwidth 100`
 
 
 class RetentionWatch:
@@ -29,11 +27,13 @@ class RetentionWatch:
     copy loop at the last assessment (a lane that moved to another daemon disappears here)."""
 
     def __init__(self, source: ClusterConfig, target: ClusterConfig, metrics, *, interval_s: float,
-                 fetch_bytes: int):
+                 fetch_bytes: int, policy=None):
         from mirror_core.metrics import register_retention_gauges
+        from mirror_core.retention_policy import RetentionPolicy
 
         self.source, self.target, self.metrics = source, target, metrics
         self.interval_s, self.fetch_bytes = interval_s, fetch_bytes
+        self.policy = policy or RetentionPolicy(fetch_bytes=fetch_bytes)
         self.gauges = register_retention_gauges(metrics.registry)
         self._positions: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
@@ -64,10 +64,9 @@ class RetentionWatch:
 
     def assess_once(self) -> list:
         """One assessment of the published positions; returns the statuses (most urgent first)."""
-        from mirror_core.kafka_wire import WireClient
         from mirror_core.metrics import update_retention_gauges
-        from mirror_core.retention import CopyCapacity, Status, assess_partitions
-        from mirror_core.retention_inputs import gather_inputs, measure_rtt
+        from mirror_core.retention import Status
+        from mirror_core.retention_inputs import assess_positions
 
         with self._lock:
             positions = dict(self._positions)
@@ -77,12 +76,7 @@ class RetentionWatch:
         topics: dict[str, list[int]] = {}
         for topic, partition in sorted(positions):
             topics.setdefault(topic, []).append(partition)
-        with WireClient.for_cluster(self.source) as source, WireClient.for_cluster(self.target) as target:
-            rtt = measure_rtt(source) + measure_rtt(target)
-        copy = CopyCapacity.estimate(bandwidth_bytes_per_s=LINK_BYTES_PER_S, rtt_s=rtt, fetch_bytes=self.fetch_bytes)
-        inputs = gather_inputs(self.source, topics, positions)
-        statuses = assess_partitions(inputs.snapshots, inputs.topics, copy, at_risk_below_s=AT_RISK_BELOW_S,
-                                     check_interval_ms=inputs.check_interval_ms)
+        statuses = assess_positions(self.source, topics, positions, self.policy, target=self.target).statuses
         update_retention_gauges(statuses, self.gauges)
         self.assessments += 1
         for s in statuses:

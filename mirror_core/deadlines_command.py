@@ -11,23 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 from mirror_core.errors import ConfigError
-from mirror_core.retention import CopyCapacity, Status, assess_partitions
+from mirror_core.retention import Status
+from mirror_core.retention_policy import RetentionPolicy, parse_duration
 
 EXIT_DEADLINE = 3
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
-
-
-def parse_duration(text: str, *, what: str) -> float:
-    """``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``1w`` → seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ConfigError(f"{what} {text!r} is not a duration like 90s, 15m, 2h or 1d")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
+__all__ = ["parse_duration", "load_positions", "add_parser", "run"]
 
 
 def load_positions(path: str | Path) -> dict[tuple[str, int], int]:
@@ -63,22 +54,44 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     dl.add_argument("--positions", metavar="FILE", help='mirror positions, JSON {"topic": {"partition": offset}}; '
                     "default: the log start (nothing mirrored)")
     dl.add_argument("--target", metavar="CLUSTER", help="target cluster, to include its round trip in the estimate")
+    dl.add_argument("--config", metavar="PIPELINE_FILE", help="take the retention policy (threshold, link, fetch "
+                    "size, throughput) from this pipeline file's `retention:` section; flags below override it")
     dl.add_argument("--throughput", type=float, metavar="MB/s", help="measured copy throughput per partition stream "
                     "(default: estimated from round trip, fetch size and bandwidth)")
-    dl.add_argument("--bandwidth", type=float, default=100.0, metavar="MB/s",
+    dl.add_argument("--bandwidth", type=float, metavar="MB/s",
                     help="link bandwidth for the estimate and the ceiling for more streams (default 100)")
-    dl.add_argument("--fetch-bytes", type=int, default=4 * 1024 * 1024, help="fetch size for the estimate "
-                    "(default 4 MiB, the copier's)")
-    dl.add_argument("--at-risk-below", default="1h", metavar="DURATION",
-                    help="a margin below this is AT_RISK (default 1h)")
-    dl.add_argument("--sample-seconds", type=float, default=5.0,
-                    help="measure ingest over this many seconds (default 5; 0: estimate from the retained log)")
+    dl.add_argument("--fetch-bytes", type=int, help="fetch size for the estimate (default 4 MiB, the copier's)")
+    dl.add_argument("--throttle-mb-s", type=float, metavar="MB/s", help="the copy's throttle (shared by the "
+                    "partitions being copied): part of the ETA")
+    dl.add_argument("--at-risk-below", metavar="DURATION", help="a margin below this is AT_RISK (default 1h)")
+    dl.add_argument("--sample-seconds", type=float,
+                    help="measure ingest over this many seconds (default 0: estimate from the retained log)")
     dl.add_argument("--json", action="store_true", help="print JSON instead of a table")
     dl.add_argument("--chart", action="append", default=[], metavar="PATH",
                     help="write the chart: PATH.png or PATH.html (repeatable)")
     dl.add_argument("--fail-on", choices=[s.value for s in Status], metavar="STATUS",
                     help=f"exit {EXIT_DEADLINE} when a partition is at or beyond STATUS (AT_RISK, LOSING, LOST)")
     return dl
+
+
+def cli_policy(args: argparse.Namespace) -> RetentionPolicy:
+    """The pipeline file's policy (or the defaults), with the flags given on the command line on top."""
+    policy = RetentionPolicy()
+    if args.config:
+        from mirror_core.daemon_config import load_pipeline_config
+
+        policy = load_pipeline_config(Path(args.config)).retention
+    for name, value in (("--bandwidth", args.bandwidth), ("--fetch-bytes", args.fetch_bytes),
+                        ("--throughput", args.throughput), ("--sample-seconds", args.sample_seconds),
+                        ("--throttle-mb-s", args.throttle_mb_s)):
+        if value is not None and (value < 0 if name == "--sample-seconds" else value <= 0):
+            raise ConfigError(f"{name} must be {'>= 0' if name == '--sample-seconds' else 'positive'}, got {value}")
+    return policy.overridden(
+        at_risk_below_s=None if args.at_risk_below is None else parse_duration(args.at_risk_below,
+                                                                               what="--at-risk-below"),
+        link_bytes_per_s=None if args.bandwidth is None else args.bandwidth * 1e6, fetch_bytes=args.fetch_bytes,
+        throughput_bytes_per_s=None if args.throughput is None else args.throughput * 1e6,
+        ingest_sample_s=args.sample_seconds)
 
 
 def run(args: argparse.Namespace, sandbox, console) -> int:
@@ -92,14 +105,13 @@ def run(args: argparse.Namespace, sandbox, console) -> int:
     )
     from mirror_core.kafka_wire import WireClient
     from mirror_core.positions import parse_partitions
-    from mirror_core.retention_inputs import gather_inputs, measure_rtt
+    from mirror_core.retention_inputs import assess_positions
 
-    threshold = parse_duration(args.at_risk_below, what="--at-risk-below")
+    policy = cli_policy(args)
+    threshold = policy.at_risk_below_s
     for chart in args.chart:
         if Path(chart).suffix.lower() not in (".png", ".html", ".htm"):
             raise ConfigError(f"--chart {chart}: the file name must end in .png or .html")
-    if args.sample_seconds < 0 or args.bandwidth <= 0 or args.fetch_bytes <= 0 or (args.throughput or 1) <= 0:
-        raise ConfigError("--sample-seconds must be >= 0; --bandwidth, --fetch-bytes and --throughput positive")
     positions = load_positions(args.positions) if args.positions else {}
     topics = list(dict.fromkeys(args.topic or sorted({t for t, _ in positions})))
     if not topics:
@@ -107,25 +119,17 @@ def run(args: argparse.Namespace, sandbox, console) -> int:
     if args.partitions and len(topics) != 1:
         raise ConfigError("--partitions needs exactly one --topic")
     source = resolve_cluster(args.source, sandbox, role="source")
+    target = resolve_cluster(args.target, sandbox, role="target") if args.target else None
     with WireClient.for_cluster(source) as client:
         wanted = {}
         for topic in topics:
             count = len(topic_metadata_or_error(client, topic).partitions)
             wanted[topic] = parse_partitions(args.partitions, count, topic) if args.partitions else None
-        rtt = measure_rtt(client)
-    if args.throughput:
-        copy = CopyCapacity(args.throughput * 1e6, args.bandwidth * 1e6, how=f"measured {args.throughput} MB/s")
-    else:
-        if args.target:
-            with WireClient.for_cluster(resolve_cluster(args.target, sandbox, role="target")) as target:
-                rtt += measure_rtt(target)
-        copy = CopyCapacity.estimate(bandwidth_bytes_per_s=args.bandwidth * 1e6, rtt_s=rtt,
-                                     fetch_bytes=args.fetch_bytes)
+    throttle = args.throttle_mb_s * 1e6 if args.throttle_mb_s else None
     with console.status(f"reading {source.name}: configs, offsets, sizes"
-                        f"{f', sampling ingest for {args.sample_seconds:g}s' if args.sample_seconds else ''}…"):
-        inputs = gather_inputs(source, wanted, positions, sample_s=args.sample_seconds)
-    statuses = assess_partitions(inputs.snapshots, inputs.topics, copy, at_risk_below_s=threshold,
-                                 check_interval_ms=inputs.check_interval_ms)
+                        f"{f', sampling ingest for {policy.ingest_sample_s:g}s' if policy.ingest_sample_s else ''}…"):
+        verdict = assess_positions(source, wanted, positions, policy, target=target, throttle_bytes_per_s=throttle)
+    statuses, copy = verdict.statuses, verdict.copy
     for chart in args.chart:
         render = render_chart_png if Path(chart).suffix.lower() == ".png" else render_chart_html
         render(statuses, chart, at_risk_below_s=threshold)

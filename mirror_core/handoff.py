@@ -80,17 +80,27 @@ def _hand_off_partition(store: CheckpointStore, client: WireClient, pipeline: st
 
 def _wait_for_daemon(store: CheckpointStore, target: ClusterConfig, pipeline: str, lanes: list[str],
                      timeout_s: float) -> None:
-    leases = LeaseStore(store, target.confluent())
     deadline = time.monotonic() + timeout_s
     while True:
-        held = leases.read(pipeline)
-        missing = [lane for lane in lanes if lane not in held or held[lane].expires_ms <= now_ms()]
+        missing = lanes_without_daemon(store, target, pipeline, lanes)
         if not missing:
             return
         if time.monotonic() > deadline:
             raise MirrorError(f"pipeline {pipeline!r}: no daemon took lanes {', '.join(missing)} within "
                               f"{timeout_s:.0f}s; is `shoal mirror run` running for this pipeline?")
         time.sleep(0.5)
+
+
+def lanes_without_daemon(store: CheckpointStore, target: ClusterConfig, pipeline: str, lanes: list[str]) -> list[str]:
+    """The ``lanes`` no daemon holds a live lease on right now (one look; the Airflow trigger polls this)."""
+    held = LeaseStore(store, target.confluent()).read(pipeline)
+    return [lane for lane in lanes if lane not in held or held[lane].expires_ms <= now_ms()]
+
+
+def daemon_missing_lanes(target: ClusterConfig, pipeline: str, lanes: list[str]) -> list[str]:
+    """:func:`lanes_without_daemon` with a client of its own."""
+    with WireClient.for_cluster(target) as client:
+        return lanes_without_daemon(CheckpointStore(target, client), target, pipeline, lanes)
 
 
 @dataclass(frozen=True)

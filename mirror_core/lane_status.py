@@ -147,3 +147,43 @@ class LaneHealth:
         body = asdict(self)
         body.pop("stall_after_s")
         return body
+
+
+def observed_state(persisted_state: str | None, *, lag: int, lease_live: bool, owner: str | None,
+                   updated_ms: int | None, now_ms: int, stall_after_s: float) -> tuple[str, str | None]:
+    """A lane's state as seen from outside the daemon (the Shoal page reads checkpoints and leases, not the
+    daemon's memory): a persisted ``halted``/``retired`` wins; a lane with data to copy whose checkpoint has not
+    moved for ``stall_after_s`` is ``stalled`` (with why: no live lease, or no progress); else ``copying``.
+    (``retrying`` lives in the daemon's memory: its ``/readyz`` and metrics show it.)"""
+    if persisted_state in (HALTED, RETIRED):
+        return persisted_state, None
+    if lag <= 0 or updated_ms is None:
+        return COPYING, None
+    idle_s = max(0.0, (now_ms - updated_ms) / 1000)
+    if idle_s < stall_after_s:
+        return COPYING, None
+    if owner is not None and owner.startswith("backfill:"):
+        return STALLED, f"owned by {owner}, no checkpoint for {idle_s:.0f}s while {lag} offsets behind"
+    if not lease_live:
+        return STALLED, f"no daemon holds the lane (no live lease); {lag} offsets behind, last checkpoint " \
+                        f"{idle_s:.0f}s ago"
+    return STALLED, f"no checkpoint for {idle_s:.0f}s while {lag} offsets behind"
+
+
+def lease_health(leases, now_ms: int) -> list[str]:
+    """One sentence per lease holder of a pipeline (lanes held, how fresh the leases are), or that no daemon has
+    taken a lane. ``leases``: lane -> lease with ``holder`` and ``expires_ms``."""
+    if not leases:
+        return ["no daemon lease: no daemon has taken a lane of this pipeline"]
+    holders: dict[str, list[int]] = {}
+    for lease in leases.values():
+        holders.setdefault(lease.holder, []).append(lease.expires_ms)
+    out = []
+    for holder, expiries in sorted(holders.items()):
+        live = sum(1 for exp in expiries if exp > now_ms)
+        expired = len(expiries) - live
+        oldest = min(expiries)
+        out.append(f"{holder}: holds {live} lane(s)" + (
+            f", {expired} lease(s) EXPIRED (oldest {max(0, now_ms - oldest) / 1000:.0f}s ago): that daemon is gone "
+            "or stuck" if expired else f", leases renewed (next expiry in {(oldest - now_ms) / 1000:.0f}s)"))
+    return out

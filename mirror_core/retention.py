@@ -75,6 +75,9 @@ class LossCause(enum.Enum):
     TIME = "retention.ms"
     SIZE = "retention.bytes"
     TOMBSTONE = "delete.retention.ms"
+    DELETE_RECORDS = "DeleteRecords"    # LOST only: records deleted explicitly (the log start moved mid-batch, or
+                                        # on a topic whose retention never deletes)
+    TRUNCATED = "truncated log"         # LOST only: the source log now ends before the mirror position
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,12 @@ class PartitionSnapshot:
     probe_bytes: int = 0
     probe_reached_segment_end: bool = False
     newest_ts: int | None = None            # largest timestamp in the log (ListOffsets MAX_TIMESTAMP)
+    log_start_mid_batch: bool = False       # the batch holding the log start begins below it (DeleteRecords)
+
+    @property
+    def truncated(self) -> bool:
+        """The mirror position lies past the source's log end: the source lost what the mirror had copied."""
+        return self.position > self.log_end
 
     @property
     def effective_position(self) -> int:
@@ -240,7 +249,10 @@ class RetentionStatus:
 def assess_partition(snap: PartitionSnapshot, topic: TopicRetention, copy: CopyCapacity, *,
                      at_risk_below_s: float, check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS) -> RetentionStatus:
     """Time to loss, catch-up ETA, margin, status and remedy of one partition (see the module docstring)."""
-    lost = (snap.position, snap.log_start) if snap.position < snap.log_start else None
+    if snap.truncated:
+        lost = (snap.log_end, snap.position)
+    else:
+        lost = (snap.position, snap.log_start) if snap.position < snap.log_start else None
     backlog = snap.unmirrored_bytes
     deadlines, window = _deadlines(snap, topic, check_interval_ms)
     cause = min(deadlines, key=deadlines.get, default=None)
@@ -260,10 +272,22 @@ def assess_partition(snap: PartitionSnapshot, topic: TopicRetention, copy: CopyC
         topic=snap.topic, partition=snap.partition, status=status, position=snap.position,
         log_start=snap.log_start, log_end=snap.log_end, unmirrored_records=snap.unmirrored_records,
         unmirrored_bytes=backlog, time_to_loss_s=0.0 if lost is not None else ttl,
-        loss_cause=LossCause(cause) if cause else None,
+        loss_cause=lost_cause(snap, topic) if lost is not None else LossCause(cause) if cause else None,
         eta_s=eta, margin_s=-INF if lost is not None else margin, ingest_bytes_per_s=snap.ingest_bytes_per_s,
         copy_bytes_per_s=copy.bytes_per_s, deletion_window_s=window,
         deadlines_s=deadlines, lost_range=lost, remedy=remedy, observed_at_ms=snap.observed_at_ms)
+
+
+def lost_cause(snap: PartitionSnapshot, topic: TopicRetention) -> LossCause:
+    """Why a LOST partition's data is gone. Retention deletes whole segments, so it leaves the log start on a batch
+    boundary, and only on a topic that deletes with a finite retention; anything else moved the log start by
+    DeleteRecords. (DeleteRecords exactly at a batch boundary of a retention-deleting topic looks like retention.)"""
+    if snap.truncated:
+        return LossCause.TRUNCATED
+    if snap.log_start_mid_batch or not topic.deletes or (topic.retention_ms is None
+                                                         and topic.retention_bytes is None):
+        return LossCause.DELETE_RECORDS
+    return LossCause.TIME if topic.retention_ms is not None else LossCause.SIZE
 
 
 def catch_up_eta(backlog_bytes: int, ingest_bytes_per_s: float, copy_bytes_per_s: float) -> float:
@@ -318,9 +342,15 @@ def _remedy(status: Status, snap: PartitionSnapshot, topic: TopicRetention, copy
     if status is Status.SAFE:
         return Remedy()
     parts: list[str] = []
+    if lost is not None and snap.truncated:
+        parts.append(f"the source log now ends at {snap.log_end}, before the mirror position {snap.position}: the "
+                     f"source lost offsets [{lost[0]}, {lost[1]}) that the mirror had copied (unclean leader "
+                     "election or a replaced broker); the target keeps them — compare both sides before resuming")
+        return Remedy(accept_loss=True, text="; ".join(parts))
     if lost is not None:
-        parts.append(f"offsets [{lost[0]}, {lost[1]}) are already deleted: accept the loss explicitly "
-                     f"(--accept-loss, recorded) and continue from the log start {snap.log_start}")
+        how = lost_cause(snap, topic).value
+        parts.append(f"offsets [{lost[0]}, {lost[1]}) were deleted by {how} before they were copied: accept the "
+                     f"loss explicitly (--accept-loss, recorded) and continue from the log start {snap.log_start}")
         if margin_ok(deadlines, eta, threshold):
             return Remedy(accept_loss=True, text="; ".join(parts))
     ttl = min(deadlines.values(), default=INF)

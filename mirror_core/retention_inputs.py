@@ -8,9 +8,11 @@ timestamp and, because a Fetch never crosses a segment boundary, a lower bound o
 timestamp — exact when the probe stops short of its byte limit before the high watermark.
 
 Positions come from the caller (checkpoint store, plan or a positions file); a partition without one is taken as
-not mirrored at all (position = log start). The ingest rate is measured by sampling the log end twice
-``sample_s`` apart, or, with ``sample_s == 0``, estimated as the retained bytes over the age of the oldest
-retained record. Copy throughput is measured by the caller, or estimated from :func:`measure_rtt`.
+not mirrored at all (position = log start); a position past the log end is reported LOST with the cause "truncated
+log" (the source lost what the mirror had copied), not refused. The ingest rate is measured by sampling the log
+end twice ``sample_s`` apart, or, with ``sample_s == 0``, estimated as the retained bytes over the age of the
+oldest retained record. Copy throughput comes from the policy: measured, or estimated from :func:`measure_rtt`.
+:func:`assess_positions` is the one retention verdict every component uses.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class PositionProbe:
     bytes_from_position: int       # bytes of the returned batches that end after ``offset``
     reached_segment_end: bool      # stopped short of max_bytes before the high watermark: the segment ended
     next_offset: int | None = None  # the offset after the last returned batch
+    first_base_offset: int | None = None  # base offset of the batch holding ``offset`` (below it: mid-batch)
 
 
 def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | None],
@@ -92,10 +95,7 @@ def _snapshot(client: WireClient, cluster: str, topic: str, p: int, position: in
     log_start = list_offsets(client, topic, p, "earliest")
     log_end = list_offsets(client, topic, p, "latest")
     position = log_start if position is None else position
-    if position > log_end:
-        raise ConfigError(f"cluster {cluster!r} {topic}-{p}: mirror position {position} is past the log end "
-                          f"{log_end} (topic truncated or recreated, or a wrong positions file)")
-    effective = max(position, log_start)
+    effective = min(max(position, log_start), log_end)
     probe = probe_position(client, topic, p, effective, probe_bytes) if effective < log_end else None
     newest_ts = newest_timestamp(client, topic, p) if log_end > log_start else None
     now = clock()
@@ -112,7 +112,9 @@ def _snapshot(client: WireClient, cluster: str, topic: str, p: int, position: in
         observed_at_ms=int(now * 1000), ingest_bytes_per_s=ingest,
         position_ts=probe.position_ts if probe else None, probe_max_ts=probe.max_ts if probe else None,
         probe_bytes=probe.bytes_from_position if probe else 0,
-        probe_reached_segment_end=probe.reached_segment_end if probe else False, newest_ts=newest_ts)
+        probe_reached_segment_end=probe.reached_segment_end if probe else False, newest_ts=newest_ts,
+        log_start_mid_batch=bool(position < log_start and probe is not None and probe.first_base_offset is not None
+                                 and probe.first_base_offset < log_start))
 
 
 def _size_from_probe(probe: PositionProbe | None, offset: int, log_start: int, log_end: int) -> int:
@@ -235,7 +237,8 @@ def _probe_once(client: WireClient, topic: str, partition: int, offset: int, max
     reached_end = tail == 0 and len(records) < max_bytes and batches[-1].next_offset < data.high_watermark
     return PositionProbe(position_ts=batches[0].max_timestamp if batches[0].max_timestamp >= 0 else None,
                          max_ts=max(stamps) if stamps else None, bytes_from_position=sum(b.size for b in batches),
-                         reached_segment_end=reached_end, next_offset=batches[-1].next_offset)
+                         reached_segment_end=reached_end, next_offset=batches[-1].next_offset,
+                         first_base_offset=batches[0].base_offset)
 
 
 def newest_timestamp(client: WireClient, topic: str, partition: int) -> int | None:
@@ -254,3 +257,38 @@ def newest_timestamp(client: WireClient, topic: str, partition: int) -> int | No
     if data.error_code or data.timestamp is None or data.timestamp < 0:
         return None
     return int(data.timestamp)
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One retention verdict: the statuses (most urgent first), the capacity and policy that produced them."""
+
+    cluster: str
+    statuses: list
+    copy: object            # mirror_core.retention.CopyCapacity
+    policy: object          # mirror_core.retention_policy.RetentionPolicy
+    inputs: RetentionInputs
+
+
+def assess_positions(source: ClusterConfig, topics: Mapping[str, Sequence[int] | None],
+                     positions: Mapping[tuple[str, int], int] | None, policy=None, *,
+                     target: ClusterConfig | None = None, throttle_bytes_per_s: float | None = None) -> Assessment:
+    """The retention verdict every component shares: inputs gathered at ``positions``, copy capacity from
+    ``policy`` (round trips measured to the source and, when given, the target; a throttle shared by the partitions
+    that still have data to copy), statuses from :func:`mirror_core.retention.assess_partitions`."""
+    from mirror_core.retention import assess_partitions
+    from mirror_core.retention_policy import RetentionPolicy
+
+    policy = policy or RetentionPolicy()
+    rtt = 0.0
+    if policy.throughput_bytes_per_s is None:
+        for cluster in (source, target):
+            if cluster is not None:
+                with WireClient.for_cluster(cluster) as client:
+                    rtt += measure_rtt(client)
+    inputs = gather_inputs(source, topics, positions, sample_s=policy.ingest_sample_s)
+    streams = sum(1 for s in inputs.snapshots if s.unmirrored_records > 0)
+    copy = policy.capacity(rtt, throttle_bytes_per_s=throttle_bytes_per_s, streams=streams)
+    statuses = assess_partitions(inputs.snapshots, inputs.topics, copy, at_risk_below_s=policy.at_risk_below_s,
+                                 check_interval_ms=inputs.check_interval_ms)
+    return Assessment(source.name, statuses, copy, policy, inputs)

@@ -18,8 +18,11 @@ if ! "$py" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 1
   echo "shoal: Python 3.11 to 3.14 is required (found $("$py" --version 2>&1)); set SHOAL_PYTHON" >&2
   exit 1
 fi
+user_uv="$("$py" -m site --user-base 2>/dev/null)/bin/uv"  # an earlier install's, used if there, never made here
 if command -v uv >/dev/null 2>&1; then
   uv_bin="$(command -v uv)"
+elif [ -x "$user_uv" ]; then
+  uv_bin="$user_uv"
 else
   # No `pip install --user`: PEP 668 refuses it on Debian/Ubuntu/Homebrew Pythons. uv goes into the project's own
   # venv instead (created with the standard library's venv module).
@@ -27,7 +30,11 @@ else
     echo "shoal: '$py -m venv' failed; install the venv module (Debian/Ubuntu: apt install python3-venv) or uv" >&2
     exit 1
   fi
-  [ -x "$venv/bin/uv" ] || "$venv/bin/python" -m pip install --quiet --disable-pip-version-check uv
+  if [ ! -x "$venv/bin/uv" ]; then
+    # a venv made by uv has no pip: the standard library's ensurepip adds it
+    "$venv/bin/python" -m pip --version >/dev/null 2>&1 || "$venv/bin/python" -m ensurepip --quiet
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check uv
+  fi
   uv_bin="$venv/bin/uv"
 fi
 

@@ -1,6 +1,7 @@
 """How far a pipeline's checkpoints trail the source: per selected partition, last stable offset − checkpoint
 position (a partition without a checkpoint trails by everything retained). Kafka I/O composed from mirror_core; used
-by the catch-up trigger and the handoff DAG."""
+by the catch-up trigger and the handoff DAG. :func:`retention_policy` turns the Airflow side's ``retention`` mapping and
+threshold into the one :class:`~mirror_core.retention_policy.RetentionPolicy` every verdict uses."""
 
 from __future__ import annotations
 
@@ -68,3 +69,12 @@ def measure_lag(source, target, pipeline: str, include: str, exclude: str | None
     positions = stored_positions(target, pipeline)
     lag = {f"{t}-{p}": max(0, stable[(t, p)] - positions.get((t, p), log_start[(t, p)])) for t, p in parts}
     return PipelineLag(pipeline, lag)
+
+
+def retention_policy(retention=None, at_risk_below_s=None):
+    """The pipeline's retention policy (a ``retention`` mapping with the pipeline file's keys; None: the defaults),
+    with an explicit ``at_risk_below_s`` on top (None, "" or "None": keep the policy's)."""
+    from mirror_core.retention_policy import RetentionPolicy
+
+    threshold = None if at_risk_below_s in (None, "", "None") else float(at_risk_below_s)
+    return RetentionPolicy.from_mapping(retention or None).overridden(at_risk_below_s=threshold)

@@ -165,31 +165,35 @@ class ShoalRetentionCheckOperator(BaseOperator):
     XCom: per status the partitions, and the most urgent deadline."""
 
     template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "plan_path", "pipeline", "include",
-                                      "exclude", "accept_loss", "at_risk_below_s")
+                                      "exclude", "accept_loss", "at_risk_below_s", "retention")
 
     def __init__(self, *, source_conn_id: str, plan_path: str | None = None, target_conn_id: str | None = None,
                  pipeline: str | None = None, include: str | None = None, exclude: str | None = None,
                  fail_on: Sequence[str] = ("LOSING", "LOST"), accept_loss: bool | str = False,
-                 at_risk_below_s: float | str = 600.0, **kwargs: Any) -> None:
+                 at_risk_below_s: float | str | None = None, retention: dict | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.target_conn_id, self.plan_path = source_conn_id, target_conn_id, plan_path
         self.pipeline, self.include, self.exclude = pipeline, include, exclude
         self.fail_on, self.accept_loss, self.at_risk_below_s = tuple(fail_on), accept_loss, at_risk_below_s
+        self.retention = retention  # the pipeline's retention policy keys (mirror_core.retention_policy)
 
     def execute(self, context) -> dict:
-        from mirror_core.retention import CopyCapacity, assess_partitions, guard_plan
-        from mirror_core.retention_inputs import gather_inputs
+        from mirror_core.retention import guard_plan
+        from mirror_core.retention_inputs import assess_positions
+        from shoal_airflow.lag import retention_policy
 
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+            target = ShoalKafkaHook(self.target_conn_id).get_cluster() if self.target_conn_id else None
             topics, positions = self._positions(source)
             if not topics:
                 return {"statuses": {}, "failing": []}
-            inputs = gather_inputs(source, topics, positions)
-            capacity = CopyCapacity.estimate(bandwidth_bytes_per_s=50e6, rtt_s=0.002, fetch_bytes=4 * 1024 * 1024)
-            statuses = assess_partitions(inputs.snapshots, inputs.topics, capacity,
-                                         at_risk_below_s=float(self.at_risk_below_s),
-                                         check_interval_ms=inputs.check_interval_ms)
+            verdict = assess_positions(source, topics, positions,
+                                       retention_policy(self.retention, self.at_risk_below_s), target=target,
+                                       throttle_bytes_per_s=self._throttle)
+            statuses = verdict.statuses
+            self.log.info("retention verdict: copy %s; AT_RISK below %.0f s", verdict.copy.how,
+                          verdict.policy.at_risk_below_s)
             losses = guard_plan(source.name, statuses, accept_loss=_flag(self.accept_loss))
         by_status: dict[str, list[str]] = {}
         for s in statuses:
@@ -208,9 +212,12 @@ class ShoalRetentionCheckOperator(BaseOperator):
                                        + "; ".join(failing[:10]))
         return result
 
+    _throttle: float | None = None  # the plan's throttle (bytes/s): part of the ETA
+
     def _positions(self, source):
         if self.plan_path:
             plan = load_plan(self.plan_path)
+            self._throttle = plan.throttle_mb_s * 1e6 if plan.throttle_mb_s else None
             topics: dict[str, list[int]] = {}
             for u in plan.units:
                 topics.setdefault(u.topic, []).append(u.partition)
@@ -234,21 +241,22 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
     XCom: the run id, ledger dir and per-status unit counts."""
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "source_conn_id", "target_conn_id",
-                                      "plan_path", "ledger_dir", "shoal_run_id", "work_dir")
+                                      "plan_path", "ledger_dir", "shoal_run_id", "work_dir", "progress_interval_s")
 
     def __init__(self, *, source_conn_id: str, target_conn_id: str, plan_path: str, ledger_dir: str,
                  shoal_run_id: str = "{{ run_id }}", work_dir: str = DEFAULT_WORK_DIR, conn_id: str = "spark_default",
-                 **kwargs: Any) -> None:
+                 progress_interval_s: float | str = 10.0, **kwargs: Any) -> None:
         import spark_apps
 
         kwargs.setdefault("name", "shoal-backfill")
-        conf = {"spark.speculation": "false", "spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false",
+        conf = {"spark.speculation": "false", "spark.ui.showConsoleProgress": "false",
                 **(kwargs.pop("conf", None) or {})}
         super().__init__(application=str(Path(spark_apps.__file__).parent / "backfill_job.py"), conf=conf,
                          conn_id=conn_id, **kwargs)
         self.source_conn_id, self.target_conn_id = source_conn_id, target_conn_id
         self.plan_path, self.ledger_dir, self.shoal_run_id, self.work_dir = plan_path, ledger_dir, shoal_run_id, \
             work_dir
+        self.progress_interval_s = progress_interval_s  # the driver prints each lane's progress this often
 
     def execute(self, context) -> dict:
         plan = load_plan(self.plan_path)
@@ -270,7 +278,8 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
         clusters_file = write_clusters_file(clusters, workdir)
         try:
             self.application_args = ["--plan", self.plan_path, "--clusters", str(clusters_file),
-                                     "--ledger", self.ledger_dir, "--run-id", run_id]
+                                     "--ledger", self.ledger_dir, "--run-id", run_id,
+                                     "--progress-interval", str(float(self.progress_interval_s))]
             python_bin = str(Path(sys.executable).parent)
             self.env_vars = {"PYSPARK_DRIVER_PYTHON": sys.executable,
                              "PATH": f"{python_bin}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -350,7 +359,7 @@ class ShoalVerifyOperator(BaseOperator):
 
     def execute(self, context) -> dict:
         from mirror_core.ledger import STATUS_FAILED, read_ledger
-        from mirror_core.verify import read_range
+        from mirror_core.verify import compare_ranges
 
         plan = load_plan(self.plan_path)
         rows = {r.unit_id: r for r in read_ledger(Path(self.ledger_dir), self.shoal_run_id)}
@@ -371,16 +380,14 @@ class ShoalVerifyOperator(BaseOperator):
                 for row in rows.values():
                     if row.source_start is None or row.target_start is None:
                         continue
-                    src = read_range(source, row.source_topic, row.source_partition, row.source_start,
-                                     row.source_end)
-                    tgt = read_range(target, row.target_topic, row.target_partition, row.target_start,
-                                     row.target_end)
-                    compared += len(src)
-                    if [r for _, r in src] != [r for _, r in tgt]:
-                        problems.append(f"{row.unit_id}: {len(src)} source records in [{row.source_start}, "
-                                        f"{row.source_end}) differ from {len(tgt)} target records in "
-                                        f"{row.target_topic}-{row.target_partition} [{row.target_start}, "
-                                        f"{row.target_end})")
+                    same = compare_ranges(
+                        source, (row.source_topic, row.source_partition, row.source_start, row.source_end),
+                        target, (row.target_topic, row.target_partition, row.target_start, row.target_end))
+                    compared += same.records
+                    if not same.equal:
+                        problems.append(f"{row.unit_id}: source [{row.source_start}, {row.source_end}) differs "
+                                        f"from {row.target_topic}-{row.target_partition} [{row.target_start}, "
+                                        f"{row.target_end}): {same.first_difference}")
         maps = 0
         if self.check_offset_maps and not problems:
             with airflow_errors():
@@ -424,7 +431,8 @@ def check_offset_maps(target, pipeline: str, rows) -> tuple[list[str], int]:
 
 class ShoalHandoffOperator(BaseOperator):
     """Hand each partition of a plan (or the given topic partitions) to the daemon at its checkpoint, optionally
-    wait for a daemon to hold the lanes, then prove each seam. XCom: per partition the handoff position and seam."""
+    wait for a daemon to hold the lanes — deferred to :class:`~shoal_airflow.triggers.ShoalDaemonHoldsTrigger`, so the
+    wait holds no worker slot — then prove each seam. XCom: per partition the handoff position and seam."""
 
     template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "pipeline", "plan_path", "include",
                                       "exclude", "wait_for_daemon_s")
@@ -432,20 +440,23 @@ class ShoalHandoffOperator(BaseOperator):
     def __init__(self, *, source_conn_id: str, target_conn_id: str, pipeline: str, plan_path: str | None = None,
                  partitions: dict[str, list[int]] | None = None, include: str | None = None,
                  exclude: str | None = None, wait_for_daemon_s: float | str = 0.0, verify: bool = True,
-                 **kwargs: Any) -> None:
+                 deferrable: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.target_conn_id, self.pipeline = source_conn_id, target_conn_id, pipeline
         self.plan_path, self.partitions, self.include, self.exclude = plan_path, partitions, include, exclude
-        self.wait_for_daemon_s, self.verify = wait_for_daemon_s, verify
+        self.wait_for_daemon_s, self.verify, self.deferrable = wait_for_daemon_s, verify, deferrable
 
     def execute(self, context) -> dict:
-        from mirror_core.handoff import hand_off, verify_seam
+        from mirror_core.checkpointed import default_lane
+        from mirror_core.handoff import hand_off
 
         wanted = dict(self.partitions or {})
         if self.plan_path:
             for u in load_plan(self.plan_path).units:
                 wanted.setdefault(u.topic, []).append(u.partition)
         out: dict[str, dict] = {}
+        lanes: list[str] = []
+        wait_s = float(self.wait_for_daemon_s)
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
             target = ShoalKafkaHook(self.target_conn_id).get_cluster()
@@ -460,9 +471,37 @@ class ShoalHandoffOperator(BaseOperator):
                 raise AirflowFailException(f"pipeline {self.pipeline}: no checkpointed partition to hand off")
             for topic, parts in sorted(wanted.items()):
                 for cp in hand_off(target, self.pipeline, topic, sorted(set(parts)),
-                                   wait_for_daemon_s=float(self.wait_for_daemon_s)):
+                                   wait_for_daemon_s=0.0 if self.deferrable else wait_s):
                     out[f"{topic}-{cp.partition}"] = {"handoff_position": cp.handoff_position}
-            if self.verify:
+                    lanes.append(default_lane(cp.target_topic, cp.target_partition))
+        if self.deferrable and wait_s > 0:
+            from datetime import timedelta
+
+            from shoal_airflow.triggers import ShoalDaemonHoldsTrigger
+
+            self.log.info("handed off %d partition(s); waiting (deferred) up to %.0f s for a daemon to hold %s",
+                          len(out), wait_s, ", ".join(lanes))
+            self.defer(trigger=ShoalDaemonHoldsTrigger(target_conn_id=self.target_conn_id, pipeline=self.pipeline,
+                                                       lanes=lanes, timeout_s=wait_s, handed=out),
+                       method_name="execute_complete", timeout=timedelta(seconds=wait_s + 60))
+        return self._verify(out)
+
+    def execute_complete(self, context, event: dict[str, Any]) -> dict:
+        """Resumed from the trigger, which carries the handed-off positions back (offsets and names only)."""
+        if event.get("status") != "held":
+            raise AirflowFailException(
+                f"pipeline {self.pipeline}: no daemon took the handed-off lanes ({event.get('message', event)}); "
+                "is `shoal mirror run` running for this pipeline? The handoff itself stands: the daemon resumes at "
+                "the handoff positions whenever it starts")
+        return self._verify(event["handed"])
+
+    def _verify(self, out: dict[str, dict]) -> dict:
+        from mirror_core.handoff import verify_seam
+
+        if self.verify:
+            with airflow_errors():
+                source = ShoalKafkaHook(self.source_conn_id).get_cluster()
+                target = ShoalKafkaHook(self.target_conn_id).get_cluster()
                 for key, entry in out.items():
                     topic, _, part = key.rpartition("-")
                     seam = verify_seam(source, target, self.pipeline, topic, int(part))

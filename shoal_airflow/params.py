@@ -1,5 +1,7 @@
-"""The backfill form: Airflow Params (JSON Schema, checked when the run is triggered) and the cross-field checks
-the schema cannot express (run by the first task of the DAG, which never retries)."""
+"""The backfill form: Airflow Params (JSON Schema, checked when the run is triggered), the cross-field checks
+the schema cannot express (run by the first task of the DAG, which never retries), and the one-active-backfill-per-
+pipeline claim (:func:`claim_pipeline`, :mod:`mirror_core.run_claims`) that the backfill DAG and the retention
+guard take."""
 
 from __future__ import annotations
 
@@ -88,3 +90,35 @@ def _offset_order(start, end) -> list[str]:
         return []
     return [f"end: {t}:{p}={e} is before start {t}:{p}={start.offset_for(t, p)}"
             for t, p, e in end.offsets if start.offset_for(t, p) is not None and e < start.offset_for(t, p)]
+
+
+BACKFILL_DAG_ID = "shoal_backfill"
+ACTIVE_STATES = ["queued", "running"]
+
+
+def claims_dir(work_dir: str | None = None):
+    """``<work dir>/claims``: the work dir is the Variable ``shoal_work_dir`` (shared by every worker)."""
+    from pathlib import Path
+
+    if work_dir is None:
+        from airflow.sdk import Variable
+
+        work_dir = Variable.get("shoal_work_dir", default="/tmp/shoal")
+    return Path(work_dir) / "claims"
+
+
+def claim_pipeline(pipeline: str, run_id: str, ti, *, by: str, work_dir: str | None = None):
+    """Claim ``pipeline`` for the ``shoal_backfill`` run ``run_id``; returns the holder (``run_id``'s claim, or the
+    queued/running backfill run that already holds the pipeline)."""
+    from mirror_core.run_claims import PipelineClaims
+
+    def active(holder_run_id: str) -> bool:
+        return ti.get_dr_count(dag_id=BACKFILL_DAG_ID, run_ids=[holder_run_id], states=ACTIVE_STATES) > 0
+
+    return PipelineClaims(claims_dir(work_dir)).claim(pipeline, run_id, is_active=active, by=by)
+
+
+def release_pipeline(pipeline: str, run_id: str, *, work_dir: str | None = None) -> bool:
+    from mirror_core.run_claims import PipelineClaims
+
+    return PipelineClaims(claims_dir(work_dir)).release(pipeline, run_id)

@@ -1,16 +1,23 @@
-"""The "Shoal" page in the Airflow UI: per pipeline, its lanes (owner, epoch, lease holder), positions, lag behind the
-source's last stable offset, retention margins and the deadline chart (inline SVG).
+"""The "Shoal" page in the Airflow UI, for the operator at 3 a.m.: per pipeline its lanes with their state (copying,
+stalled, halted with the reason and offsets, retired), lag in offsets, bytes and seconds, daemon health (who holds
+the lanes, how fresh the leases are), retention margins and the deadline chart (inline SVG), the backfill ledger
+with runs in flight, links to the DAG runs and to trigger a backfill; and the DR rehearsal history (RTO/RPO).
 
 A FastAPI app mounted by the api-server at ``/shoal`` (``fastapi_apps``) and a nav entry that shows it in an iframe
 (``external_views``). Every route sits behind Airflow's own authentication: the JWT a browser carries in Airflow's
 session cookie or a ``Authorization: Bearer`` token, resolved by the api-server's ``get_user``, then the auth
 manager's ``is_authorized_custom_view(GET, "Shoal")`` (the simple auth manager grants it from the viewer role up).
 
-What to show comes from the Airflow Variable ``shoal_pipelines``, a JSON list of
-``{"pipeline", "source_conn_id", "target_conn_id", "topics"?, "at_risk_below"?}``; clusters and their secrets only
-through ``kafka`` connections (:class:`shoal_airflow.hooks.ShoalKafkaHook`). The page is read-only: it reads checkpoints
-and leases on the target and offsets, configs and sizes on the source, on every request. A pipeline that cannot be
-read shows its error; the others still render.
+Which pipelines: the configuration the DAGs and the daemon already have — the daemon's pipeline files (Airflow
+config ``[shoal] pipeline_files``, comma-separated globs: clusters, ``stall_after_s`` and the ``retention:`` policy
+come from the file) and the pipelines recent runs of the Shoal DAGs were triggered for (their connection ids) — plus,
+optionally, the Variable ``shoal_pipelines`` (a JSON list of ``{"pipeline", "source_conn_id", "target_conn_id",
+"topics"?, "at_risk_below"?, "retention"?}``). Secrets only through ``kafka`` connections or the pipeline files; the
+JSON view never carries cluster settings. The ledger is read from ``<Variable shoal_work_dir>/ledger``.
+
+Reads go through a short cache (``CACHE_TTL_S``) and a page deadline (``READ_DEADLINE_S``): a slow cluster shows
+its last reading (marked with its age) or "still reading", never a hung page. A pipeline that cannot be read shows
+its error; the others still render.
 
 Airflow loads plugin files in every process (scheduler, workers, DAG processor), so heavy imports — the api-server's
 security module, Kafka clients — happen inside functions, when a request arrives.
@@ -18,12 +25,16 @@ security module, Kafka clients — happen inside functions, when a request arriv
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request, status
@@ -34,10 +45,11 @@ log = logging.getLogger(__name__)
 
 PIPELINES_VARIABLE = "shoal_pipelines"
 RESOURCE_NAME = "Shoal"
-DEFAULT_AT_RISK_BELOW_S = 3600.0
-LINK_BANDWIDTH_BYTES_PER_S = 100e6  # the copy-throughput estimate's defaults, as in `shoal deadlines`
-FETCH_BYTES = 4 * 1024 * 1024
-_SPEC_KEYS = {"pipeline", "source_conn_id", "target_conn_id", "topics", "at_risk_below"}
+_SPEC_KEYS = {"pipeline", "source_conn_id", "target_conn_id", "topics", "at_risk_below", "retention"}
+SHOAL_DAGS = {"shoal_backfill": "backfill", "shoal_retention_guard": "mirror", "shoal_catchup_handoff": "mirror"}
+CACHE_TTL_S = 15.0       # a reading younger than this is shown again instead of asking the clusters
+READ_DEADLINE_S = 10.0   # the page waits this long for a pipeline's reading, then shows the last one
+RECENT_RUNS = 200        # DAG runs looked at for pipelines and links
 
 
 # -- configuration --------------------------------------------------------------------------------------------------
@@ -51,7 +63,38 @@ class PipelineSpec:
     source_conn_id: str
     target_conn_id: str
     topics: tuple[str, ...] = ()
-    at_risk_below_s: float = DEFAULT_AT_RISK_BELOW_S
+    at_risk_below_s: float | None = None   # None: the policy's threshold
+    retention: Mapping | None = None       # the pipeline's retention policy keys (mirror_core.retention_policy)
+    pipeline_file: str | None = None       # the daemon's pipeline file: clusters, stall_after_s, retention policy
+    origin: str = "variable"               # where the page found it: variable, pipeline file, DAG runs
+
+    @property
+    def policy(self):
+        if self.pipeline_file:
+            return self.config().retention.overridden(at_risk_below_s=self.at_risk_below_s)
+        from shoal_airflow.lag import retention_policy
+
+        return retention_policy(self.retention, self.at_risk_below_s)
+
+    def config(self):
+        from pathlib import Path
+
+        from mirror_core.daemon_config import load_pipeline_config
+
+        return load_pipeline_config(Path(self.pipeline_file))
+
+    def clusters(self):
+        """(source, target) cluster configs: from the pipeline file, else the ``kafka`` connections."""
+        if self.pipeline_file:
+            cfg = self.config()
+            return cfg.source, cfg.target
+        from shoal_airflow.hooks import ShoalKafkaHook
+
+        return ShoalKafkaHook(self.source_conn_id).get_cluster(), ShoalKafkaHook(self.target_conn_id).get_cluster()
+
+    @property
+    def stall_after_s(self) -> float:
+        return self.config().stall_after_s if self.pipeline_file else 300.0
 
     @classmethod
     def parse(cls, entry: Any) -> PipelineSpec:
@@ -70,22 +113,84 @@ class PipelineSpec:
         topics = entry.get("topics") or []
         if isinstance(topics, str) or not all(isinstance(t, str) and t for t in topics):
             raise ConfigError(f"{where}: pipeline {entry['pipeline']!r}: 'topics' must be a list of topic names")
-        threshold = parse_duration(str(entry.get("at_risk_below", "1h")), what=f"{where}: 'at_risk_below'")
-        return cls(entry["pipeline"], entry["source_conn_id"], entry["target_conn_id"], tuple(topics), threshold)
+        threshold = None if entry.get("at_risk_below") is None else parse_duration(
+            str(entry["at_risk_below"]), what=f"{where}: 'at_risk_below'")
+        spec = cls(entry["pipeline"], entry["source_conn_id"], entry["target_conn_id"], tuple(topics), threshold,
+                   entry.get("retention"))
+        spec.policy  # noqa: B018 - validated here, at the edge
+        return spec
 
 
 def load_pipeline_specs() -> list[PipelineSpec]:
-    """The pipelines of the ``shoal_pipelines`` Variable (none when it is not set)."""
+    """Every pipeline to show, first finding wins: the Variable (optional), the daemon's pipeline files, recent
+    runs of the Shoal DAGs."""
     from airflow.models.variable import Variable
 
     from mirror_core.errors import ConfigError
 
+    specs: list[PipelineSpec] = []
     entries = Variable.get(PIPELINES_VARIABLE, default_var=None, deserialize_json=True)
-    if entries is None:
-        return []
-    if not isinstance(entries, list):
-        raise ConfigError(f"Variable {PIPELINES_VARIABLE} must be a JSON list of pipelines")
-    return [PipelineSpec.parse(e) for e in entries]
+    if entries is not None:
+        if not isinstance(entries, list):
+            raise ConfigError(f"Variable {PIPELINES_VARIABLE} must be a JSON list of pipelines")
+        specs += [PipelineSpec.parse(e) for e in entries]
+    specs += pipelines_from_files(_pipeline_file_globs())
+    specs += pipelines_from_runs(recent_runs())
+    seen: set[str] = set()
+    return [s for s in specs if not (s.pipeline in seen or seen.add(s.pipeline))]
+
+
+def _pipeline_file_globs() -> str:
+    from airflow.configuration import conf
+
+    return conf.get("shoal", "pipeline_files", fallback="") or ""
+
+
+def pipelines_from_files(globs: str) -> list[PipelineSpec]:
+    """One spec per daemon pipeline file matching the comma-separated ``globs`` (an unreadable file still shows)."""
+    import glob
+
+    from mirror_core.daemon_config import load_pipeline_config
+
+    out = []
+    for pattern in (g.strip() for g in globs.split(",") if g.strip()):
+        for path in sorted(glob.glob(pattern)):
+            try:
+                name = load_pipeline_config(Path(path)).pipeline
+            except Exception:  # noqa: BLE001 - shown as that pipeline's error when it is read
+                name = Path(path).stem
+            out.append(PipelineSpec(name, "(pipeline file)", "(pipeline file)", pipeline_file=path,
+                                    origin="pipeline file"))
+    return out
+
+
+def pipelines_from_runs(runs) -> list[PipelineSpec]:
+    """The pipelines recent Shoal DAG runs were for (newest first), with their connection ids (the DAGs'
+    defaults where the run's conf left them out)."""
+    out = []
+    for run in runs:
+        default = SHOAL_DAGS.get(run.dag_id)
+        if default is None:
+            continue
+        conf = dict(run.conf or {})
+        out.append(PipelineSpec(str(conf.get("pipeline") or default),
+                                str(conf.get("source_conn_id") or "shoal_source"),
+                                str(conf.get("target_conn_id") or "shoal_target"), origin=f"{run.dag_id} runs"))
+    return out
+
+
+def recent_runs() -> list:
+    """The newest runs of the Shoal DAGs (the api-server reads the metadata DB)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        runs = session.scalars(select(DagRun).where(DagRun.dag_id.in_([*SHOAL_DAGS, "shoal_dr_rehearsal"]))
+                               .order_by(DagRun.id.desc()).limit(RECENT_RUNS)).all()
+        for run in runs:
+            session.expunge(run)
+        return list(runs)
 
 
 # -- reading a pipeline's state --------------------------------------------------------------------------------------
@@ -113,6 +218,8 @@ class LaneRow:
     reason: str = "none"
     state_detail: str | None = None  # the halt's sentence: what happened, which offsets, what to do
     state_range: tuple[int | None, int | None] | None = None  # (position, range end) the halt names
+    lag_bytes: int | None = None   # unmirrored bytes (the retention model's estimate)
+    lag_s: float | None = None     # age of the oldest record not copied yet
 
 
 @dataclass
@@ -122,6 +229,10 @@ class PipelineView:
     retention: list[dict] = field(default_factory=list)  # deadlines_report.status_to_dict, most urgent first
     chart_svg: str = ""
     copy_throughput: str = ""
+    daemon: list[str] = field(default_factory=list)        # daemon health sentences
+    runs: list[dict] = field(default_factory=list)         # backfill runs, newest first, with units finished
+    read_ms: int = 0                                       # when this reading was taken
+    stale: str | None = None                               # why an older reading is shown
     error: str | None = None
 
     def to_dict(self) -> dict:
@@ -169,43 +280,68 @@ def lane_rows(checkpoints: Mapping, leases: Mapping, parts: Sequence[tuple[str, 
     return rows
 
 
-def collect_pipeline(spec: PipelineSpec) -> PipelineView:
+def collect_pipeline(spec: PipelineSpec, *, ledger_dir: str | None = None, now_ms: int | None = None) -> PipelineView:
     """Everything the page shows about one pipeline; an error is reported in the view, not raised."""
     from mirror_core.copy_command import topic_metadata_or_error
     from mirror_core.deadlines_report import status_to_dict
     from mirror_core.kafka_wire import WireClient
+    from mirror_core.lane_status import lease_health
+    from mirror_core.ledger import run_summaries
     from mirror_core.plan_inputs import lookup_offsets
-    from mirror_core.retention import CopyCapacity, assess_partitions
-    from mirror_core.retention_inputs import gather_inputs, measure_rtt
-    from shoal_airflow.hooks import ShoalKafkaHook
+    from mirror_core.retention_inputs import assess_positions
 
-    view = PipelineView(spec)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    view = PipelineView(spec, read_ms=now_ms)
     try:
-        source = ShoalKafkaHook(spec.source_conn_id).get_cluster()
-        target = ShoalKafkaHook(spec.target_conn_id).get_cluster()
+        if ledger_dir:
+            view.runs = run_summaries(Path(ledger_dir), spec.pipeline)
+        source, target = spec.clusters()
         checkpoints, leases = read_target_state(target, spec.pipeline)
         topics = list(spec.topics) or sorted({t for (_pl, t, _p) in checkpoints})
+        view.daemon = lease_health(leases, now_ms)
         if not topics:
             return view
         with WireClient.for_cluster(source) as client:
             parts = [(t, p) for t in topics for p in sorted(topic_metadata_or_error(client, t).partitions)]
             stable = lookup_offsets(client, parts, "last_stable")
             start = lookup_offsets(client, parts, "earliest")
-            rtt = measure_rtt(client)
-        view.lanes = lane_rows(checkpoints, leases, parts, stable, start, spec.pipeline)
-        positions = {(r.topic, r.partition): r.position for r in view.lanes if r.position is not None}
-        inputs = gather_inputs(source, {t: None for t in topics}, positions, sample_s=0)
-        copy = CopyCapacity.estimate(bandwidth_bytes_per_s=LINK_BANDWIDTH_BYTES_PER_S, rtt_s=rtt,
-                                     fetch_bytes=FETCH_BYTES)
-        statuses = assess_partitions(inputs.snapshots, inputs.topics, copy, at_risk_below_s=spec.at_risk_below_s,
-                                     check_interval_ms=inputs.check_interval_ms)
+        rows = lane_rows(checkpoints, leases, parts, stable, start, spec.pipeline)
+        positions = {(r.topic, r.partition): r.position for r in rows if r.position is not None}
+        verdict = assess_positions(source, {t: None for t in topics}, positions, spec.policy, target=target)
+        statuses, copy = verdict.statuses, verdict.copy
+        view.lanes = with_lag_and_state(rows, verdict, now_ms, spec.stall_after_s)
         view.retention = [status_to_dict(s) for s in statuses]
-        view.chart_svg = chart_svg(statuses, spec.at_risk_below_s)
+        view.chart_svg = chart_svg(statuses, verdict.policy.at_risk_below_s)
         view.copy_throughput = copy.how
     except Exception as exc:  # noqa: BLE001 - one unreadable pipeline must not hide the others
         log.exception("Shoal page: pipeline %s could not be read", spec.pipeline)
         view.error = f"{type(exc).__name__}: {exc}"
     return view
+
+
+def with_lag_and_state(rows: Sequence[LaneRow], verdict, now_ms: int, stall_after_s: float) -> list[LaneRow]:
+    """Lag in bytes and seconds from the retention inputs, and each lane's state as seen from outside the daemon
+    (:func:`mirror_core.lane_status.observed_state`)."""
+    import dataclasses
+
+    from mirror_core.lane_status import observed_state
+
+    snaps = {(s.topic, s.partition): s for s in verdict.inputs.snapshots}
+    out = []
+    for r in rows:
+        snap = snaps.get((r.topic, r.partition))
+        lag_bytes = snap.unmirrored_bytes if snap is not None else None
+        ts = snap.position_ts if snap is not None and r.lag > 0 else None
+        lag_s = None if r.lag > 0 and ts is None else (max(0.0, (now_ms - ts) / 1000) if ts is not None else 0.0)
+        live = r.lease_expires_ms is not None and r.lease_expires_ms > now_ms
+        state, why = observed_state(None if r.state == "copying" else r.state, lag=r.lag, lease_live=live,
+                                    owner=r.owner, updated_ms=r.updated_ms, now_ms=now_ms,
+                                    stall_after_s=stall_after_s)
+        changes = {"lag_bytes": lag_bytes, "lag_s": lag_s, "state": state}
+        if why:
+            changes["state_detail"] = why
+        out.append(dataclasses.replace(r, **changes))
+    return out
 
 
 def chart_svg(statuses, at_risk_below_s: float) -> str:
@@ -227,6 +363,8 @@ th{background:#f3f3f3}
 .SAFE{color:#2e7d32}.AT_RISK{color:#b28704}.LOSING{color:#ef6c00}.LOST{color:#c62828;font-weight:bold}
 .dim{color:#777}
 .copying{color:#2e7d32}.retired{color:#777}.halted{color:#c62828;font-weight:bold}
+.stalled,.retrying{color:#ef6c00;font-weight:bold}.running{color:#1565c0;font-weight:bold}
+.stale{background:#fff8e1;padding:4px}
 section{margin-bottom:32px}
 """
 
@@ -259,10 +397,13 @@ def _lanes_table(view: PipelineView, now_ms: int) -> str:
             _cell(r.lane or "(no checkpoint)", cls="" if r.lane else "dim"), _cell(f"{r.topic}-{r.partition}"),
             _cell(target), _cell(r.owner), _cell(r.owner_epoch, num=True), _cell(_lease_text(r, now_ms)),
             _cell(r.position, num=True), _cell(r.last_stable, num=True), _cell(r.lag, num=True),
+            _cell(None if r.lag_bytes is None else f"{r.lag_bytes / 1e6:.2f} MB", num=True),
+            _cell(None if r.lag_s is None else _seconds(r.lag_s), num=True),
             _cell(r.target_next, num=True), _cell(age), _cell(r.state, cls=r.state),
             _cell(None if r.reason == "none" else r.reason), _cell(_state_text(r)))) + "</tr>")
     return _table(("lane", "source partition", "target partition", "owner", "epoch", "lease holder", "position",
-                   "last stable offset", "lag", "target next", "checkpoint updated", "state", "reason",
+                   "last stable offset", "lag (offsets)", "lag (bytes)", "lag (oldest uncopied)", "target next",
+                   "checkpoint updated", "state", "reason",
                    "what happened"), rows)
 
 
@@ -297,42 +438,148 @@ def _retention_table(view: PipelineView) -> str:
                    "lost offsets", "what would fix it"), rows)
 
 
-def render_pipeline(view: PipelineView, now_ms: int) -> str:
+def render_pipeline(view: PipelineView, now_ms: int, links: Mapping[str, tuple[str, str]] | None = None) -> str:
     spec = view.spec
+    trigger_conf = {"pipeline": spec.pipeline, "source_conn_id": spec.source_conn_id,
+                    "target_conn_id": spec.target_conn_id, "start": "checkpoint", "end": "latest"}
     parts = [f'<section class="pipeline" id="pipeline-{html.escape(spec.pipeline)}">',
              f"<h2>{html.escape(spec.pipeline)}</h2>",
              f'<p class="dim">{html.escape(spec.source_conn_id)} → {html.escape(spec.target_conn_id)}; topics: '
-             f"{html.escape(', '.join(spec.topics) or 'those with checkpoints')}</p>"]
+             f"{html.escape(', '.join(spec.topics) or 'those with checkpoints')}; from {html.escape(spec.origin)}"
+             f"{'' if not spec.pipeline_file else ' ' + html.escape(spec.pipeline_file)}</p>",
+             f'<p><a class="trigger" target="_top" href="../dags/shoal_backfill">Trigger a backfill</a> '
+             f'<span class="dim">(form values: <code>{html.escape(json.dumps(trigger_conf))}</code>)</span> · '
+             f'<a target="_top" href="../dags/shoal_backfill/runs">backfill runs</a> · '
+             f'<a target="_top" href="../dags/shoal_retention_guard/runs">retention guard runs</a></p>']
+    if view.stale:
+        parts.append(f'<p class="stale">{html.escape(view.stale)}</p>')
     if view.error:
         parts.append(f'<p class="error">{html.escape(view.error)}</p>')
-    elif not view.lanes:
+    if view.daemon:
+        parts.append("<h3>Daemon</h3><ul class='daemon'>" + "".join(f"<li>{html.escape(d)}</li>" for d in view.daemon)
+                     + "</ul>")
+    if not view.lanes and not view.error:
         parts.append("<p>No checkpoints on the target yet and no topics configured.</p>")
-    else:
+    elif view.lanes:
         total = sum(r.lag for r in view.lanes)
         halted = sum(1 for r in view.lanes if r.state == "halted")
+        stalled = sum(1 for r in view.lanes if r.state == "stalled")
         alert = f'<p class="halted">{halted} lane(s) halted: they copy nothing until an operator acts</p>' \
             if halted else ""
+        if stalled:
+            alert += f'<p class="stalled">{stalled} lane(s) stalled: data waits and nothing moves</p>'
         parts += [f"<h3>Lanes <span class='dim'>(total lag {total} offsets)</span></h3>", alert,
                   _lanes_table(view, now_ms),
                   "<h3>Retention margins</h3>", _retention_table(view),
                   f'<p class="dim">copy throughput {html.escape(view.copy_throughput)}; AT_RISK below '
-                  f"{_seconds(spec.at_risk_below_s)}</p>", f'<div class="chart">{view.chart_svg}</div>']
-    parts.append("</section>")
+                  f"{_seconds(spec.policy.at_risk_below_s)}</p>", f'<div class="chart">{view.chart_svg}</div>']
+    parts += ["<h3>Backfill ledger</h3>", _runs_table(view.runs, links or {}, now_ms), "</section>"]
     return "".join(parts)
 
 
-def render_page(views: Sequence[PipelineView], *, config_error: str | None = None, now_ms: int | None = None) -> str:
+def _run_link(run_id: str, links: Mapping[str, tuple[str, str]]) -> str:
+    target = links.get(run_id)
+    if target is None:
+        return html.escape(run_id)
+    dag_id, airflow_run = target
+    href = f"../dags/{quote(dag_id)}/runs/{quote(airflow_run, safe='')}"
+    return f'<a target="_top" href="{html.escape(href)}">{html.escape(run_id)}</a>'
+
+
+def _runs_table(runs: Sequence[dict], links: Mapping[str, tuple[str, str]], now_ms: int) -> str:
+    if not runs:
+        return '<p class="dim">no backfill runs in the ledger</p>'
+    rows = []
+    for r in runs:
+        state = "running" if r["in_flight"] else ("ok" if r["exit_code"] == 0 else f"failed (exit {r['exit_code']})")
+        took = ((r["ended_ms"] or now_ms) - r["started_ms"]) / 1000
+        rows.append('<tr class="run">' + f"<td>{_run_link(r['run_id'], links)}</td>" + "".join((
+            _cell(state.upper() if r["in_flight"] else state, cls="running" if r["in_flight"] else ""),
+            _cell(f"{r['finished']} of {r['units']}", num=True), _cell(r["records"], num=True),
+            _cell(_seconds(took) + (" so far" if r["in_flight"] else ""), num=True),
+            _cell("; ".join(r["failed"]) or None))) + "</tr>")
+    return _table(("run", "state", "units finished", "records", "duration", "failed units"), rows)
+
+
+def _rehearsals_table(rehearsals: Sequence, links: Mapping[str, tuple[str, str]]) -> str:
+    if not rehearsals:
+        return '<p class="dim">no DR rehearsal recorded yet (DAG shoal_dr_rehearsal)</p>'
+    rows = []
+    for r in rehearsals:
+        rows.append("<tr>" + f"<td>{_run_link(r.rehearsal_id, links)}</td>" + "".join((
+            _cell(r.topics), _cell(r.records, num=True), _cell(_seconds(r.rto_s), num=True),
+            _cell(r.rpo_offsets, num=True), _cell(None if r.rpo_s is None else _seconds(r.rpo_s), num=True),
+            _cell("verified" if r.verified else "NOT verified", cls="" if r.verified else "halted"))) + "</tr>")
+    return _table(("rehearsal", "topics", "records", "RTO", "RPO (offsets)", "RPO (age)", "result"), rows)
+
+
+def render_page(views: Sequence[PipelineView], *, config_error: str | None = None, now_ms: int | None = None,
+                links: Mapping[str, tuple[str, str]] | None = None, rehearsals: Sequence = ()) -> str:
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     body = [f"<h1>Shoal</h1><p class='dim'>read at {time.strftime('%Y-%m-%d %H:%M:%S %Z')}</p>"]
     if config_error:
         body.append(f'<p class="error">{html.escape(config_error)}</p>')
     elif not views:
-        body.append(f"<p>No pipelines configured. Set the Airflow Variable <code>{PIPELINES_VARIABLE}</code> to a "
-                    "JSON list of <code>{\"pipeline\", \"source_conn_id\", \"target_conn_id\", \"topics\"}</code>."
-                    "</p>")
-    body += [render_pipeline(v, now_ms) for v in views]
+        body.append("<p>No pipelines found: none in the daemon's pipeline files (Airflow config <code>[shoal] "
+                    "pipeline_files</code>), no run of the Shoal DAGs yet, and no Variable "
+                    f"<code>{PIPELINES_VARIABLE}</code>.</p>")
+    body += [render_pipeline(v, now_ms, links) for v in views]
+    body += ["<section><h2>DR rehearsals</h2>", _rehearsals_table(rehearsals[::-1][:20], links or {}), "</section>"]
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Shoal</title>"
             f"<style>{_STYLE}</style></head><body>{''.join(body)}</body></html>")
+
+
+# -- reading through a short cache ------------------------------------------------------------------------------------
+
+_reads: list = []   # the page's ReadCache, made at the first request
+
+
+def _spec_key(spec: PipelineSpec) -> tuple:
+    return (spec.pipeline, spec.source_conn_id, spec.target_conn_id, spec.topics, spec.pipeline_file)
+
+
+def cached_views(specs: Sequence[PipelineSpec], *, read=collect_pipeline, cache=None) -> list[PipelineView]:
+    """Each spec's view through the page's :class:`~mirror_core.read_cache.ReadCache` (``CACHE_TTL_S``,
+    ``READ_DEADLINE_S``): past the deadline the last reading is shown with its age, or "still reading"."""
+    from mirror_core.read_cache import ReadCache
+
+    if cache is None:
+        if not _reads:
+            _reads.append(ReadCache(ttl_s=CACHE_TTL_S, deadline_s=READ_DEADLINE_S))
+        cache = _reads[0]
+    readings = cache.get_many([(_spec_key(spec), lambda spec=spec: read(spec)) for spec in specs])
+    views = []
+    for spec, reading in zip(specs, readings, strict=True):
+        if reading.value is None:
+            views.append(PipelineView(spec, stale="still reading (the clusters are slow to answer); refresh in a "
+                                                  "moment") if reading.still_reading else
+                         PipelineView(spec, error="could not be read"))
+        elif reading.still_reading:
+            views.append(dataclasses.replace(reading.value, stale=f"the clusters are slow to answer: showing the "
+                                                                  f"reading from {reading.age_s:.0f}s ago; still "
+                                                                  "reading"))
+        else:
+            views.append(reading.value)
+    return views
+
+
+def _ledger_dir() -> str:
+    from airflow.models.variable import Variable
+
+    return str(Path(Variable.get("shoal_work_dir", default_var="/tmp/shoal")) / "ledger")
+
+
+def run_links(runs) -> dict[str, tuple[str, str]]:
+    """Ledger run id (the Airflow run id made file-safe, ``-roundN`` for catch-up rounds) → (dag id, run id)."""
+    import re
+
+    out: dict[str, tuple[str, str]] = {}
+    for run in runs:
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", run.run_id)
+        out[safe] = (run.dag_id, run.run_id)
+        for n in range(1, 4):
+            out[re.sub(r"[^A-Za-z0-9._-]", "_", f"{run.run_id}-round{n}")] = (run.dag_id, run.run_id)
+    return out
 
 
 # -- the app ----------------------------------------------------------------------------------------------------------
@@ -356,9 +603,27 @@ async def require_shoal_viewer(request: Request,
 def _collect() -> tuple[list[PipelineView], str | None]:
     try:
         specs = load_pipeline_specs()
-    except Exception as exc:  # noqa: BLE001 - shown on the page: the operator fixes the Variable
+        ledger = _ledger_dir()
+    except Exception as exc:  # noqa: BLE001 - shown on the page: the operator fixes the configuration
         return [], f"{type(exc).__name__}: {exc}"
-    return [collect_pipeline(spec) for spec in specs], None
+    return cached_views(specs, read=lambda spec: collect_pipeline(spec, ledger_dir=ledger)), None
+
+
+def _page_extras() -> tuple[dict, list]:
+    """Links to DAG runs and the rehearsal history (best effort: the page renders without them)."""
+    from shoal_airflow.rehearsal import read_rehearsals
+
+    try:
+        links = run_links(recent_runs())
+    except Exception:  # noqa: BLE001
+        log.exception("Shoal page: DAG runs not read")
+        links = {}
+    try:
+        rehearsals = read_rehearsals(_ledger_dir())
+    except Exception:  # noqa: BLE001
+        log.exception("Shoal page: rehearsals not read")
+        rehearsals = []
+    return links, rehearsals
 
 
 app = FastAPI(title="Shoal", description="Shoal pipelines: lanes, lag, retention margins",
@@ -368,13 +633,16 @@ app = FastAPI(title="Shoal", description="Shoal pipelines: lanes, lag, retention
 @app.get("/", response_class=HTMLResponse)
 def shoal_page() -> HTMLResponse:
     views, error = _collect()
-    return HTMLResponse(render_page(views, config_error=error))
+    links, rehearsals = _page_extras()
+    return HTMLResponse(render_page(views, config_error=error, links=links, rehearsals=rehearsals))
 
 
 @app.get("/pipelines.json")
 def shoal_pipelines() -> dict:
     views, error = _collect()
-    return {"error": error, "pipelines": [v.to_dict() for v in views]}
+    _links, rehearsals = _page_extras()
+    return {"error": error, "pipelines": [v.to_dict() for v in views],
+            "rehearsals": [dataclasses.asdict(r) for r in rehearsals]}
 
 
 class ShoalUIPlugin(AirflowPlugin):

@@ -1,5 +1,10 @@
 """PySpark entry point of a Shoal backfill: one Spark task per lane, a Parquet ledger, an honest exit code.
 
+While it runs the driver prints each lane's progress (offset reached, ~records, ~bytes, rate, ETA) from the lanes'
+checkpoints on the target, and writes each unit's ledger row the moment the unit ends, so ``shoal backfill status``,
+the Airflow task log and the Shoal page show a run in flight. The Spark UI stays on (its port retries upward when
+4040 is taken).
+
     spark-submit spark_apps/backfill_job.py --plan plan.json --clusters clusters.yaml --ledger DIR [--run-id ID]
 
 ``--plan`` is a plan file or the plan's JSON itself; ``--clusters`` a YAML/JSON file mapping cluster names to
@@ -25,6 +30,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--clusters", required=True, help="YAML/JSON file: {cluster name: {librdkafka settings}}")
     parser.add_argument("--ledger", required=True, help="directory of the Parquet ledger")
     parser.add_argument("--run-id", help="default: <plan id>-<unix time>")
+    parser.add_argument("--progress-interval", type=float, default=10.0, metavar="S",
+                        help="print every lane's progress this often (default 10 s)")
     return parser.parse_args(argv)
 
 
@@ -82,9 +89,9 @@ def run_lane_task(job) -> list:
 def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
-    from mirror_core.backfill import failed_units, lane_jobs
+    from mirror_core.backfill import lane_jobs
     from mirror_core.errors import MirrorError
-    from mirror_core.ledger import loss_rows, write_ledger
+    from mirror_core.ledger import RunManifest, loss_rows, write_ledger
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -92,29 +99,85 @@ def main(argv: list[str] | None = None) -> int:
         run_id = args.run_id or f"{plan['plan_id']}-{int(time.time())}"
         spark = (SparkSession.builder.appName(f"shoal-backfill-{plan['pipeline']}")
                  .config("spark.speculation", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.port.maxRetries", "64")   # the UI moves up from 4040 on a busy host
                  .getOrCreate())
         jobs = lane_jobs(plan, clusters, run_id, parallelism=spark.sparkContext.defaultParallelism)
         prepare_targets(plan, jobs)
     except MirrorError as exc:
         print(f"backfill: error: {exc}", file=sys.stderr)
         return 2
+    ledger = Path(args.ledger)
+    manifest = RunManifest(run_id, plan["pipeline"], plan["plan_id"], [u["unit_id"] for u in plan["units"]],
+                           started_ms=int(time.time() * 1000))
+    manifest.write(ledger)
+    losses = loss_rows(run_id, plan["pipeline"], plan.get("losses", []))
+    if losses:
+        write_ledger(ledger, run_id, losses, part="losses")
     if not jobs:
         print(f"backfill {run_id}: the plan has no work units; nothing to do")
-        write_ledger(Path(args.ledger), run_id, loss_rows(run_id, plan["pipeline"], plan.get("losses", [])))
+        manifest.end(ledger, 0)
         return 0
-    print(f"backfill {run_id}: {len(plan['units'])} units in {len(jobs)} lanes, pipeline {plan['pipeline']!r}",
-          flush=True)
-    rows = (spark.sparkContext.parallelize(jobs, numSlices=len(jobs))  # one task per lane, in urgency order
-            .flatMap(run_lane_task).collect())
-    rows.extend(loss_rows(run_id, plan["pipeline"], plan.get("losses", [])))
-    path = write_ledger(Path(args.ledger), run_id, rows)
+    ui = spark.sparkContext.uiWebUrl
+    print(f"backfill {run_id}: {len(plan['units'])} units in {len(jobs)} lanes, pipeline {plan['pipeline']!r}"
+          f"{f'; Spark UI {ui}' if ui else ''}", flush=True)
+    rows = run_lanes(spark, jobs, plan, ledger, run_id, progress_interval_s=args.progress_interval)
+    rows.extend(losses)
+    code = report(run_id, rows, ledger)
+    manifest.end(ledger, code)
+    spark.stop()
+    return code
+
+
+def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_interval_s: float) -> list:
+    """One Spark job per lane, submitted from driver threads in urgency order (as many at once as the cluster has
+    task slots); each lane's ledger rows are written the moment its job ends, and a progress thread prints every
+    lane's position from the checkpoints meanwhile."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from py4j.protocol import Py4JJavaError
+
+    from mirror_core.backfill import failed_rows
+    from mirror_core.backfill_progress import BackfillProgress, ProgressReporter, checkpoint_reader
+    from mirror_core.ledger import write_ledger
+
+    sc = spark.sparkContext
+    progress = BackfillProgress(run_id, plan["units"])
+    reporter = ProgressReporter(progress, checkpoint_reader(jobs[0].target, plan["pipeline"]),
+                                interval_s=progress_interval_s, emit=lambda line: print(line, flush=True)).start()
+
+    def lane(index_job):
+        index, job = index_job
+        sc.setJobGroup(f"lane-{index}", f"shoal lane {job.units[0]['lane']}", interruptOnCancel=False)
+        try:
+            rows = sc.parallelize([job], numSlices=1).flatMap(run_lane_task).collect()
+        except Py4JJavaError as exc:  # the lane's Spark job failed (task retries exhausted, lost executor); a driver
+            # whose JVM is gone raises something else and writes nothing: that run simply never ended
+            rows = failed_rows(job, f"the lane's Spark job failed: {str(exc.java_exception)[:500]}")
+        for row in rows:
+            write_ledger(ledger, run_id, [row], part=f"unit-{row.unit_id}")
+            progress.finish(row.unit_id)
+            print(f"unit {row.unit_id} {row.status}: {row.records} records, {row.bytes / 1e6:.1f} MB in "
+                  f"{row.duration_s:.1f}s" + (f" — {row.error}" if row.error else ""), flush=True)
+        return rows
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(sc.defaultParallelism, len(jobs))),
+                                thread_name_prefix="shoal-lane") as pool:
+            results = list(pool.map(lane, enumerate(jobs)))
+    finally:
+        reporter.stop()
+    return [row for rows in results for row in rows]
+
+
+def report(run_id: str, rows: list, ledger: Path) -> int:
+    from mirror_core.backfill import failed_units
+
     failed = failed_units(rows)
     copied = sum(r.records for r in rows)
     print(f"backfill {run_id}: {copied} records copied; {len(rows) - len(failed)} units ok or skipped, "
-          f"{len(failed)} failed; ledger {path}")
+          f"{len(failed)} failed; ledger {ledger / f'run={run_id}'}")
     for row in failed:
         print(f"  FAILED {row.unit_id} -> {row.target_topic}-{row.target_partition}: {row.error}", file=sys.stderr)
-    spark.stop()
     return 1 if failed else 0
 
 

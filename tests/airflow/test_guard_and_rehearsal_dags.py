@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -20,22 +21,51 @@ def test_retention_guard_passes_when_every_partition_is_safe(fresh_dag, airflow_
     assert task_states(dr)["trigger_backfill"] == "skipped"
 
 
-def test_retention_guard_fails_loudly_naming_the_partition_at_risk(fresh_dag, airflow_connections, source_cluster,
-                                                                   unique_name, capfd):
+def test_retention_guard_fails_loudly_notifies_and_triggers_one_backfill_per_pipeline(
+        fresh_dag, airflow_connections, work_dir, source_cluster, unique_name, capfd, tmp_path, monkeypatch):
+    notes = tmp_path / "notified.jsonl"
+    monkeypatch.setenv("AIRFLOW_VAR_SHOAL_FAILURE_NOTIFIER", "tests.airflow.notify_probe.record")
+    monkeypatch.setenv("AIRFLOW_VAR_SHOAL_FAILURE_NOTIFIER_KWARGS", json.dumps({"path": str(notes)}))
+    set_paused("shoal_backfill", True)
     topic = unique_name("short")
     source_cluster.create_topic(topic, partitions=1, config={"retention.ms": "120000"})
     source_cluster.produce(topic, [(b"k", b"v", [])] * 10)
-    dr = fresh_dag("shoal_retention_guard").test(
-        run_conf={"pipeline": "guard-risk", "include": re.escape(topic), "at_risk_below_s": 600,
-                  "naming": "prefix:guard.", "trigger_backfill": True})
+    conf = {"pipeline": unique_name("guard"), "include": re.escape(topic), "naming": "prefix:guard.",
+            "trigger_backfill": True}
+    dr = fresh_dag("shoal_retention_guard").test(run_conf=conf)
     states = task_states(dr)
     assert str(dr.state) == "failed", states
     assert states["assess"] == "success" and states["alarm"] == "failed"
     out, err = capfd.readouterr()
     assert re.search(rf"{re.escape(topic)}-0 (AT_RISK|LOSING)", out + err)
+    assert "shoal_backfill is PAUSED" in out + err                       # said loudly, in the alarm too
     assert states["trigger_backfill"] == "success"
     [triggered] = backfill_runs_for(topic)
     assert triggered["start"] == "checkpoint" and triggered["naming"] == "prefix:guard."
+    [note] = [json.loads(line) for line in notes.read_text().splitlines()]
+    assert (note["dag_id"], note["task_id"]) == ("shoal_retention_guard", "alarm")
+
+    again = fresh_dag("shoal_retention_guard").test(run_conf=conf)       # the first backfill is still queued
+    assert task_states(again)["trigger_backfill"] == "skipped"
+    assert len(backfill_runs_for(topic)) == 1
+    out, err = capfd.readouterr()
+    assert "is already active; not triggering another" in out + err
+
+    second = fresh_dag("shoal_backfill").test(run_conf={"pipeline": conf["pipeline"], "include": conf["include"],
+                                                         "naming": "prefix:guard."})
+    assert task_states(second)["validate"] == "failed" and task_states(second)["preflight"] == "upstream_failed"
+    out, err = capfd.readouterr()
+    assert f"pipeline '{conf['pipeline']}' already has an active backfill: run guard__" in out + err
+
+
+def set_paused(dag_id: str, paused: bool) -> None:
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        model = session.get(DagModel, dag_id)
+        if model is not None:
+            model.is_paused = paused
 
 
 def backfill_runs_for(topic: str) -> list[dict]:

@@ -26,7 +26,7 @@ from mirror_core.backfill_command import spark_submit_command
 from mirror_core.batch_codec import BatchKind
 from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka_wire import WireClient
-from mirror_core.ledger import STATUS_OK, read_ledger
+from mirror_core.ledger import STATUS_OK, read_ledger, read_runs
 from tests.copy_helpers import raw_batches
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -335,7 +335,9 @@ def test_sigkill_spark_submit_mid_copy_then_rerun_exactly_once(source_cluster, t
     hw.close()
     assert proc.returncode == -signal.SIGKILL
     assert sum(at_kill) < total, "killed mid-copy"
-    assert not (ledger / "run=killed").exists(), "a killed driver writes no ledger"
+    assert read_ledger(ledger, "killed") == [], "no unit had ended when the driver was killed"
+    [killed] = [m for m in read_runs(ledger) if m.run_id == "killed"]
+    assert killed.in_flight and killed.units, "the killed run's manifest never recorded an end"
 
     started = time.monotonic()
     done = subprocess.run(job_command(plan_path, clusters_file, ledger, "rerun"), cwd=ROOT, env=submit_env(),

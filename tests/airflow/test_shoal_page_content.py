@@ -1,0 +1,109 @@
+"""What the Shoal page shows an operator (shoal_airflow/shoal_ui.py), at the rendering level: lane states with reasons,
+lag in offsets/bytes/time, daemon health, the backfill ledger with a run in flight and links to the DAG runs, DR
+rehearsals with RTO/RPO; pipelines found in the configuration the DAGs and the daemon already have; a slow cluster
+that cannot hang the page. (The page through real Airflow processes in a browser is still to come.)"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from mirror_core.read_cache import ReadCache
+
+NOW = 1_800_000_000_000
+
+
+def _rows():
+    from mirror_core.lane_status import PersistedLaneState
+    from shoal_airflow.shoal_ui import LaneRow
+
+    halt = PersistedLaneState("halted", "data_loss", "offsets [5, 9) were deleted before they were copied",
+                              NOW - 60_000, 5, 9)
+    return [
+        LaneRow("dr.t-0", "t", 0, 5, 20, 15, "dr.t", 0, 5, "daemon", 2, "worker-a", NOW + 10_000, NOW - 60_000,
+                state=halt.state, reason=halt.reason, state_detail=halt.message, state_range=(5, 9),
+                lag_bytes=1_500_000, lag_s=7200.0),
+        LaneRow("dr.t-1", "t", 1, 100, 400, 300, "dr.t", 1, 100, "daemon", 2, "worker-a", NOW - 5_000,
+                NOW - 900_000, state="stalled",
+                state_detail="no daemon holds the lane (no live lease); 300 offsets behind, last checkpoint 900s ago",
+                lag_bytes=30_000_000, lag_s=950.0),
+    ]
+
+
+def test_the_page_shows_states_lag_daemon_ledger_links_and_rehearsals():
+    from shoal_airflow.rehearsal import RehearsalRecord
+    from shoal_airflow.shoal_ui import PipelineSpec, PipelineView, render_page, run_links
+
+    run = {"run_id": "manual__2026-11-23T01_00_00_00_00", "in_flight": True, "exit_code": None,
+           "started_ms": NOW - 120_000, "ended_ms": None, "units": 2, "finished": 1, "records": 1234, "failed": []}
+    view = PipelineView(PipelineSpec("orders-dr", "src", "dst", origin="shoal_backfill runs"), lanes=_rows(),
+                        daemon=["worker-a: holds 1 lane(s), 1 lease(s) EXPIRED (oldest 5s ago): that daemon is gone "
+                                "or stuck"], runs=[run])
+    rehearsal = RehearsalRecord("manual__2026-11-22T03_00_00_00_00", "r", "rehearsal", "src", "dst", "scratch.", "t",
+                                2, 60, NOW - 100_000, NOW - 40_000, 60.0, 0, 1.5, True)
+    links = run_links([SimpleNamespace(dag_id="shoal_backfill", run_id="manual__2026-11-23T01:00:00+00:00"),
+                       SimpleNamespace(dag_id="shoal_dr_rehearsal", run_id="manual__2026-11-22T03:00:00+00:00")])
+    page = render_page([view], now_ms=NOW, links=links, rehearsals=[rehearsal])
+
+    assert '<td class="halted">halted</td>' in page and "data_loss" in page and "range end 9" in page
+    assert '<td class="stalled">stalled</td>' in page and "no live lease" in page
+    assert "1 lane(s) halted" in page and "1 lane(s) stalled" in page
+    assert "1.50 MB" in page and "30.00 MB" in page and "2h 00m" in page          # lag in bytes and time
+    assert "EXPIRED" in page                                                    # daemon health
+    assert '<td class="running">RUNNING</td>' in page and "1 of 2" in page and "so far" in page
+    assert 'href="../dags/shoal_backfill/runs/manual__2026-11-23T01%3A00%3A00%2B00%3A00"' in page
+    assert 'href="../dags/shoal_dr_rehearsal/runs/manual__2026-11-22T03%3A00%3A00%2B00%3A00"' in page
+    assert "Trigger a backfill" in page and html.escape('"pipeline": "orders-dr"') in page
+    assert "DR rehearsals" in page and "1m 00s" in page and "verified" in page   # RTO 60 s
+
+
+def test_pipelines_come_from_the_daemon_files_and_the_dag_runs(tmp_path):
+    from shoal_airflow.shoal_ui import pipelines_from_files, pipelines_from_runs
+
+    (tmp_path / "orders.yaml").write_text(
+        "pipeline: orders-dr\nsource: {bootstrap.servers: 'a:1'}\ntarget: {bootstrap.servers: 'b:1'}\n"
+        "include: orders\nstall_after_s: 60\nretention: {at_risk_below: 15m}\n")
+    [from_file] = pipelines_from_files(str(tmp_path / "*.yaml"))
+    assert (from_file.pipeline, from_file.origin) == ("orders-dr", "pipeline file")
+    assert from_file.policy.at_risk_below_s == 900 and from_file.stall_after_s == 60
+    source, target = from_file.clusters()
+    assert source.settings["bootstrap.servers"] == "a:1" and target.settings["bootstrap.servers"] == "b:1"
+
+    runs = [SimpleNamespace(dag_id="shoal_backfill", conf={"pipeline": "p1", "source_conn_id": "s1"}),
+            SimpleNamespace(dag_id="shoal_retention_guard", conf={}),
+            SimpleNamespace(dag_id="shoal_dr_rehearsal", conf={"pipeline": "scratch"})]
+    found = [(s.pipeline, s.source_conn_id, s.target_conn_id) for s in pipelines_from_runs(runs)]
+    assert found == [("p1", "s1", "shoal_target"), ("mirror", "shoal_source", "shoal_target")]
+
+
+@pytest.mark.timeout(30)
+def test_a_slow_cluster_cannot_hang_the_page():
+    from shoal_airflow.shoal_ui import PipelineSpec, PipelineView, cached_views
+
+    release, calls = threading.Event(), []
+
+    def slow_read(spec):
+        calls.append(spec.pipeline)
+        release.wait(10)
+        return PipelineView(spec, copy_throughput=f"reading {len(calls)}")
+
+    spec = PipelineSpec("slow", "src", "dst")
+    cache = ReadCache(ttl_s=0.2, deadline_s=0.3)
+    started = time.monotonic()
+    [first] = cached_views([spec], read=slow_read, cache=cache)
+    assert time.monotonic() - started < 2 and "still reading" in first.stale
+    [again] = cached_views([spec], read=slow_read, cache=cache)
+    assert "still reading" in again.stale and calls == ["slow"]                 # one reading at a time
+    release.set()
+    time.sleep(0.1)
+    [done] = cached_views([spec], read=slow_read, cache=cache)
+    assert done.stale is None and done.copy_throughput == "reading 1"
+    release.clear()
+    time.sleep(0.3)                                                            # past the TTL: read again, slowly
+    [old] = cached_views([spec], read=slow_read, cache=cache)
+    assert old.copy_throughput == "reading 1" and "showing the reading from" in old.stale
+    release.set()
