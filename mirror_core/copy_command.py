@@ -31,6 +31,7 @@ class CopyCommand:
     pipeline: str | None = None  # default: copy.<source topic>.<target topic>
     commit_interval_ms: int = 1000
     commit_bytes: int = 4 * 1024 * 1024
+    link_bytes_per_s: float | None = None  # the source link's rate: preflight checks the brokers' send buffers
 
 
 def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
@@ -46,7 +47,8 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
             lo, hi = resolve_range(source, cmd.topic, p, cmd.start, cmd.end, accept_loss=cmd.accept_loss)
             ranges.append(PartitionRange(cmd.topic, p, lo, hi, cmd.target_topic, p))
         report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,
-                               start_offsets={r.partition: r.start for r in ranges})
+                               start_offsets={r.partition: r.start for r in ranges},
+                               link_bytes_per_s=cmd.link_bytes_per_s)
         for finding in report.findings:
             console.print(f"[yellow]preflight {finding.severity.name}[/]: {finding.message}", highlight=False)
         report.raise_if_refused()

@@ -15,20 +15,31 @@ from collections.abc import Mapping
 
 from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import ClusterUnavailableError, MirrorError
-from mirror_core.preflight_rules import DataFacts, PreflightReport, TopicState, decide, is_internal_topic
+from mirror_core.preflight_rules import (
+    DataFacts,
+    Finding,
+    PreflightReport,
+    SourceLink,
+    TopicState,
+    check_link_buffers,
+    decide,
+    is_internal_topic,
+)
 
-__all__ = ["run_preflight", "describe_topic", "observe_data", "create_target_topic"]
+__all__ = ["run_preflight", "describe_topic", "observe_data", "create_target_topic", "link_findings"]
 
 
 def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, target_topic: str | None = None,
                   allow_internal: bool = False, max_batch_bytes: int | None = None,
                   start_offsets: Mapping[int, int] | None = None, facts: DataFacts | None = None,
-                  timeout_s: float = 30.0) -> PreflightReport:
+                  timeout_s: float = 30.0, link_bytes_per_s: float | None = None) -> PreflightReport:
     """Check the target for a copy of ``source``/``topic`` and create it when missing and nothing refuses.
 
     ``target_topic`` defaults to the source name (see ``target_topic_name`` for a prefix policy); partitions map
     one to one. ``start_offsets`` (partition → first offset to copy) narrows where the oldest timestamp is read;
     ``facts`` replaces the observation entirely (e.g. figures the caller already measured).
+    ``link_bytes_per_s``: the source link's rate; then the source brokers' send buffers are checked against it
+    (:func:`link_findings`).
     """
     target_topic = target_topic or topic
     names = dict(source_cluster=source.name, source_topic=topic, target_cluster=target.name,
@@ -42,8 +53,10 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
     facts = facts or DataFacts(now_ms=_now_ms())
     if max_batch_bytes is not None:
         facts = dataclasses.replace(facts, max_batch_bytes=max_batch_bytes)
+    extra = tuple(link_findings(source, link_bytes_per_s, timeout_s=timeout_s)) if link_bytes_per_s else ()
     for _attempt in range(2):
         report = decide(source_state, describe_topic(target, target_topic, timeout_s=timeout_s), facts, **names)
+        report = dataclasses.replace(report, findings=report.findings + extra)
         if report.create_config is None or not report.ok:
             return report
         if create_target_topic(target, target_topic, report.partitions, report.create_config, timeout_s=timeout_s):
@@ -51,6 +64,41 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
         # someone created it between describe and create: judge the topic that now exists
     raise MirrorError(f"cluster {target.name!r} topic {target_topic!r}: the topic kept appearing and disappearing "
                       "while preflight ran; rerun when nothing else creates or deletes it")
+
+
+def link_findings(source: ClusterConfig, link_bytes_per_s: float, *, timeout_s: float = 30.0) -> list[Finding]:
+    """Size for the link: each source broker's ``socket.send.buffer.bytes`` (DescribeConfigs) and round trip (the
+    median of three TCP connects to its listener: one SYN / SYN-ACK each), judged by
+    :func:`~mirror_core.preflight_rules.check_link_buffers`. A broker that cannot be asked is left out (logged)."""
+    import logging
+    import socket
+    import statistics
+
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient(source.confluent())
+    try:
+        brokers = admin.list_topics(timeout=timeout_s).brokers
+    except Exception as exc:  # noqa: BLE001 - KafkaException: transport or timeout
+        raise ClusterUnavailableError(source.name, source.bootstrap, f"metadata: {exc}") from None
+    links = []
+    for broker_id, broker in sorted(brokers.items()):
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+        try:
+            entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s)
+            entry = entries.get("socket.send.buffer.bytes")
+            send_buffer = int(entry.value) if entry is not None and entry.value is not None else None
+            rtts = []
+            for _ in range(3):
+                started = time.monotonic()
+                with socket.create_connection((broker.host, broker.port), timeout=timeout_s):
+                    rtts.append(time.monotonic() - started)
+        except Exception as exc:  # noqa: BLE001 - one broker's trouble does not stop the copy's preflight
+            logging.getLogger(__name__).info("cluster %r broker %s: link not measured (%s)", source.name,
+                                             broker_id, exc)
+            continue
+        links.append(SourceLink(broker_id, send_buffer, statistics.median(rtts)))
+    return check_link_buffers(source.name, links, link_bytes_per_s=link_bytes_per_s)
 
 
 def describe_topic(cluster: ClusterConfig, topic: str, *, timeout_s: float = 30.0) -> TopicState | None:
