@@ -12,7 +12,8 @@ buffer does not cap throughput here as it would on a real long link (the preflig
 
 Mirrors, each its own process, copying the whole topic (4 partitions of ~650-byte uncompressed JSON records):
 
-- ``shoal-copy``: ``shoal copy --mode exactly-once`` (all partitions concurrently);
+- ``shoal-copy``: ``shoal copy --mode exactly-once --link-mbps 20`` (all partitions concurrently; fetches sized
+  for the measured round trip);
 - ``shoal-copy-1p``: the same, one partition only (its rate is judged against the link too);
 - ``backfill-units``: the code a backfill task runs per unit (:class:`CheckpointedCopier`), units one after
   another in one process (no Spark: a Spark task runs its units the same way);
@@ -27,8 +28,9 @@ Measured per mirror and round trip: steady throughput — records landed on the 
 sampled every 0.2 s) from the first landed to the last, times the source's bytes per record: process start-up,
 preflight and lane opening excluded, ramp-up and tail included — as MB/s and as a fraction of the link (the rate
 over the middle 60 % is kept too, but exactly-once writes land in commit-sized steps, which makes it jumpy); the
-whole run's rate (start-up included); whole-process CPU seconds per GB of source batches (from ``wait4``:
-start-up included; the proxy is another process and not charged); peak RSS (the process's ``VmHWM``, sampled
+whole run's rate (start-up included); CPU seconds per GB of source batches, of the whole process (from ``wait4``:
+start-up included) and of the active phase above (``/proc/<pid>/stat`` at its two samples); the proxy is another
+process and not charged; peak RSS (the process's ``VmHWM``, sampled
 every 0.2 s).
 
 Run (root): ``.venv/bin/python -m bench.link_bench --rtt-ms 0 50 200``; results go to ``bench/results/link-*.json``.
@@ -282,6 +284,18 @@ class TargetWatch:
         self.consumer.close()
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process so far (all its threads; not its children)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def vm_hwm_kib(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -305,7 +319,7 @@ def run_mirror(cmd: list[str], watch: TargetWatch, expected: int, *, done=None, 
     while True:
         now = time.monotonic() - started
         peak = max(peak, vm_hwm_kib(proc.pid))
-        samples.append((now, watch.landed()))
+        samples.append((now, watch.landed(), cpu_s(proc.pid)))
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
@@ -319,7 +333,7 @@ def run_mirror(cmd: list[str], watch: TargetWatch, expected: int, *, done=None, 
             raise RuntimeError(f"{cmd[:4]} timed out after {timeout_s:.0f}s; log {log}")
         time.sleep(SAMPLE_S)
     wall = time.monotonic() - started
-    samples.append((wall, watch.landed()))
+    samples.append((wall, watch.landed(), float("nan")))
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, -signal.SIGTERM) and done is None:
         raise RuntimeError(f"{cmd[:4]} exited {code}; log {log}")
@@ -327,20 +341,23 @@ def run_mirror(cmd: list[str], watch: TargetWatch, expected: int, *, done=None, 
             "samples": samples, "exit": code, "expected_records": expected}
 
 
-def active_rate(samples: list[tuple[float, int]], expected: int, bytes_per_record: float) -> float | None:
-    """MB/s from the first sample with anything landed to the first with everything landed (start-up, preflight
-    and lane opening excluded; ramp-up and the tail included)."""
-    first = next(((t, n) for t, n in samples if n > 0), None)
-    last = next(((t, n) for t, n in samples if n >= expected), None)
+def active_phase(samples: list[tuple], expected: int, bytes_per_record: float) -> tuple[float | None, float | None]:
+    """(MB/s, CPU-s per GB) from the first sample with anything landed to the first with everything landed:
+    start-up, preflight and lane opening excluded; ramp-up and the tail included. The CPU figure needs the
+    process alive at both samples (NaN otherwise)."""
+    first = next((x for x in samples if x[1] > 0), None)
+    last = next((x for x in samples if x[1] >= expected), None)
     if first is None or last is None or last[0] <= first[0]:
-        return None
-    return (last[1] - first[1]) * bytes_per_record / (last[0] - first[0]) / 1e6
+        return None, None
+    moved = (last[1] - first[1]) * bytes_per_record
+    cpu = last[2] - first[2]
+    return moved / (last[0] - first[0]) / 1e6, (cpu / (moved / 1e9) if moved and cpu == cpu else None)
 
 
 def steady_rate(samples: list[tuple[float, int]], expected: int, bytes_per_record: float) -> float | None:
     """MB/s between the samples where 20 % and 80 % of the records had landed."""
     def crossing(fraction: float) -> float | None:
-        for t, n in samples:
+        for t, n, *_ in samples:
             if n >= fraction * expected:
                 return t
         return None
@@ -467,7 +484,8 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
     source_yaml = work / "far.yaml"
     source_yaml.write_text(json.dumps({"bootstrap.servers": ctx["source"]}))
     copy_args = ["--source", str(source_yaml), "--target", "target", "--topic", ctx["topic"], "--target-topic",
-                 target_topic, "--mode", "exactly-once", "--pipeline", f"lb.{tag}"]
+                 target_topic, "--mode", "exactly-once", "--pipeline", f"lb.{tag}", "--link-mbps",
+                 f"{ctx['link_MBps']:g}"]
     spec = {"source": ctx["source"], "target": ctx["target"], "topic": ctx["topic"], "target_topic": target_topic,
             "ends": ctx["facts"]["ends"], "pipeline": f"lb.{tag}"}
     everything = list(range(PARTITIONS))
@@ -538,8 +556,9 @@ def run(args) -> dict:
                  "config": {"link_mbit": args.rate_mbit, "link_MBps": args.rate_mbit / 8, "records": args.records,
                             "partitions": PARTITIONS, "far_broker_socket_send_buffer_bytes": args.send_buffer,
                             "namespace_tcp_wmem_max": args.ns_wmem_max, "kafka": KAFKA_VERSION,
-                            "shoal_copy": "defaults: --fetch-max-bytes 4194304 (per partition), --commit-bytes "
-                                          "4194304, --max-inflight-bytes 8388608 (capped to commit-bytes)",
+                            "shoal_copy": "defaults (--fetch-max-bytes 4194304 per partition, --commit-bytes "
+                                          "4194304, --max-inflight-bytes 8388608 capped to commit-bytes) plus "
+                                          "--link-mbps <link>: fetches sized for the measured round trip",
                             "daemon": "defaults: fetch_max_bytes 16 MiB per request, partition 4 MiB, commit 4 MiB",
                             "deep": "librdkafka defaults consumer (read_committed); producer idempotent acks=all "
                                     "batch.size 1000000 linger.ms 10 compression none",
@@ -569,7 +588,7 @@ def run(args) -> dict:
             print(f"-- RTT {rtt} ms (a Metadata round trip through the proxy: {measured:.1f} ms)", flush=True)
             for mirror in args.mirrors:
                 ctx = {"run": run_id, "rtt": rtt, "topic": topic, "source": broker.bootstrap,
-                       "target": target_conf, "facts": facts}
+                       "target": target_conf, "facts": facts, "link_MBps": args.rate_mbit / 8}
                 cmd, target_topic, partitions, done = mirror_command(mirror, ctx, work)
                 if mirror == "shoal-copy-1p":
                     expected = facts["ends"][0]
@@ -589,19 +608,21 @@ def run(args) -> dict:
                     watch.close()
                 source_bytes = facts["bytes"] * byte_share
                 per_record = out["source"]["bytes_per_record"]
-                steady = active_rate(result["samples"], expected, per_record)
+                steady, active_cpu = active_phase(result["samples"], expected, per_record)
                 middle = steady_rate(result["samples"], expected, per_record)
                 row = {"rtt_ms": rtt, "mirror": mirror, "steady_MBps": steady,
                        "steady_link_fraction": None if steady is None else steady / (args.rate_mbit / 8),
                        "middle_60pct_MBps": middle, "samples": result["samples"],
                        "whole_MBps": source_bytes / result["wall_s"] / 1e6, "wall_s": result["wall_s"],
                        "cpu_s": result["cpu_s"], "cpu_s_per_GB": result["cpu_s"] / (source_bytes / 1e9),
+                       "active_cpu_s_per_GB": active_cpu,
                        "peak_rss_mib": result["peak_rss_mib"], "landed": result["samples"][-1][1],
                        "expected": expected}
                 out["runs"].append(row)
                 print(f"   {mirror:15s} steady {steady or 0:6.2f} MB/s ({(row['steady_link_fraction'] or 0):4.0%})"
                       f"  whole {row['whole_MBps']:6.2f} MB/s  CPU {row['cpu_s']:6.1f} s = {row['cpu_s_per_GB']:6.1f}"
-                      f" s/GB  peak RSS {row['peak_rss_mib']:6.0f} MiB", flush=True)
+                      f" s/GB (active {active_cpu or float('nan'):5.1f})  peak RSS {row['peak_rss_mib']:6.0f} MiB",
+                      flush=True)
     finally:
         unshape()
         broker.stop()

@@ -52,6 +52,8 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
         for finding in report.findings:
             console.print(f"[yellow]preflight {finding.severity.name}[/]: {finding.message}", highlight=False)
         report.raise_if_refused()
+        if cmd.link_bytes_per_s:
+            cmd = replace(cmd, options=_sized_for_link(cmd, len(ranges), console))
         copy = ConcurrentCopy(source, cmd.options, _share_writers(cmd, source, target, ranges), ranges)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
@@ -61,6 +63,29 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
                 tasks[g.partition], completed=max(0, min(r.source_end, g.end) - g.start)))
         _summary(console, cmd, results)
         return results
+
+
+MAX_ROUND_BYTES = 64 * 1024 * 1024  # sizing for the link never makes one fetch round larger than this (memory)
+
+
+def _sized_for_link(cmd: CopyCommand, partitions: int, console) -> CopyOptions:
+    """Fetches sized so a round keeps the declared link busy at the measured round trip (never smaller than
+    configured; a copy holds about two rounds, so a round stays under ``MAX_ROUND_BYTES``)."""
+    from mirror_core.preflight import measure_links
+    from mirror_core.preflight_rules import fetch_bytes_for_link
+
+    rtts = [link.rtt_s for link in measure_links(cmd.source) if link.rtt_s is not None]
+    if not rtts:
+        return cmd.options
+    rtt = max(rtts)
+    size = fetch_bytes_for_link(link_bytes_per_s=cmd.link_bytes_per_s, rtt_s=rtt, partitions=partitions,
+                                floor=cmd.options.fetch_max_bytes,
+                                cap=max(cmd.options.fetch_max_bytes, MAX_ROUND_BYTES // max(1, partitions)))
+    if size != cmd.options.fetch_max_bytes:
+        console.print(f"sized for the link: fetches of {size / 1e6:.1f} MB per partition (round trip "
+                      f"{rtt * 1000:.0f} ms, link {cmd.link_bytes_per_s / 1e6:.1f} MB/s, {partitions} partition(s))",
+                      highlight=False)
+    return replace(cmd.options, fetch_max_bytes=size)
 
 
 def _share_writers(cmd: CopyCommand, source: WireClient, target: WireClient,

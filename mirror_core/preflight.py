@@ -26,7 +26,7 @@ from mirror_core.preflight_rules import (
     is_internal_topic,
 )
 
-__all__ = ["run_preflight", "describe_topic", "observe_data", "create_target_topic", "link_findings"]
+__all__ = ["run_preflight", "describe_topic", "observe_data", "create_target_topic", "link_findings", "measure_links"]
 
 
 def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, target_topic: str | None = None,
@@ -66,13 +66,40 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
                       "while preflight ran; rerun when nothing else creates or deletes it")
 
 
-def link_findings(source: ClusterConfig, link_bytes_per_s: float, *, timeout_s: float = 30.0) -> list[Finding]:
-    """Size for the link: each source broker's ``socket.send.buffer.bytes`` (DescribeConfigs) and round trip (the
-    median of three TCP connects to its listener: one SYN / SYN-ACK each), judged by
-    :func:`~mirror_core.preflight_rules.check_link_buffers`. A broker that cannot be asked is left out (logged)."""
-    import logging
+def kafka_round_trip_s(host: str, port: int, *, timeout_s: float = 30.0, samples: int = 3) -> float:
+    """The median time of ``samples`` ApiVersions v0 requests on one connection (after one to warm it up): a
+    Kafka-level round trip, which also counts whatever sits between us and the broker (a proxy, a tunnel)."""
     import socket
     import statistics
+
+    from mirror_core.wire_fastpath import API_VERSIONS, request_header
+
+    times = []
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        for i in range(samples + 1):
+            started = time.monotonic()
+            sock.sendall(request_header(API_VERSIONS, 0, i + 1, "shoal-preflight", False, 0))
+            header = _recv_exact(sock, 4)
+            _recv_exact(sock, int.from_bytes(header, "big"))
+            if i:
+                times.append(time.monotonic() - started)
+    return statistics.median(times)
+
+
+def _recv_exact(sock, size: int) -> bytes:
+    out = bytearray()
+    while len(out) < size:
+        chunk = sock.recv(size - len(out))
+        if not chunk:
+            raise ConnectionError("connection closed by the broker")
+        out += chunk
+    return bytes(out)
+
+
+def measure_links(source: ClusterConfig, *, timeout_s: float = 30.0) -> list[SourceLink]:
+    """Each source broker's ``socket.send.buffer.bytes`` (DescribeConfigs) and round trip
+    (:func:`kafka_round_trip_s`). A broker that cannot be asked is left out (logged)."""
+    import logging
 
     from confluent_kafka.admin import AdminClient, ConfigResource
 
@@ -88,16 +115,19 @@ def link_findings(source: ClusterConfig, link_bytes_per_s: float, *, timeout_s: 
             entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s)
             entry = entries.get("socket.send.buffer.bytes")
             send_buffer = int(entry.value) if entry is not None and entry.value is not None else None
-            rtts = []
-            for _ in range(3):
-                started = time.monotonic()
-                with socket.create_connection((broker.host, broker.port), timeout=timeout_s):
-                    rtts.append(time.monotonic() - started)
+            rtt = kafka_round_trip_s(broker.host, broker.port, timeout_s=timeout_s)
         except Exception as exc:  # noqa: BLE001 - one broker's trouble does not stop the copy's preflight
             logging.getLogger(__name__).info("cluster %r broker %s: link not measured (%s)", source.name,
                                              broker_id, exc)
             continue
-        links.append(SourceLink(broker_id, send_buffer, statistics.median(rtts)))
+        links.append(SourceLink(broker_id, send_buffer, rtt))
+    return links
+
+
+def link_findings(source: ClusterConfig, link_bytes_per_s: float, *, timeout_s: float = 30.0) -> list[Finding]:
+    """Size for the link: the source brokers' send buffers and round trips (:func:`measure_links`), judged by
+    :func:`~mirror_core.preflight_rules.check_link_buffers`."""
+    links = measure_links(source, timeout_s=timeout_s)
     return check_link_buffers(source.name, links, link_bytes_per_s=link_bytes_per_s)
 
 

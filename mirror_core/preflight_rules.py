@@ -394,3 +394,16 @@ def check_link_buffers(cluster: str, links: list[SourceLink], *, link_bytes_per_
             f"{link_bytes_per_s / 1e6:.2f} MB/s ({cap / link_bytes_per_s:.0%}). Raise it to at least {needed} bytes "
             "(bandwidth × round trip), or -1 to let the OS size it"))
     return findings
+
+
+def fetch_bytes_for_link(*, link_bytes_per_s: float, rtt_s: float, partitions: int, floor: int, cap: int,
+                         efficiency: float = 0.8) -> int:
+    """Per-partition fetch size so one round of ``partitions`` keeps the link ``efficiency`` busy (pure).
+
+    One round trip per round gives TP = B·D / (B·RTT + D) for D bytes per round at link rate B, so TP ≥ e·B needs
+    D ≥ e/(1−e) · B · RTT (4 × bandwidth × RTT for 80 %). Shared by the round's partitions, never below ``floor``
+    (the configured size) nor above ``cap`` (memory: a copy holds about two rounds)."""
+    if not 0 < efficiency < 1:
+        raise ValueError("efficiency must be between 0 and 1")
+    needed = efficiency / (1 - efficiency) * link_bytes_per_s * max(rtt_s, 0.0)
+    return int(min(cap, max(floor, needed / max(1, partitions))))

@@ -42,3 +42,17 @@ def test_no_warning_without_a_round_trip_or_a_link_rate(links, rate):
 def test_one_window_per_round_trip():
     assert connection_cap_bytes_per_s(100_000, 0.1) == pytest.approx(1_000_000)
     assert connection_cap_bytes_per_s(100_000, 0.0) == float("inf")
+
+
+def test_fetches_are_sized_to_keep_the_link_busy_at_the_round_trip():
+    from mirror_core.preflight_rules import fetch_bytes_for_link
+
+    sized = dict(link_bytes_per_s=20e6, rtt_s=0.2, floor=4_000_000, cap=64_000_000)
+    # 80 %: 4 x bandwidth x RTT = 16 MB per round, shared by the round's partitions
+    assert fetch_bytes_for_link(partitions=1, **sized) == 16_000_000
+    assert fetch_bytes_for_link(partitions=4, **sized) == 4_000_000
+    assert fetch_bytes_for_link(partitions=8, **sized) == 4_000_000  # never below the configured size
+    assert fetch_bytes_for_link(partitions=1, **{**sized, "rtt_s": 2.0}) == 64_000_000  # memory cap
+    assert fetch_bytes_for_link(partitions=1, **{**sized, "rtt_s": 0.0}) == 4_000_000
+    with pytest.raises(ValueError):
+        fetch_bytes_for_link(partitions=1, efficiency=1.0, **sized)
