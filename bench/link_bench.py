@@ -62,7 +62,7 @@ KAFKA_VERSION = "4.4.0"
 # legacy broker version) speaks to 4.4 brokers
 MM2_VERSION = "3.9.2"
 PARTITIONS = 4
-MIRRORS = ("shoal-copy", "shoal-copy-1p", "backfill-units", "daemon", "deep", "mm2")
+MIRRORS = ("shoal-copy", "shoal-copy-1p", "backfill-units", "daemon", "deep", "mm2", "shoal-copy-before")
 SAMPLE_S = 0.2
 _PROBE_TOPIC = "__consumer_offsets"
 
@@ -307,10 +307,10 @@ def vm_hwm_kib(pid: int) -> int:
 
 
 def run_mirror(cmd: list[str], watch: TargetWatch, expected: int, *, done=None, env=None, log: Path,
-               timeout_s: float) -> dict:
+               timeout_s: float, cwd: Path = ROOT) -> dict:
     """Start ``cmd``, sample the target and the process until it exits (or ``done()`` is true: then SIGTERM)."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
     started = time.monotonic()
     samples: list[tuple[float, int]] = []
@@ -493,6 +493,8 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
         return [py, "-m", "mirror_core.cli", "copy", *copy_args], target_topic, everything, None
     if mirror == "shoal-copy-1p":
         return [py, "-m", "mirror_core.cli", "copy", *copy_args, "--partitions", "0"], target_topic, [0], None
+    if mirror == "shoal-copy-before":  # the same command from another tree (--before-tree), without --link-mbps
+        return [py, "-m", "mirror_core.cli", "copy", *copy_args[:-2]], target_topic, everything, None
     if mirror in ("backfill-units", "deep"):
         if mirror == "deep":
             _create_target(ctx["target"], target_topic)
@@ -551,10 +553,15 @@ def run(args) -> dict:
     sandbox_dir = Path(os.environ.get("SHOAL_SANDBOX_DIR", ROOT / ".sandbox"))
     target_conf = Sandbox(sandbox_dir, Path.home() / ".cache" / "shoal").client_config("target")
     run_id = time.strftime("%H%M%S")
+    before = subprocess.run(["git", "-C", str(args.before_tree), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    here = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
     work = Path(tempfile.mkdtemp(prefix="shoal-link-"))
     out: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "shared": True},
                  "config": {"link_mbit": args.rate_mbit, "link_MBps": args.rate_mbit / 8, "records": args.records,
                             "partitions": PARTITIONS, "far_broker_socket_send_buffer_bytes": args.send_buffer,
+                            "commit": here, "before_commit": before, "before_tree": str(args.before_tree),
                             "namespace_tcp_wmem_max": args.ns_wmem_max, "kafka": KAFKA_VERSION,
                             "shoal_copy": "defaults (--fetch-max-bytes 4194304 per partition, --commit-bytes "
                                           "4194304, --max-inflight-bytes 8388608 capped to commit-bytes) plus "
@@ -596,10 +603,11 @@ def run(args) -> dict:
                 else:
                     expected, byte_share = facts["records"], 1.0
                 watch = TargetWatch(target_conf, target_topic, partitions)
-                env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+                tree = args.before_tree if mirror == "shoal-copy-before" else ROOT
+                env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "200"}
                 try:
                     result = run_mirror(cmd, watch, expected, done=done, env=env, log=work / f"{mirror}-{rtt}.log",
-                                        timeout_s=args.timeout_s)
+                                        timeout_s=args.timeout_s, cwd=tree)
                 except RuntimeError as exc:
                     print(f"   {mirror}: FAILED {exc}", flush=True)
                     out["runs"].append({"rtt_ms": rtt, "mirror": mirror, "error": str(exc)})
@@ -643,6 +651,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ns-wmem-max", type=int, default=32 << 20)
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per mirror and round trip")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--before-tree", type=Path, default=Path("/work/main"),
+                        help="a checkout whose `shoal copy` runs as shoal-copy-before (default /work/main)")
     parser.add_argument("--child", choices=("backfill-units", "deep"), help=argparse.SUPPRESS)
     parser.add_argument("spec", nargs="?", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
