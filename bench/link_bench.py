@@ -529,6 +529,7 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
             f"{alias}.consumer.isolation.level = read_committed", ""]))
         log_cfg = ROOT / "mirror_core" / "sandbox" / "log4j2.properties"
         cmd = [shutil.which("java") or "java", "-Xms256m", "-Xmx1g", f"-Dlog4j2.configurationFile={log_cfg}",
+               f"-Dkafka.logs.dir={work / 'mm2-logs'}",
                "-cp", f"{lib}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(props)]
         target_topic = f"{alias}.{ctx['topic']}"
         expected = ctx["facts"]["records"]
