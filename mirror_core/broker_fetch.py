@@ -60,6 +60,59 @@ def fetch_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_
     whose broker's request fails, gets a (usually retriable) error and has its leader forgotten, so the next round
     looks it up again.
     """
+    return send_round(client, fetchers, max_bytes=max_bytes, max_wait_ms=max_wait_ms, rotation=rotation,
+                      isolation=isolation, stats=stats).collect()
+
+
+class PendingRound:
+    """A fetch round whose requests are sent and whose answers are not taken yet (see :func:`send_round`).
+
+    In-flight state only: no fetcher's position has moved; :meth:`collect` hands each partition's part to its
+    fetcher. A round never collected (the caller failed meanwhile) moves nothing, so dropping it skips nothing."""
+
+    def __init__(self, client: WireClient, fetchers: Sequence[RawBatchFetcher], outcomes: list[PartitionOutcome],
+                 in_flight: list):
+        self._client = client
+        self._fetchers = fetchers
+        self._outcomes = outcomes
+        self._in_flight = in_flight
+        self.collected = False
+
+    @property
+    def fetchers(self) -> Sequence[RawBatchFetcher]:
+        return self._fetchers
+
+    def collect(self) -> list[PartitionOutcome]:
+        """Wait for every broker's answer and hand each partition's part to its fetcher; one outcome per fetcher,
+        in the order given to :func:`send_round`. Call once."""
+        if self.collected:
+            raise RuntimeError("a fetch round is collected once")
+        self.collected = True
+        client, fetchers, outcomes = self._client, self._fetchers, self._outcomes
+        for members, future in self._in_flight:
+            try:
+                wait_fetch(client, future)
+            except Exception as exc:  # noqa: BLE001 - e.g. authentication failing now: this broker's partitions fail
+                for i, _ in members:
+                    _failed(fetchers[i], outcomes[i], exc)
+                continue
+            error = future.exception if future.failed() else None
+            if error is None and future.value.error_code:
+                error = Errors.for_code(future.value.error_code)()
+            if error is not None:
+                for i, _ in members:
+                    _failed(fetchers[i], outcomes[i], error)
+                continue
+            _dispatch(future.value, [(i, fetchers[i]) for i, _ in members], outcomes)
+        self._in_flight = []
+        return outcomes
+
+
+def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_bytes: int, max_wait_ms: int,
+               rotation: int = 0, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+               stats: RoundStats | None = None) -> PendingRound:
+    """Send :func:`fetch_round`'s requests (one per leader) without waiting; the answers are taken by
+    :meth:`PendingRound.collect`. Lets a caller write the previous round while this one travels (overlap)."""
     outcomes = [PartitionOutcome() for _ in fetchers]
     by_leader: dict[int, list[tuple[int, int]]] = {}  # leader → [(index into fetchers, leader epoch)]
     for index, fetcher in enumerate(fetchers):
@@ -88,22 +141,7 @@ def fetch_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_
             stats.partitions += len(members)
     if stats is not None:
         stats.rounds += 1
-    for members, future in in_flight:
-        try:
-            wait_fetch(client, future)
-        except Exception as exc:  # noqa: BLE001 - e.g. authentication failing now: this broker's partitions fail
-            for i, _ in members:
-                _failed(fetchers[i], outcomes[i], exc)
-            continue
-        error = future.exception if future.failed() else None
-        if error is None and future.value.error_code:
-            error = Errors.for_code(future.value.error_code)()
-        if error is not None:
-            for i, _ in members:
-                _failed(fetchers[i], outcomes[i], error)
-            continue
-        _dispatch(future.value, [(i, fetchers[i]) for i, _ in members], outcomes)
-    return outcomes
+    return PendingRound(client, fetchers, outcomes, in_flight)
 
 
 def _request_topics(members: list[tuple[RawBatchFetcher, int]]) -> list[FetchTopicSpec]:

@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--fetch-max-bytes", type=int, default=4 * 1024 * 1024, help=argparse.SUPPRESS)
     cp.add_argument("--max-inflight-bytes", type=int, default=8 * 1024 * 1024, help=argparse.SUPPRESS)
     cp.add_argument("--throttle-mbps", type=float, help="limit the copy to this many MB/s (protects a busy source)")
+    cp.add_argument("--link-mbps", type=float,
+                    help="the source link's rate in MB/s: preflight warns when a source broker's socket buffer "
+                         "caps one connection below it at the measured round trip")
 
     bf = sub.add_parser("backfill", help="bounded offset-range copies as a PySpark job")
     bf_sub = bf.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -287,7 +290,8 @@ def _copy(args: argparse.Namespace, sandbox, console) -> int:
                             fetch_max_bytes=args.fetch_max_bytes, max_inflight_bytes=args.max_inflight_bytes,
                             throttle_bytes_per_s=args.throttle_mbps * 1e6 if args.throttle_mbps else None),
         accept_loss=args.accept_loss, mode=args.mode, pipeline=args.pipeline,
-        commit_interval_ms=args.commit_interval_ms, commit_bytes=args.commit_bytes)
+        commit_interval_ms=args.commit_interval_ms, commit_bytes=args.commit_bytes,
+        link_bytes_per_s=args.link_mbps * 1e6 if args.link_mbps else None)
     run_copy(cmd, console)
     return 0
 

@@ -2,8 +2,18 @@
 
 Fetch (READ_COMMITTED, markers and aborted transactions dropped by the fetcher) → prepare each batch for the target
 (header rewrite; the named deep cases re-encode and are counted) → produce in order through one
-:class:`~mirror_core.writer.BatchWriter`. Memory stays near ``fetch_max_bytes + max_inflight_bytes``: prepared
-batches are written whenever they reach ``max_inflight_bytes``.
+:class:`~mirror_core.writer.BatchWriter`. Prepared batches are written whenever they reach ``max_inflight_bytes``.
+
+Overlap: as soon as a fetch is answered, the next one is sent (:meth:`RawBatchFetcher.prefetch`), so it travels
+while this one's batches are prepared, written and committed; on a far source a lane then pays the fetch round
+trip once, not once per fetch plus once per write and commit. Where the in-flight state lives and why it is safe:
+the one outstanding Fetch is held by the fetcher (``RawBatchFetcher._prefetched``), and the fetcher's position
+moves only when that answer is *taken* (in order, after the previous answer's batches were queued), so order is
+the source order and ``CopyResult.source_end`` — the checkpoint — still moves only over written batches or over
+offsets whose batches need no copy; a failed write drops the outstanding fetch unread (the next copy resumes at the
+checkpoint: nothing skipped, nothing committed twice). Memory is bounded by ``CopyOptions.buffer_budget_bytes``
+(DESIGN §3.8): a prefetch is sent only while the answer being processed, the batches waiting to be written and
+one more full answer fit in it (:func:`may_prefetch`); by default ``2 × fetch_max_bytes + max_inflight_bytes``.
 
 Range bounds: by default whole batches are copied, so a batch that straddles ``end`` is copied whole and the
 actual end (the next offset after it) is reported; the next range or the daemon starts there. With
@@ -64,10 +74,27 @@ class CopyOptions:
     max_inflight_bytes: int = 8 * 1024 * 1024
     stall_timeout_s: float = 30.0  # no progress while the source has nothing more to give: the range is wrong
     throttle_bytes_per_s: float | None = None  # shared by every range this copier copies
+    overlap: bool = True  # send the next fetch while the previous range is written (see the module docstring)
+    buffer_budget_bytes: int | None = None  # None: 2 × fetch_max_bytes + max_inflight_bytes
 
     def __post_init__(self) -> None:
         if self.fetch_max_bytes <= 0 or self.max_inflight_bytes <= 0:
             raise ConfigError("fetch_max_bytes and max_inflight_bytes must be positive")
+        if self.buffer_budget_bytes is not None and self.buffer_budget_bytes <= 0:
+            raise ConfigError("buffer_budget_bytes must be positive")
+
+    @property
+    def budget_bytes(self) -> int:
+        """Bytes of fetched and prepared data a copy may hold at once, a prefetched answer included."""
+        if self.buffer_budget_bytes is not None:
+            return self.buffer_budget_bytes
+        return 2 * self.fetch_max_bytes + self.max_inflight_bytes
+
+
+def may_prefetch(*, held_bytes: int, fetch_max_bytes: int, budget_bytes: int) -> bool:
+    """Whether a copy holding ``held_bytes`` (the answer being processed plus batches waiting to be written) may
+    send one more fetch, whose answer can be as large as ``fetch_max_bytes``, and stay within ``budget_bytes``."""
+    return held_bytes + fetch_max_bytes <= budget_bytes
 
 
 @dataclass
@@ -183,11 +210,26 @@ class RangeCopier:
             fetcher = RawBatchFetcher(self.source, rng.topic, rng.partition, rng.start, rng.end,
                                       max_bytes=opts.fetch_max_bytes, last_epoch=start_epoch)
         bounds = (rng.start, rng.end) if opts.exact_bounds else (rng.start, None) if resume else None
+        try:
+            return self._copy_from(rng, result, session, fetcher, bounds, started, progress)
+        finally:
+            discard = getattr(fetcher, "discard_prefetch", None)
+            if discard is not None:
+                discard()  # a failed copy leaves no fetch outstanding whose answer anyone could take
+
+    def _copy_from(self, rng: PartitionRange, result: CopyResult, session: _Session, fetcher: BatchSource,
+                   bounds, started: float, progress: Progress | None) -> CopyResult:
+        opts = self.options
+        prefetch = getattr(fetcher, "prefetch", None) if opts.overlap else None
         pending: list[PreparedBatch] = []
         pending_bytes = 0
         last_progress = time.monotonic()
         while not fetcher.done:
             fetched = fetcher.fetch()
+            if prefetch is not None and may_prefetch(
+                    held_bytes=pending_bytes + sum(view.size for view in fetched.batches),
+                    fetch_max_bytes=opts.fetch_max_bytes, budget_bytes=opts.budget_bytes):
+                prefetch()  # travels while this answer is prepared, written and committed
             if self.throttle is not None and fetched.batches:
                 self.throttle.consume(sum(view.size for view in fetched.batches))
             for view in fetched.batches:
@@ -219,7 +261,8 @@ class RangeCopier:
                 _advance_end(result, self._reachable_end(fetcher, rng), fetcher.last_epoch)
             if progress is not None:
                 progress(result)
-            # drop this response's views before the next fetch, so two response buffers are never alive at once
+            # drop this response's views before the next fetch is taken: at most this answer and the prefetched
+            # one are alive at once (bounded by may_prefetch)
             fetched = view = None
         if pending:
             self._flush(rng, pending, result, session)

@@ -1,11 +1,15 @@
-"""``shoal copy``: copy a bounded offset range of one topic between two clusters, with progress and a summary."""
+"""``shoal copy``: copy a bounded offset range of one topic between two clusters, with progress and a summary.
+
+The partitions are copied concurrently (:mod:`mirror_core.concurrent_copy`): one multi-partition Fetch per source
+broker per round, one writer (lane) per partition, the next round in flight while this one is written."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from mirror_core.cluster import ClusterConfig
-from mirror_core.copier import CopyOptions, CopyResult, PartitionRange, RangeCopier
+from mirror_core.concurrent_copy import ConcurrentCopy, ShareWriter, lane_share_writer, plain_share_writer
+from mirror_core.copier import CopyOptions, CopyResult, PartitionRange
 from mirror_core.errors import ConfigError
 from mirror_core.kafka_wire import WireClient
 from mirror_core.positions import PositionSpec, parse_partitions
@@ -27,6 +31,7 @@ class CopyCommand:
     pipeline: str | None = None  # default: copy.<source topic>.<target topic>
     commit_interval_ms: int = 1000
     commit_bytes: int = 4 * 1024 * 1024
+    link_bytes_per_s: float | None = None  # the source link's rate: preflight checks the brokers' send buffers
 
 
 def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
@@ -42,36 +47,66 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
             lo, hi = resolve_range(source, cmd.topic, p, cmd.start, cmd.end, accept_loss=cmd.accept_loss)
             ranges.append(PartitionRange(cmd.topic, p, lo, hi, cmd.target_topic, p))
         report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,
-                               start_offsets={r.partition: r.start for r in ranges})
+                               start_offsets={r.partition: r.start for r in ranges},
+                               link_bytes_per_s=cmd.link_bytes_per_s)
         for finding in report.findings:
             console.print(f"[yellow]preflight {finding.severity.name}[/]: {finding.message}", highlight=False)
         report.raise_if_refused()
-        copy = _copier(cmd, source, target)
-        results = []
+        if cmd.link_bytes_per_s:
+            cmd = replace(cmd, options=_sized_for_link(cmd, len(ranges), console))
+        copy = ConcurrentCopy(source, cmd.options, _share_writers(cmd, source, target, ranges), ranges)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
-            for rng in ranges:
-                task = bar.add_task(f"{rng.topic}-{rng.partition}", total=max(rng.end - rng.start, 1))
-                results.append(copy(rng, progress=lambda r, t=task, g=rng: bar.update(
-                    t, completed=min(r.source_end, g.end) - g.start)))
+            tasks = {rng.partition: bar.add_task(f"{rng.topic}-{rng.partition}", total=max(rng.end - rng.start, 1))
+                     for rng in ranges}
+            results = copy.run(progress=lambda g, r: bar.update(
+                tasks[g.partition], completed=max(0, min(r.source_end, g.end) - g.start)))
         _summary(console, cmd, results)
         return results
 
 
-def _copier(cmd: CopyCommand, source: WireClient, target: WireClient):
-    """The copy function for the chosen delivery mode."""
+MAX_ROUND_BYTES = 64 * 1024 * 1024  # sizing for the link never makes one fetch round larger than this (memory)
+
+
+def _sized_for_link(cmd: CopyCommand, partitions: int, console) -> CopyOptions:
+    """Fetches sized so a round keeps the declared link busy at the measured round trip (never smaller than
+    configured; a copy holds about two rounds, so a round stays under ``MAX_ROUND_BYTES``)."""
+    from mirror_core.preflight import measure_links
+    from mirror_core.preflight_rules import fetch_bytes_for_link
+
+    rtts = [link.rtt_s for link in measure_links(cmd.source) if link.rtt_s is not None]
+    if not rtts:
+        return cmd.options
+    rtt = max(rtts)
+    size = fetch_bytes_for_link(link_bytes_per_s=cmd.link_bytes_per_s, rtt_s=rtt, partitions=partitions,
+                                floor=cmd.options.fetch_max_bytes,
+                                cap=max(cmd.options.fetch_max_bytes, MAX_ROUND_BYTES // max(1, partitions)))
+    if size != cmd.options.fetch_max_bytes:
+        console.print(f"sized for the link: fetches of {size / 1e6:.1f} MB per partition (round trip "
+                      f"{rtt * 1000:.0f} ms, link {cmd.link_bytes_per_s / 1e6:.1f} MB/s, {partitions} partition(s))",
+                      highlight=False)
+    return replace(cmd.options, fetch_max_bytes=size)
+
+
+def _share_writers(cmd: CopyCommand, source: WireClient, target: WireClient,
+                   ranges: list[PartitionRange]) -> list[ShareWriter]:
+    """One writer per lane for the chosen delivery mode (the partitions are copied concurrently)."""
     if cmd.mode == "none":
-        return RangeCopier(source, target, options=cmd.options).copy
+        return [plain_share_writer(source, target, cmd.options, rng) for rng in ranges]
     from mirror_core.checkpoint import CheckpointStore
     from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
 
     store = CheckpointStore(cmd.target, target)
     store.ensure_topic()
     policy = CommitPolicy(commit_bytes=cmd.commit_bytes, commit_interval_ms=cmd.commit_interval_ms)
-    options = replace(cmd.options, max_inflight_bytes=min(cmd.options.max_inflight_bytes, cmd.commit_bytes))
-    return CheckpointedCopier(source, target, store, pipeline=cmd.pipeline or f"copy.{cmd.topic}.{cmd.target_topic}",
-                              mode=DeliveryMode(cmd.mode), options=options, policy=policy,
-                              accept_loss=cmd.accept_loss).copy
+    # the throttle is applied once per fetch round by ConcurrentCopy, over every partition
+    options = replace(cmd.options, max_inflight_bytes=min(cmd.options.max_inflight_bytes, cmd.commit_bytes),
+                      throttle_bytes_per_s=None)
+    copier = CheckpointedCopier(source, target, store, pipeline=cmd.pipeline or f"copy.{cmd.topic}.{cmd.target_topic}",
+                                mode=DeliveryMode(cmd.mode), options=options, policy=policy,
+                                accept_loss=cmd.accept_loss)
+    return [lane_share_writer(copier.open_lane(r.topic, r.partition, r.target_topic, r.target_partition), r)
+            for r in ranges]
 
 
 def topic_metadata_or_error(client: WireClient, topic: str):

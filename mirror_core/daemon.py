@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import kafka.errors as Errors
 
-from mirror_core.broker_fetch import PartitionOutcome, RoundStats, fetch_round
+from mirror_core.broker_fetch import PartitionOutcome, PendingRound, RoundStats, send_round
 from mirror_core.checkpoint import Checkpoint, CheckpointStore
 from mirror_core.checkpointed import (
     CheckpointedCopier,
@@ -153,6 +153,8 @@ class ShallowMirrorDaemon:
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
         self._round = 0
+        # overlap: the next fetch round, sent before this round's shares are written (see _copy_round)
+        self._in_flight: tuple[PendingRound, list[tuple[LaneState, RawBatchFetcher, int]]] | None = None
         self.retention = RetentionWatch(config.source, config.target, self.metrics,
                                         interval_s=config.retention_interval_s,
                                         fetch_bytes=config.partition_fetch_max_bytes, policy=config.retention)
@@ -475,19 +477,19 @@ class ShallowMirrorDaemon:
             self._leases_if_due()  # opening many lanes (startup, rebalance) must not let our leases lapse
         ready = [(state, start) for state, start in ready if state.lane in self.held and state.fetcher is not None]
         if not ready:
+            self._in_flight = None  # nothing to copy it into: its answers are never taken
             return None
-        stats = RoundStats()
-        outcomes = fetch_round(self.source, [state.fetcher for state, _ in ready],
-                               max_bytes=self.config.fetch_max_bytes, max_wait_ms=self.config.poll_interval_ms,
-                               rotation=self._round, stats=stats)
-        self._round += 1
-        self.metrics.fetch_rounds.inc()
-        self.metrics.fetch_requests.inc(stats.requests)
-        self.metrics.fetch_partitions.inc(stats.partitions)
+        shares = self._take_round(ready)
+        # Overlap: the next round is sent now and travels while this round's shares are written and committed.
+        # Safe because a fetcher's position moves only when a round is collected, and a lane's checkpoint comes
+        # from what its writer acknowledged: a lane whose copy fails below is reset (new session, new fetcher at
+        # the checkpoint), and its answer in the round in flight is then dropped unread (_take_round).
+        self._in_flight = self._send_round([(state, state.fetcher.position) for state, _ in ready
+                                            if state.fetcher is not None])
         copied = 0
-        for (state, start), outcome in zip(ready, outcomes, strict=True):
+        for state, fetcher, start, outcome in shares:
             # every fetched share is copied, even after SIGTERM: it is the in-flight work a stop finishes
-            if state.lane not in self.held or state.fetcher is None:  # dropped by a lease round meanwhile
+            if state.lane not in self.held or state.fetcher is not fetcher:  # dropped or reset meanwhile
                 continue
             copied += self._copy_fetched(state, start, outcome)
             # renew between lanes, not once per round: many lanes (or slow commits) must not let our leases
@@ -496,6 +498,44 @@ class ShallowMirrorDaemon:
         self.retention.publish(self._held_positions())
         self._publish_lane_states()
         return copied
+
+    def _send_round(self, lanes: list[tuple[LaneState, int]]
+                    ) -> tuple[PendingRound, list[tuple[LaneState, RawBatchFetcher, int]]]:
+        """Send one fetch round for ``lanes`` (one request per source broker) without waiting for it."""
+        stats = RoundStats()
+        fetchers = [state.fetcher for state, _ in lanes]
+        pending = send_round(self.source, fetchers, max_bytes=self.config.fetch_max_bytes,
+                             max_wait_ms=self.config.poll_interval_ms, rotation=self._round, stats=stats)
+        self._round += 1
+        self.metrics.fetch_rounds.inc()
+        self.metrics.fetch_requests.inc(stats.requests)
+        self.metrics.fetch_partitions.inc(stats.partitions)
+        return pending, [(state, fetcher, start) for (state, start), fetcher in zip(lanes, fetchers, strict=True)]
+
+    def _take_round(self, ready: list[tuple[LaneState, int]]
+                    ) -> list[tuple[LaneState, RawBatchFetcher, int, PartitionOutcome]]:
+        """This round's answers: the round sent ahead last time (its lanes that are still held with the same
+        fetcher at the same position), plus a round sent now for ready lanes it did not carry."""
+        shares = []
+        carried = set()
+        wanted = {state.lane for state, _ in ready}
+        if self._in_flight is not None:
+            pending, lanes = self._in_flight
+            self._in_flight = None
+            for (state, fetcher, start), outcome in zip(lanes, pending.collect(), strict=True):
+                if state.fetcher is not fetcher:
+                    continue  # the lane was reset meanwhile: this answer moved a fetcher nobody uses any more
+                if state.lane in wanted and state.lane in self.held:
+                    shares.append((state, fetcher, start, outcome))
+                    carried.add(state.lane)
+                else:  # collecting moved its position past an answer that is not copied now: reopen at the
+                    state.fetcher = None  # committed position (the checkpoint), never skip it
+        missing = [(state, start) for state, start in ready if state.lane not in carried]
+        if missing:
+            pending, lanes = self._send_round(missing)
+            shares += [(state, fetcher, start, outcome)
+                       for (state, fetcher, start), outcome in zip(lanes, pending.collect(), strict=True)]
+        return shares
 
     def _held_positions(self) -> dict[tuple[str, int], int]:
         """(topic, partition) → next source offset to copy as committed (the checkpoint; a lane without one yet:

@@ -135,6 +135,12 @@ class RawBatchFetcher:
         # later means the topic was recreated
         self._topic_id = uuid.UUID(str(topic_id)) if topic_id is not None else None
         self._leader = None
+        # The one Fetch sent ahead by :meth:`prefetch` (overlap: the next range travels while the caller writes
+        # the previous one): (the position it was asked at, its future). In-flight state only: ``position`` and
+        # ``last_epoch`` move when its answer is taken by :meth:`fetch`, never when it is sent, so a caller that
+        # fails meanwhile and drops the fetcher has skipped nothing; an unanswered one is simply never read
+        # (responses are matched to their own futures, so a later request on the connection is not confused).
+        self._prefetched: tuple[int, Future] | None = None
 
     @property
     def done(self) -> bool:
@@ -147,8 +153,42 @@ class RawBatchFetcher:
         while not self.done:
             yield from self.fetch().batches
 
+    @property
+    def prefetching(self) -> bool:
+        """Whether a Fetch sent by :meth:`prefetch` is waiting to be taken by :meth:`fetch`."""
+        return self._prefetched is not None
+
+    def prefetch(self) -> bool:
+        """Send the next Fetch (at ``position``) now, without waiting; :meth:`fetch` takes its answer. Returns
+        whether one is outstanding. Nothing is sent when the range is done or the leader is unknown (then
+        :meth:`fetch` looks it up and retries as usual). Safe to call repeatedly: one prefetch at a time."""
+        if self._prefetched is not None:
+            return True
+        if self.done:
+            return False
+        try:
+            leader, epoch = self.locate()
+            future = send_fetch(self.client, leader, [FetchTopicSpec(self.topic, self._topic_id,
+                                                                     [self.spec(epoch)])],
+                                max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes, isolation=self.isolation)
+        except Errors.KafkaError:
+            return False  # fetch() meets the same trouble and retries it
+        self._prefetched = (self.position, future)
+        return True
+
+    def discard_prefetch(self) -> bool:
+        """Forget an outstanding prefetch (the caller stops, e.g. after a failed write): its answer is never
+        taken, so the position stays where the last taken answer left it. Returns whether one was outstanding."""
+        if self._prefetched is None:
+            return False
+        log.info("cluster %r %s-%d: dropping the fetch outstanding at offset %d unread", self.client.cluster_name,
+                 self.topic, self.partition, self._prefetched[0])
+        self._prefetched = None
+        return True
+
     def fetch(self) -> FetchResult:
-        """One Fetch round trip (retrying leader moves and transient errors); may return no batches."""
+        """One Fetch round trip (retrying leader moves and transient errors); may return no batches. Takes the
+        answer of an outstanding :meth:`prefetch` first."""
         backoff = Backoff(give_up_after=self.retry_timeout_s)
         while True:
             try:
@@ -198,9 +238,14 @@ class RawBatchFetcher:
             max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes, isolation=self.isolation)
 
     def _fetch_once(self) -> FetchResult:
-        leader, epoch = self.locate()
-        future = send_fetch(self.client, leader, [FetchTopicSpec(self.topic, self._topic_id, [self.spec(epoch)])],
-                            max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes, isolation=self.isolation)
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] == self.position:
+            future = prefetched[1]
+        else:  # none outstanding (or asked at another position, which the position's one-way moves rule out)
+            leader, epoch = self.locate()
+            future = send_fetch(self.client, leader,
+                                [FetchTopicSpec(self.topic, self._topic_id, [self.spec(epoch)])],
+                                max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes, isolation=self.isolation)
         wait_fetch(self.client, future)
         if future.failed():
             raise future.exception

@@ -15,20 +15,31 @@ from collections.abc import Mapping
 
 from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import ClusterUnavailableError, MirrorError
-from mirror_core.preflight_rules import DataFacts, PreflightReport, TopicState, decide, is_internal_topic
+from mirror_core.preflight_rules import (
+    DataFacts,
+    Finding,
+    PreflightReport,
+    SourceLink,
+    TopicState,
+    check_link_buffers,
+    decide,
+    is_internal_topic,
+)
 
-__all__ = ["run_preflight", "describe_topic", "observe_data", "create_target_topic"]
+__all__ = ["run_preflight", "describe_topic", "observe_data", "create_target_topic", "link_findings", "measure_links"]
 
 
 def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, target_topic: str | None = None,
                   allow_internal: bool = False, max_batch_bytes: int | None = None,
                   start_offsets: Mapping[int, int] | None = None, facts: DataFacts | None = None,
-                  timeout_s: float = 30.0) -> PreflightReport:
+                  timeout_s: float = 30.0, link_bytes_per_s: float | None = None) -> PreflightReport:
     """Check the target for a copy of ``source``/``topic`` and create it when missing and nothing refuses.
 
     ``target_topic`` defaults to the source name (see ``target_topic_name`` for a prefix policy); partitions map
     one to one. ``start_offsets`` (partition → first offset to copy) narrows where the oldest timestamp is read;
     ``facts`` replaces the observation entirely (e.g. figures the caller already measured).
+    ``link_bytes_per_s``: the source link's rate; then the source brokers' send buffers are checked against it
+    (:func:`link_findings`).
     """
     target_topic = target_topic or topic
     names = dict(source_cluster=source.name, source_topic=topic, target_cluster=target.name,
@@ -42,8 +53,10 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
     facts = facts or DataFacts(now_ms=_now_ms())
     if max_batch_bytes is not None:
         facts = dataclasses.replace(facts, max_batch_bytes=max_batch_bytes)
+    extra = tuple(link_findings(source, link_bytes_per_s, timeout_s=timeout_s)) if link_bytes_per_s else ()
     for _attempt in range(2):
         report = decide(source_state, describe_topic(target, target_topic, timeout_s=timeout_s), facts, **names)
+        report = dataclasses.replace(report, findings=report.findings + extra)
         if report.create_config is None or not report.ok:
             return report
         if create_target_topic(target, target_topic, report.partitions, report.create_config, timeout_s=timeout_s):
@@ -51,6 +64,71 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
         # someone created it between describe and create: judge the topic that now exists
     raise MirrorError(f"cluster {target.name!r} topic {target_topic!r}: the topic kept appearing and disappearing "
                       "while preflight ran; rerun when nothing else creates or deletes it")
+
+
+def kafka_round_trip_s(host: str, port: int, *, timeout_s: float = 30.0, samples: int = 3) -> float:
+    """The median time of ``samples`` ApiVersions v0 requests on one connection (after one to warm it up): a
+    Kafka-level round trip, which also counts whatever sits between us and the broker (a proxy, a tunnel)."""
+    import socket
+    import statistics
+
+    from mirror_core.wire_fastpath import API_VERSIONS, request_header
+
+    times = []
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        for i in range(samples + 1):
+            started = time.monotonic()
+            sock.sendall(request_header(API_VERSIONS, 0, i + 1, "shoal-preflight", False, 0))
+            header = _recv_exact(sock, 4)
+            _recv_exact(sock, int.from_bytes(header, "big"))
+            if i:
+                times.append(time.monotonic() - started)
+    return statistics.median(times)
+
+
+def _recv_exact(sock, size: int) -> bytes:
+    out = bytearray()
+    while len(out) < size:
+        chunk = sock.recv(size - len(out))
+        if not chunk:
+            raise ConnectionError("connection closed by the broker")
+        out += chunk
+    return bytes(out)
+
+
+def measure_links(source: ClusterConfig, *, timeout_s: float = 30.0) -> list[SourceLink]:
+    """Each source broker's ``socket.send.buffer.bytes`` (DescribeConfigs) and round trip
+    (:func:`kafka_round_trip_s`). A broker that cannot be asked is left out (logged)."""
+    import logging
+
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient(source.confluent())
+    try:
+        brokers = admin.list_topics(timeout=timeout_s).brokers
+    except Exception as exc:  # noqa: BLE001 - KafkaException: transport or timeout
+        raise ClusterUnavailableError(source.name, source.bootstrap, f"metadata: {exc}") from None
+    links = []
+    for broker_id, broker in sorted(brokers.items()):
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+        try:
+            entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s)
+            entry = entries.get("socket.send.buffer.bytes")
+            send_buffer = int(entry.value) if entry is not None and entry.value is not None else None
+            rtt = kafka_round_trip_s(broker.host, broker.port, timeout_s=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - one broker's trouble does not stop the copy's preflight
+            logging.getLogger(__name__).info("cluster %r broker %s: link not measured (%s)", source.name,
+                                             broker_id, exc)
+            continue
+        links.append(SourceLink(broker_id, send_buffer, rtt))
+    return links
+
+
+def link_findings(source: ClusterConfig, link_bytes_per_s: float, *, timeout_s: float = 30.0) -> list[Finding]:
+    """Size for the link: the source brokers' send buffers and round trips (:func:`measure_links`), judged by
+    :func:`~mirror_core.preflight_rules.check_link_buffers`."""
+    links = measure_links(source, timeout_s=timeout_s)
+    return check_link_buffers(source.name, links, link_bytes_per_s=link_bytes_per_s)
 
 
 def describe_topic(cluster: ClusterConfig, topic: str, *, timeout_s: float = 30.0) -> TopicState | None:

@@ -346,3 +346,64 @@ def _ms(value: int) -> str:
         if abs(value) >= size:
             return f"{value} ms ({value / size:.1f} {unit})"
     return f"{value} ms"
+
+
+# -- the link to the source (size for the link) ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SourceLink:
+    """What preflight measured of the way to one source broker."""
+
+    broker: int
+    send_buffer_bytes: int | None  # the broker's socket.send.buffer.bytes (-1: the OS autotunes it; None: unknown)
+    rtt_s: float | None            # a measured round trip (None: unknown)
+
+
+def connection_cap_bytes_per_s(window_bytes: int, rtt_s: float) -> float:
+    """TCP carries at most one window per round trip: the ceiling of one connection (pure)."""
+    return window_bytes / rtt_s if rtt_s > 0 else float("inf")
+
+
+def check_link_buffers(cluster: str, links: list[SourceLink], *, link_bytes_per_s: float | None,
+                       client_receive_buffer_bytes: int | None = None) -> list[Finding]:
+    """WARN for each source broker whose socket buffers cap one fetch connection below the link's rate.
+
+    A fixed ``socket.send.buffer.bytes`` on the broker (Kafka's default is 102400) or a fixed receive buffer on our
+    side (``client_receive_buffer_bytes``; None or -1: autotuned) bounds the bytes in flight on a connection, so
+    one connection carries at most window / RTT (the MirrorMaker wiki's advice to raise the source brokers' send
+    buffer is the same fact). The message gives the cap, the link rate and the window the link needs
+    (bandwidth × RTT)."""
+    if not link_bytes_per_s or link_bytes_per_s <= 0:
+        return []
+    findings = []
+    for link in links:
+        windows = [(w, what) for w, what in ((link.send_buffer_bytes, "the broker's socket.send.buffer.bytes"),
+                                             (client_receive_buffer_bytes, "the client's receive buffer"))
+                   if w is not None and w > 0]
+        if not windows or link.rtt_s is None or link.rtt_s <= 0:
+            continue
+        window, what = min(windows)
+        cap = connection_cap_bytes_per_s(window, link.rtt_s)
+        if cap >= link_bytes_per_s:
+            continue
+        needed = int(link_bytes_per_s * link.rtt_s)
+        findings.append(Finding(
+            Severity.WARN, "socket.send.buffer.bytes", str(link.send_buffer_bytes), None,
+            f"cluster {cluster!r} broker {link.broker}: {what} is {window} bytes; at a round trip of "
+            f"{link.rtt_s * 1000:.0f} ms one connection carries at most {cap / 1e6:.2f} MB/s, below the link's "
+            f"{link_bytes_per_s / 1e6:.2f} MB/s ({cap / link_bytes_per_s:.0%}). Raise it to at least {needed} bytes "
+            "(bandwidth × round trip), or -1 to let the OS size it"))
+    return findings
+
+
+def fetch_bytes_for_link(*, link_bytes_per_s: float, rtt_s: float, partitions: int, floor: int, cap: int,
+                         efficiency: float = 0.8) -> int:
+    """Per-partition fetch size so one round of ``partitions`` keeps the link ``efficiency`` busy (pure).
+
+    One round trip per round gives TP = B·D / (B·RTT + D) for D bytes per round at link rate B, so TP ≥ e·B needs
+    D ≥ e/(1−e) · B · RTT (4 × bandwidth × RTT for 80 %). Shared by the round's partitions, never below ``floor``
+    (the configured size) nor above ``cap`` (memory: a copy holds about two rounds)."""
+    if not 0 < efficiency < 1:
+        raise ValueError("efficiency must be between 0 and 1")
+    needed = efficiency / (1 - efficiency) * link_bytes_per_s * max(rtt_s, 0.0)
+    return int(min(cap, max(floor, needed / max(1, partitions))))

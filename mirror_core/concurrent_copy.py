@@ -1,0 +1,228 @@
+"""Copy several partitions' ranges at once: one multi-partition Fetch per source broker per round, one writer per
+lane, and the next round in flight while this round is written (``shoal copy``).
+
+Each round sends one FetchRequest per source leader carrying every unfinished range's partition at its position
+(:func:`mirror_core.broker_fetch.send_round`, the Java consumer's way), then — before the answers are taken — the
+previous round's shares are written and committed lane by lane. So the source round trip overlaps the writes, and
+partitions no longer wait for one another.
+
+A lane writes its share ``[start, fetcher.position)`` through the same path as the daemon
+(:meth:`LaneSession.copy` with :class:`~mirror_core.copier.FetchedOnce`; mode ``none``: a :class:`RangeCopier`
+of its own), so every DESIGN §3 rule applies per share: the copy's first batch lands where the checkpoint says,
+data and checkpoint commit together, order per partition is the fetch order (one writer per lane, shares in round
+order).
+
+Where the in-flight state lives and why it is safe: the one round in flight is a
+:class:`~mirror_core.broker_fetch.PendingRound`; no fetcher's position moves until :meth:`PendingRound.collect`
+hands it the answer, which happens only after every share of the previous round was written (or the copy failed
+and the round was dropped unread). A lane's checkpoint is committed from what its writer acknowledged, never from
+the fetch position. A failure in one lane stops the copy with that lane's error; what other lanes committed stays,
+and a rerun resumes every lane at its checkpoint (nothing skipped, nothing written twice in exactly-once mode).
+
+Memory: two rounds at most (the one being written and the one in flight), each at most ``fetch_max_bytes`` per
+partition (``CopyOptions.fetch_max_bytes``; a request asks for that times its partitions), plus each lane's write
+window (``max_inflight_bytes``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from mirror_core.broker_fetch import PartitionOutcome, PendingRound, RoundStats, send_round
+from mirror_core.copier import CopyOptions, CopyResult, FetchedOnce, PartitionRange, RangeCopier
+from mirror_core.errors import MirrorError, PartitionUnavailableError
+from mirror_core.fetcher import RawBatchFetcher
+from mirror_core.kafka_wire import WireClient
+from mirror_core.offset_map import OffsetRuns
+from mirror_core.throttle import Throttle
+
+log = logging.getLogger(__name__)
+
+RETRY_DELAY_S = 0.5  # a partition whose fetch failed retriably sits out this long before its next round
+
+
+class ShareWriter:
+    """Writes one lane's shares: ``copy(start, end, fetched) -> CopyResult`` for ``[start, end)`` of a round."""
+
+    def __init__(self, copy_share: Callable[[int, int, FetchedOnce, bool], CopyResult],
+                 resume_at: int | None = None, resume_epoch: int | None = None):
+        self.copy_share = copy_share
+        self.resume_at = resume_at        # the lane's checkpoint position (None: none)
+        self.resume_epoch = resume_epoch  # the source leader epoch below it
+
+
+@dataclass
+class _Lane:
+    range: PartitionRange
+    writer: ShareWriter
+    fetcher: RawBatchFetcher
+    result: CopyResult
+    first: bool = True
+    retry_at: float = 0.0
+    failing_since: float | None = None
+    last_progress: float = field(default_factory=time.monotonic)
+
+    @property
+    def done(self) -> bool:
+        return self.fetcher.done
+
+
+def plan_round(lanes: Sequence[_Lane], now: float) -> list[_Lane]:
+    """The lanes a round fetches for: unfinished ones not sitting out a retry delay (pure)."""
+    return [lane for lane in lanes if not lane.done and lane.retry_at <= now]
+
+
+def request_max_bytes(partition_max_bytes: int, partitions: int) -> int:
+    """A round's per-request byte limit: every partition can bring a full ``partition_max_bytes`` (pure)."""
+    return partition_max_bytes * max(1, partitions)
+
+
+class ConcurrentCopy:
+    """Copies ``ranges`` (one per partition, each its own lane) concurrently; see the module docstring."""
+
+    def __init__(self, source: WireClient, options: CopyOptions, writers: Sequence[ShareWriter],
+                 ranges: Sequence[PartitionRange], *, max_wait_ms: int = 500, retry_timeout_s: float = 120.0):
+        if len(writers) != len(ranges):
+            raise ValueError("one writer per range")
+        self.source = source
+        self.options = options
+        self.retry_timeout_s = retry_timeout_s
+        self.max_wait_ms = max_wait_ms
+        self.throttle = Throttle(options.throttle_bytes_per_s) if options.throttle_bytes_per_s else None
+        self.lanes: list[_Lane] = []
+        for rng, writer in zip(ranges, writers, strict=True):
+            start = rng.start if writer.resume_at is None else min(max(rng.start, writer.resume_at), rng.end)
+            epoch = writer.resume_epoch if writer.resume_at is not None and start == writer.resume_at else None
+            fetcher = RawBatchFetcher(source, rng.topic, rng.partition, start, rng.end,
+                                      max_bytes=options.fetch_max_bytes, max_wait_ms=max_wait_ms, last_epoch=epoch)
+            self.lanes.append(_Lane(rng, writer, fetcher, CopyResult(rng, source_start=start, source_end=start)))
+        self.rounds = 0
+        self.stats = RoundStats()  # requests and partitions per round (one request per source broker)
+
+    def run(self, progress: Callable[[PartitionRange, CopyResult], None] | None = None) -> list[CopyResult]:
+        started = time.monotonic()
+        pending: PendingRound | None = None
+        asked: list[tuple[_Lane, int]] = []  # the lanes of ``pending`` and where each one's fetch starts
+        while True:
+            if pending is None:
+                pending, asked = self._send()
+                if pending is None:
+                    if all(lane.done for lane in self.lanes):
+                        break
+                    time.sleep(RETRY_DELAY_S)  # every unfinished lane sits out a retry delay
+                    continue
+            outcomes = pending.collect()  # positions move here, after the previous round was written
+            shares = list(zip(asked, outcomes, strict=True))
+            pending, asked = self._send()  # the next round travels while this one is written
+            try:
+                for (lane, start), outcome in shares:
+                    self._write_share(lane, start, outcome)
+                    if progress is not None:
+                        progress(lane.range, lane.result)
+            except BaseException:
+                if pending is not None:  # never collected: no position moves, nothing of it is written
+                    log.info("dropping the fetch round in flight unread (%s)",
+                             ", ".join(f"{lane.range.topic}-{lane.range.partition} at {at}" for lane, at in asked))
+                raise
+            if pending is None and all(lane.done for lane in self.lanes):
+                break
+        for lane in self.lanes:
+            lane.result.seconds = time.monotonic() - started
+        return [lane.result for lane in self.lanes]
+
+    def _send(self) -> tuple[PendingRound | None, list[tuple[_Lane, int]]]:
+        lanes = plan_round(self.lanes, time.monotonic())
+        if not lanes:
+            return None, []
+        self.rounds += 1
+        round_ = send_round(self.source, [lane.fetcher for lane in lanes],
+                            max_bytes=request_max_bytes(self.options.fetch_max_bytes, len(lanes)),
+                            max_wait_ms=self.max_wait_ms, rotation=self.rounds, stats=self.stats)
+        return round_, [(lane, lane.fetcher.position) for lane in lanes]
+
+    def _write_share(self, lane: _Lane, start: int, outcome: PartitionOutcome) -> None:
+        rng = lane.range
+        if outcome.error is not None:
+            if not outcome.retriable:
+                raise outcome.error
+            now = time.monotonic()
+            lane.failing_since = lane.failing_since or now
+            if now - lane.failing_since > self.retry_timeout_s:
+                raise PartitionUnavailableError(self.source.cluster_name, rng.topic, rng.partition,
+                                                type(outcome.error).__name__, offset=start)
+            log.info("fetch %s-%d at %d: %s; retrying", rng.topic, rng.partition, start,
+                     type(outcome.error).__name__)
+            lane.retry_at = now + RETRY_DELAY_S
+            return
+        lane.failing_since = None
+        fetched = outcome.result
+        end = lane.fetcher.position if not self.options.exact_bounds else min(lane.fetcher.position, rng.end)
+        if end <= start:
+            self._check_stall(lane, fetched)
+            return
+        lane.last_progress = time.monotonic()
+        if self.throttle is not None and fetched.batches:
+            self.throttle.consume(sum(view.size for view in fetched.batches))
+        share = lane.writer.copy_share(start, end, FetchedOnce(fetched, start), lane.first)
+        lane.first = False
+        _merge(lane.result, share)
+
+    def _check_stall(self, lane: _Lane, fetched) -> None:
+        rng = lane.range
+        if fetched.last_stable_offset <= lane.fetcher.position and \
+                time.monotonic() - lane.last_progress > self.options.stall_timeout_s:
+            raise MirrorError(
+                f"cluster {self.source.cluster_name!r} {rng.topic}-{rng.partition}: the range ends at {rng.end} but "
+                f"the partition's last stable offset is {fetched.last_stable_offset} (high watermark "
+                f"{fetched.high_watermark}) and nothing arrived for {self.options.stall_timeout_s:.0f}s; plan the "
+                "range up to the last stable offset")
+
+
+def _merge(total: CopyResult, share: CopyResult) -> None:
+    """Add one share's counts to the lane's result (shares come in order: the later one's end wins)."""
+    if total.records == 0 and share.records:
+        total.source_start = min(total.source_start, share.source_start)
+    if total.first_target_offset is None:
+        total.first_target_offset = share.first_target_offset
+    if share.next_target_offset is not None:
+        total.next_target_offset = share.next_target_offset
+    if share.source_end >= total.source_end:
+        total.source_end, total.source_end_epoch = share.source_end, share.source_end_epoch
+    total.records += share.records
+    total.batches += share.batches
+    total.bytes += share.bytes
+    total.deep_batches += share.deep_batches
+    total.commits += share.commits
+    total.lost_ranges = total.lost_ranges or share.lost_ranges
+    if share.newest_timestamp_ms is not None:
+        total.newest_timestamp_ms = max(total.newest_timestamp_ms or share.newest_timestamp_ms,
+                                        share.newest_timestamp_ms)
+    total.records_digest = share.records_digest if not total.records_digest else total.records_digest
+
+
+def plain_share_writer(source: WireClient, target: WireClient, options: CopyOptions, rng: PartitionRange
+                       ) -> ShareWriter:
+    """Mode ``none``: the lane's own idempotent writer; one offset map across its shares."""
+    copier = RangeCopier(source, target, options=replace(options, throttle_bytes_per_s=None))
+    runs = OffsetRuns()
+
+    def copy_share(start: int, end: int, fetched: FetchedOnce, first: bool) -> CopyResult:
+        share = PartitionRange(rng.topic, rng.partition, start, end, rng.target_topic, rng.target_partition)
+        return copier.copy(share, offset_runs=runs, fetcher=fetched)
+
+    return ShareWriter(copy_share)
+
+
+def lane_share_writer(session, rng: PartitionRange) -> ShareWriter:
+    """Exactly-once / at-least-once: the lane's :class:`~mirror_core.checkpointed.LaneSession` (opened, so
+    older writers are fenced and the checkpoint is read); each share commits with its checkpoint. The first share
+    is asked from ``rng.start``, so a start past the checkpoint is refused or recorded as an accepted loss
+    exactly as a single copy does; later shares start at the checkpoint the previous one committed."""
+
+    def copy_share(start: int, end: int, fetched: FetchedOnce, first: bool) -> CopyResult:
+        return session.copy(rng.start if first else start, end, fetcher=fetched)
+
+    return ShareWriter(copy_share, resume_at=session.position, resume_epoch=session.position_epoch)

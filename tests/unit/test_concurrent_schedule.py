@@ -1,0 +1,33 @@
+"""The concurrent copy's pure scheduling: which lanes a round fetches for, and how large a round's request is."""
+
+from __future__ import annotations
+
+from mirror_core.concurrent_copy import _Lane, plan_round, request_max_bytes
+from mirror_core.copier import CopyResult, PartitionRange
+
+
+class _Position:
+    """Stands in for a fetcher: only ``done`` is read by the scheduler."""
+
+    def __init__(self, done: bool):
+        self.done = done
+
+
+def _lane(partition: int, *, done: bool = False, retry_at: float = 0.0) -> _Lane:
+    rng = PartitionRange("t", partition, 0, 10, "t", partition)
+    return _Lane(rng, writer=None, fetcher=_Position(done), result=CopyResult(rng, 0, 0), retry_at=retry_at)
+
+
+def test_a_round_carries_every_unfinished_lane_not_sitting_out_a_retry():
+    lanes = [_lane(0), _lane(1, done=True), _lane(2, retry_at=105.0), _lane(3, retry_at=99.0)]
+    assert [lane.range.partition for lane in plan_round(lanes, now=100.0)] == [0, 3]
+    assert [lane.range.partition for lane in plan_round(lanes, now=105.0)] == [0, 2, 3]
+
+
+def test_nothing_to_fetch_once_every_lane_is_done():
+    assert plan_round([_lane(0, done=True), _lane(1, done=True)], now=0.0) == []
+
+
+def test_every_partition_of_a_round_can_bring_a_full_fetch():
+    assert request_max_bytes(4 << 20, 4) == 16 << 20
+    assert request_max_bytes(4 << 20, 0) == 4 << 20
