@@ -27,6 +27,7 @@ import enum
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import kafka.errors as Errors
@@ -345,13 +346,15 @@ class LaneSession:
         return None if self.checkpoint is None else self.checkpoint.position_epoch
 
     def copy(self, start: int, end: int, progress: Progress | None = None, *,
-             fetcher: BatchSource | None = None) -> CopyResult:
+             fetcher: BatchSource | None = None, before_commit: Callable[[], object] | None = None) -> CopyResult:
         """Copy ``[start, end)`` (resuming at the checkpoint when it is further), committing as the policy says.
         ``fetcher``: batches already fetched (see :meth:`RangeCopier.copy`); they must start at the position.
 
         A ``start`` past the checkpoint would skip offsets never copied: :class:`DataLossError` when the source
         has deleted them, :class:`SkipRefusedError` when it still has them — unless the copier accepts the loss,
-        which records ``[checkpoint, start)`` in the checkpoint's lost ranges (``CopyResult.lost_ranges``)."""
+        which records ``[checkpoint, start)`` in the checkpoint's lost ranges (``CopyResult.lost_ranges``).
+        ``before_commit`` is called once, after the range's data is written and before its last commit (a
+        throttle's wait, so it holds the transaction open instead of idling between transactions)."""
         owner, previous = self.owner, self.checkpoint
         self.check_still_owner()
         self.renew_fence_if_due()
@@ -370,7 +373,7 @@ class LaneSession:
         runs = self.lane_map.tail_runs  # the copier appends to the open tail: a commit costs O(new runs)
         if previous is not None:  # a failed copy of this session may have appended runs it never committed
             runs.truncate(previous.position)
-        listener = _CheckpointCommitter(self, start=start, lost=lost)
+        listener = _CheckpointCommitter(self, start=start, lost=lost, before_final_commit=before_commit)
         if self.exactly_once:
             self.writer.begin_transaction()
         copier = RangeCopier(owner.source, owner.target, self.writer, owner.options, listener=listener)
@@ -563,8 +566,10 @@ def _committed_records(client: WireClient, topic: str, partition: int, start: in
 class _CheckpointCommitter:
     """Turns the copier's flushes into checkpoints (and, exactly-once, commits of the open transaction)."""
 
-    def __init__(self, session: LaneSession, *, start: int, lost: tuple[tuple[int, int], ...] = ()):
+    def __init__(self, session: LaneSession, *, start: int, lost: tuple[tuple[int, int], ...] = (),
+                 before_final_commit: Callable[[], object] | None = None):
         self.session = session
+        self.before_final_commit = before_final_commit
         self.owner = session.owner
         previous = session.checkpoint
         self.previous_target_next = previous.target_next if previous is not None else None
@@ -584,6 +589,8 @@ class _CheckpointCommitter:
             (time.monotonic() - self._last_commit) * 1000 >= policy.commit_interval_ms
         if not due:
             return 0
+        if final and self.before_final_commit is not None:
+            self.before_final_commit()
         target_next = result.next_target_offset if result.next_target_offset is not None else \
             self.previous_target_next
         session = self.session

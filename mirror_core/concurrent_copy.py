@@ -45,9 +45,13 @@ RETRY_DELAY_S = 0.5  # a partition whose fetch failed retriably sits out this lo
 
 
 class ShareWriter:
-    """Writes one lane's shares: ``copy(start, end, fetched) -> CopyResult`` for ``[start, end)`` of a round."""
+    """Writes one lane's shares: ``copy_share(start, end, fetched, first, pace) -> CopyResult`` for ``[start, end)``
+    of a round. ``pace`` (None: no throttle) waits for the throttle: a transactional writer calls it after the
+    share's data is written and before its commit, so the wait holds the transaction open rather than idling
+    between transactions (a copy killed while throttled then leaves an open transaction to abort, as the
+    single-lane copy always did)."""
 
-    def __init__(self, copy_share: Callable[[int, int, FetchedOnce, bool], CopyResult],
+    def __init__(self, copy_share: Callable[[int, int, FetchedOnce, bool, Callable[[], object] | None], CopyResult],
                  resume_at: int | None = None, resume_epoch: int | None = None):
         self.copy_share = copy_share
         self.resume_at = resume_at        # the lane's checkpoint position (None: none)
@@ -164,9 +168,11 @@ class ConcurrentCopy:
             self._check_stall(lane, fetched)
             return
         lane.last_progress = time.monotonic()
+        pace = None
         if self.throttle is not None and fetched.batches:
-            self.throttle.consume(sum(view.size for view in fetched.batches))
-        share = lane.writer.copy_share(start, end, FetchedOnce(fetched, start), lane.first)
+            size = sum(view.size for view in fetched.batches)
+            pace = lambda: self.throttle.consume(size)  # noqa: E731 - called once, by the writer
+        share = lane.writer.copy_share(start, end, FetchedOnce(fetched, start), lane.first, pace)
         lane.first = False
         _merge(lane.result, share)
 
@@ -209,9 +215,12 @@ def plain_share_writer(source: WireClient, target: WireClient, options: CopyOpti
     copier = RangeCopier(source, target, options=replace(options, throttle_bytes_per_s=None))
     runs = OffsetRuns()
 
-    def copy_share(start: int, end: int, fetched: FetchedOnce, first: bool) -> CopyResult:
+    def copy_share(start: int, end: int, fetched: FetchedOnce, first: bool, pace=None) -> CopyResult:
         share = PartitionRange(rng.topic, rng.partition, start, end, rng.target_topic, rng.target_partition)
-        return copier.copy(share, offset_runs=runs, fetcher=fetched)
+        result = copier.copy(share, offset_runs=runs, fetcher=fetched)
+        if pace is not None:
+            pace()
+        return result
 
     return ShareWriter(copy_share)
 
@@ -222,7 +231,7 @@ def lane_share_writer(session, rng: PartitionRange) -> ShareWriter:
     is asked from ``rng.start``, so a start past the checkpoint is refused or recorded as an accepted loss
     exactly as a single copy does; later shares start at the checkpoint the previous one committed."""
 
-    def copy_share(start: int, end: int, fetched: FetchedOnce, first: bool) -> CopyResult:
-        return session.copy(rng.start if first else start, end, fetcher=fetched)
+    def copy_share(start: int, end: int, fetched: FetchedOnce, first: bool, pace=None) -> CopyResult:
+        return session.copy(rng.start if first else start, end, fetcher=fetched, before_commit=pace)
 
     return ShareWriter(copy_share, resume_at=session.position, resume_epoch=session.position_epoch)
