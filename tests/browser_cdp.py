@@ -55,14 +55,15 @@ class HeadlessChromium:
         port = int(port_file.read_text().split()[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
             pages = [t for t in json.load(answer) if t.get("type") == "page"]
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024, open_timeout=10)
+        self._connection = connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024, open_timeout=10)
+        self.ws = self._connection.__enter__()
         self.call("Page.enable")
         self.call("Runtime.enable")
         return self
 
     def __exit__(self, *exc) -> None:
         if self.ws is not None:
-            self.ws.close()
+            self._connection.__exit__(None, None, None)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
