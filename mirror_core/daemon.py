@@ -69,7 +69,7 @@ from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.handoff import DAEMON_OWNER, new_worker_id
 from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.lane_control import persist_lane_state
-from mirror_core.lane_status import HALTED, RETIRED, LaneHealth, PersistedLaneState, classify_failure
+from mirror_core.lane_status import HALTED, RETIRED, RETRYING, STALLED, LaneHealth, PersistedLaneState, classify_failure
 from mirror_core.leases import Lease, LeaseStore, now_ms
 from mirror_core.planner import NamingPolicy, TopicPattern
 from mirror_core.preflight import run_preflight
@@ -348,6 +348,15 @@ class ShallowMirrorDaemon:
             lane: {"topic": s.topic, "partition": s.partition, **s.health.as_dict()}
             for lane, s in self.lanes.items()})
 
+    def _live_health(self, lane: str) -> dict | None:
+        """What the lease carries of a held lane's live state (retrying/stalled), None while it copies."""
+        state = self.lanes.get(lane)
+        health = state.health if state is not None else None
+        if health is None or health.state not in (RETRYING, STALLED):
+            return None
+        return {"state": health.state, "reason": health.reason, "message": (health.message or "")[:500],
+                "attempts": health.attempts, "since_ms": health.since_ms}
+
     def _maintain_leases(self) -> None:
         pipeline, me, now = self.config.pipeline, self.worker_id, now_ms()
         leases, members = self.leases.read_with_members(pipeline)
@@ -362,7 +371,7 @@ class ShallowMirrorDaemon:
             if current is not None and current.held_by_other(me, now) or lane not in eligible:
                 self._drop(lane, "lease taken by another daemon" if lane in eligible else "not eligible")
                 continue
-            self.leases.write(Lease(pipeline, lane, me, expires))
+            self.leases.write(Lease(pipeline, lane, me, expires, self._live_health(lane)))
         for lane in eligible:
             if len(self.held) >= share:
                 break

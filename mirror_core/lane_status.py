@@ -154,7 +154,8 @@ def observed_state(persisted_state: str | None, *, lag: int, lease_live: bool, o
     """A lane's state as seen from outside the daemon (the Shoal page reads checkpoints and leases, not the
     daemon's memory): a persisted ``halted``/``retired`` wins; a lane with data to copy whose checkpoint has not
     moved for ``stall_after_s`` is ``stalled`` (with why: no live lease, or no progress); else ``copying``.
-    (``retrying`` lives in the daemon's memory: its ``/readyz`` and metrics show it.)"""
+    (``retrying`` lives in the daemon's memory: its ``/readyz`` and metrics show it, and the holder writes it into
+    the lane's lease, where the page reads it.)"""
     if persisted_state in (HALTED, RETIRED):
         return persisted_state, None
     if lag <= 0 or updated_ms is None:

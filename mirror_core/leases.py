@@ -30,10 +30,15 @@ def member_lane(holder: str) -> str:
 
 @dataclass(frozen=True)
 class Lease:
+    """``health``: the holder's live view of a lane that is not simply copying — ``state`` (retrying or stalled),
+    ``reason``, ``message``, ``attempts``, ``since_ms`` — renewed with the lease, so readers outside the daemon
+    (the Shoal page, ``shoal lanes status``) see what only the daemon's memory knew; None while copying."""
+
     pipeline: str
     lane: str
     holder: str
     expires_ms: int
+    health: dict | None = None
 
     def held_by_other(self, holder: str, now_ms: int) -> bool:
         return self.holder != holder and self.expires_ms > now_ms
@@ -65,15 +70,18 @@ class LeaseStore:
             if not isinstance(decoded, dict) or decoded.get("pipeline") != pipeline:
                 continue
             body = json.loads(value)
-            leases[decoded["lease"]] = Lease(pipeline, decoded["lease"], body["holder"], body["expires_ms"])
+            leases[decoded["lease"]] = Lease(pipeline, decoded["lease"], body["holder"], body["expires_ms"],
+                                             body.get("health"))
         lanes = {lane: lease for lane, lease in leases.items() if not lane.startswith(MEMBER_PREFIX)}
         members = {lease.holder: lease for lane, lease in leases.items() if lane.startswith(MEMBER_PREFIX)}
         return lanes, members
 
     def write(self, lease: Lease) -> None:
         """Write (or renew) a lease; returns once the broker acknowledged it."""
-        self._produce(lease.pipeline, lease.lane,
-                      json.dumps({"holder": lease.holder, "expires_ms": lease.expires_ms}).encode())
+        body = {"holder": lease.holder, "expires_ms": lease.expires_ms}
+        if lease.health:
+            body["health"] = lease.health
+        self._produce(lease.pipeline, lease.lane, json.dumps(body).encode())
 
     def heartbeat(self, pipeline: str, holder: str, expires_ms: int) -> None:
         """Renew this daemon's membership (see the module docstring)."""

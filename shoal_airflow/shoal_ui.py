@@ -255,6 +255,10 @@ def read_target_state(target, pipeline: str):
         return store.read_all(pipeline, whole_maps=False), LeaseStore(store, producer_config={}).read(pipeline)
 
 
+def _clock(ms) -> str:
+    return "?" if not ms else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
 def lane_rows(checkpoints: Mapping, leases: Mapping, parts: Sequence[tuple[str, int]], last_stable: Mapping,
               log_start: Mapping, pipeline: str) -> list[LaneRow]:
     """Join checkpoints, leases and source offsets per selected partition."""
@@ -270,9 +274,14 @@ def lane_rows(checkpoints: Mapping, leases: Mapping, parts: Sequence[tuple[str, 
         lane = default_lane(cp.target_topic, cp.target_partition)
         lease = leases.get(lane)
         stopped = getattr(cp, "lane_state", None)
+        live = getattr(lease, "health", None) if lease is not None else None
         state = {} if stopped is None else {
             "state": stopped.state, "reason": stopped.reason, "state_detail": stopped.message,
             "state_range": (stopped.position, stopped.range_end)}
+        if stopped is None and live:  # the holder's live view: retrying (attempt n, since when) or stalled
+            state = {"state": live.get("state", "retrying"), "reason": live.get("reason", "unknown"),
+                     "state_detail": f"{live.get('message') or 'failing'} (attempt {live.get('attempts', '?')}, "
+                                     f"failing since {_clock(live.get('since_ms'))})"}
         rows.append(LaneRow(lane, topic, p, cp.position, stable, max(0, stable - cp.position), cp.target_topic,
                             cp.target_partition, cp.target_next, cp.owner, cp.owner_epoch,
                             lease.holder if lease else None, lease.expires_ms if lease else None, cp.updated_ms,
@@ -334,6 +343,9 @@ def with_lag_and_state(rows: Sequence[LaneRow], verdict, now_ms: int, stall_afte
         ts = snap.position_ts if snap is not None and r.lag > 0 else None
         lag_s = None if r.lag > 0 and ts is None else (max(0.0, (now_ms - ts) / 1000) if ts is not None else 0.0)
         live = r.lease_expires_ms is not None and r.lease_expires_ms > now_ms
+        if live and r.state in ("retrying", "stalled"):  # the holder said so in its lease: it knows best
+            out.append(dataclasses.replace(r, lag_bytes=lag_bytes, lag_s=lag_s))
+            continue
         state, why = observed_state(None if r.state == "copying" else r.state, lag=r.lag, lease_live=live,
                                     owner=r.owner, updated_ms=r.updated_ms, now_ms=now_ms,
                                     stall_after_s=stall_after_s)

@@ -1,7 +1,7 @@
 """What the Shoal page shows an operator (shoal_airflow/shoal_ui.py), at the rendering level: lane states with reasons,
 lag in offsets/bytes/time, daemon health, the backfill ledger with a run in flight and links to the DAG runs, DR
 rehearsals with RTO/RPO; pipelines found in the configuration the DAGs and the daemon already have; a slow cluster
-that cannot hang the page. (The page through real Airflow processes in a browser is still to come.)"""
+that cannot hang the page. (The page through real Airflow processes in a browser: test_shoal_page_browser.py.)"""
 
 from __future__ import annotations
 
@@ -107,3 +107,23 @@ def test_a_slow_cluster_cannot_hang_the_page():
     [old] = cached_views([spec], read=slow_read, cache=cache)
     assert old.copy_throughput == "reading 1" and "showing the reading from" in old.stale
     release.set()
+
+
+def test_a_retrying_lane_is_shown_from_its_holders_lease():
+    """``retrying`` lives in the daemon's memory; the daemon writes it into the lane's lease as it renews it, and
+    the page reads it there (with the attempt count and since when)."""
+    from mirror_core.checkpoint import Checkpoint
+    from mirror_core.leases import Lease
+    from shoal_airflow.shoal_ui import lane_rows
+
+    cp = Checkpoint(pipeline="p", topic="t", partition=0, position=10, target_topic="dr.t", target_partition=0,
+                    target_next=10, owner="daemon", owner_epoch=1, updated_ms=NOW - 5_000)
+    health = {"state": "retrying", "reason": "unavailable", "message": "cluster 'target': NOT_ENOUGH_REPLICAS",
+              "attempts": 4, "since_ms": NOW - 30_000}
+    leases = {"dr.t-0": Lease("p", "dr.t-0", "worker-a", NOW + 10_000, health)}
+    (row,) = lane_rows({("p", "t", 0): cp}, leases, [("t", 0)], {("t", 0): 50}, {("t", 0): 0}, "p")
+    assert (row.state, row.reason) == ("retrying", "unavailable")
+    assert "NOT_ENOUGH_REPLICAS" in row.state_detail and "attempt 4" in row.state_detail
+    (copying,) = lane_rows({("p", "t", 0): cp}, {"dr.t-0": Lease("p", "dr.t-0", "worker-a", NOW + 10_000)},
+                           [("t", 0)], {("t", 0): 50}, {("t", 0): 0}, "p")
+    assert copying.state == "copying"

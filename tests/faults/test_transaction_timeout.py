@@ -82,7 +82,13 @@ def test_a_write_retried_past_the_transaction_timeout_ends_true_and_exact(
     replicated_target.broker(follower).stop()  # the ISR shrinks to one: NOT_ENOUGH_REPLICAS for as long as it is down
     source_cluster.produce(topic, [(b"k%d" % i, b"v%d" % i) for i in range(50, 80)])
     wait_for(lambda: "NotEnoughReplicas" in daemon.log_text(), 20, "the refused write", daemons=(daemon,))
-    time.sleep(COORDINATOR_ABORT_S)  # longer than a transaction may live: the coordinator would have aborted it
+    started = time.monotonic()
+    # what the Shoal page shows meanwhile: the holder writes the lane's live state into its lease
+    health = wait_for(lambda: _lease_health(target_cluster, pipeline, f"{target_topic}-0"), 20,
+                      "the lease to carry the lane's retrying state", daemons=(daemon,))
+    assert health["state"] in ("retrying", "stalled") and health["attempts"] >= 1, health
+    # longer than a transaction may live: the coordinator would have aborted it
+    time.sleep(max(0.0, COORDINATOR_ABORT_S - (time.monotonic() - started)))
     replicated_target.broker(follower).start()
     source_cluster.produce(topic, [(b"k%d" % i, b"v%d" % i) for i in range(80, 100)])
 
@@ -93,6 +99,15 @@ def test_a_write_retried_past_the_transaction_timeout_ends_true_and_exact(
         "nobody else wrote the lane: a retried write must not be reported as a fencing\n" + daemon.tail()
     assert "event=lane_error" in log and "NotEnoughReplicas" in log, daemon.tail()
     assert daemon.alive
+
+
+def _lease_health(target_cluster, pipeline: str, lane: str) -> dict | None:
+    from mirror_core.checkpoint import CheckpointStore
+    from mirror_core.leases import LeaseStore
+
+    with WireClient.for_cluster(target_cluster.config) as client:
+        lease = LeaseStore(CheckpointStore(target_cluster.config, client), {}).read(pipeline).get(lane)
+    return lease.health if lease is not None else None
 
 
 def _one_batch_per_record(source_cluster, source: WireClient, topic: str, records: int) -> list:
