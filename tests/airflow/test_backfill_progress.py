@@ -1,4 +1,4 @@
-"""A backfill of ~150 MB through ``shoal_backfill`` (``dag.test()``, spark-submit on local[2], real brokers) is not
+"""A backfill of ~200 MB through ``shoal_backfill`` (``dag.test()``, spark-submit on local[2], real brokers) is not
 silent while it runs: the task log carries each lane's progress from the Spark driver, and the ledger shows the
 finished unit of the short lane while the long lane is still copying (what ``shoal backfill status`` and the Shoal
 page read). The run is throttled so the long lane lasts ~15 s on any machine."""
@@ -17,7 +17,7 @@ from tests.airflow.test_backfill_dag import task_states, xcom_of
 pytestmark = pytest.mark.timeout(300)
 
 RECORD_BYTES = 500_000
-LONG_RECORDS = 300          # ~150 MB on partition 1
+LONG_RECORDS = 400          # ~200 MB on partition 1
 SHORT_RECORDS = 4           # ~2 MB on partition 0
 
 
