@@ -30,7 +30,7 @@ class QuorumNode(SandboxBroker):
         super().__init__(spec, cluster_home, cache_dir)
         self._cluster_id_file = cluster_id_file
 
-    def _render_properties(self, tls_meta: dict | None) -> str:
+    def _render_properties(self, tls_meta: dict | None, users: dict[str, str] | None = None) -> str:
         return render_quorum_node_properties(self.spec, data_dir=str(self.data_dir))
 
     def _new_cluster_id(self) -> str:

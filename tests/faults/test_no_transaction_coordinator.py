@@ -32,8 +32,8 @@ POLICY = CommitPolicy(write_retry_s=3.0)  # how long a lane open waits for the c
 class _NoCoordinatorBroker(SandboxBroker):
     """A sandbox broker whose transaction state topic needs three replicas it will never have."""
 
-    def _render_properties(self, tls_meta):
-        return super()._render_properties(tls_meta) + "transaction.state.log.replication.factor=3\n"
+    def _render_properties(self, tls_meta, users=None):
+        return super()._render_properties(tls_meta, users) + "transaction.state.log.replication.factor=3\n"
 
 
 @pytest.fixture(scope="module")
