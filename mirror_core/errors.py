@@ -267,6 +267,30 @@ class AmbiguousWriteError(MirrorError):
                          "end offset before resuming")
 
 
+class WriteOrderError(MirrorError):
+    """The target wrote a later batch of a partition while an earlier one is missing: the broker had no producer
+    state for us there (so it accepted any sequence) when the earlier batch was refused and the later one was not.
+    Resending cannot restore the order (a new producer id would write the earlier batch after the later one and the
+    later one twice), so the partition halts naming both batches; the target holds the later one at
+    ``target_offset``."""
+
+    lane_reason = "batch_rejected"
+
+    def __init__(self, cluster: str, topic: str, partition: int, missing_offset: int, landed_offset: int,
+                 target_offset: int, error: str):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.source_offset = missing_offset
+        self.landed_offset = landed_offset
+        self.target_offset = target_offset
+        self.error = error
+        super().__init__(f"cluster {cluster!r} {topic}-{partition}: the batch from source offset {landed_offset} "
+                         f"was written at target offset {target_offset} before the one from source offset "
+                         f"{missing_offset}, which the target now refuses ({error}); the target partition is out of "
+                         "source order there")
+
+
 class SourceTopicDeletedError(MirrorError):
     """The source topic of a running lane was deleted (and not recreated): what it still held past the lane's
     position can never be copied. ``last_seen_end`` is the partition's last stable offset as the lane last saw it

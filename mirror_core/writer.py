@@ -12,6 +12,13 @@ Produce requests are pipelined: up to ``MAX_IN_FLIGHT`` (5, the most for which K
 per broker, with sequences assigned in send order. Answers are taken in send order; when a batch fails, the
 partition's later batches in flight are resent after it with their original bytes (the broker rejects those it did
 not write as out of sequence and acknowledges those it did as duplicates), so a partition's order never changes.
+That holds only where the broker has our producer state: a partition with no state for a producer id accepts that
+producer's first batch whatever its sequence (Kafka's ``ProducerAppendInfo.checkSequence``), so with several in flight
+a batch behind a refused first one (a new topic's partition answering NOT_LEADER_OR_FOLLOWER until its leader is
+ready) would land first. So until the broker acknowledged a batch of the current producer id and epoch on a
+partition, that partition has one batch in flight; and should a later batch still land ahead of a refused one (the
+broker dropped our state, e.g. when retention deleted all our batches), the writer halts with
+:class:`~mirror_core.errors.WriteOrderError` rather than re-initialise and write the refused batch after it.
 One copy path runs one partition, so one Produce round trip per batch was the limit without this (see
 ``docs/performance.md``).
 
@@ -60,6 +67,7 @@ from mirror_core.errors import (
     TransactionsUnavailableError,
     TransactionTimedOutError,
     TransactionTimeoutRefusedError,
+    WriteOrderError,
 )
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
 
@@ -117,7 +125,7 @@ class OutgoingBatch:
 
 
 class _Pending:
-    __slots__ = ("index", "batch", "records", "stamped_for", "ambiguous")
+    __slots__ = ("index", "batch", "records", "stamped_for", "ambiguous", "landed_at")
 
     def __init__(self, index: int, batch: OutgoingBatch, records: int):
         self.index = index
@@ -125,6 +133,7 @@ class _Pending:
         self.records = records
         self.stamped_for: tuple[int, int, int, bool] | None = None  # (producer id, epoch, sequence, transactional)
         self.ambiguous = False
+        self.landed_at = -1  # target offset of a write the broker acknowledged behind a failed batch
 
 
 class BatchWriter:
@@ -155,6 +164,9 @@ class BatchWriter:
         self.producer_id = -1
         self.producer_epoch = -1
         self._next_seq: dict[tuple[str, int], int] = collections.defaultdict(int)
+        # partitions where the broker acknowledged a batch of the current producer id and epoch (so it holds our
+        # producer state and enforces our sequences there); see _Pipeline._fill
+        self._acknowledged: set[tuple[str, int]] = set()
         self._in_txn = False
         self._txn_started = 0.0  # monotonic time of begin_transaction
         self._txn_partitions: set[tuple[str, int]] = set()
@@ -179,6 +191,7 @@ class BatchWriter:
         response = self._coordinator_call(request, "InitProducerId", give_up_after_s=give_up_after_s)
         self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
         self._next_seq.clear()
+        self._acknowledged.clear()
         self._in_txn = False
         self._txn_partitions.clear()
         log.info("writer on %r: %s has epoch %d", self.client.cluster_name, self._who, self.producer_epoch)
@@ -410,6 +423,7 @@ class BatchWriter:
                                     base_sequence=stamp[2], transactional=stamp[3])
             p.stamped_for = stamp
             p.ambiguous = False
+            p.landed_at = -1
 
     def _produce_request(self, items: dict[tuple[str, int], _Pending]) -> ProduceRequest:
         Topic = ProduceRequest.TopicProduceData
@@ -479,8 +493,10 @@ class _Pipeline:
     """One :meth:`BatchWriter.write` call: keeps up to ``MAX_IN_FLIGHT`` Produce requests in flight per broker.
 
     Invariants: per partition the batches in flight are the leading ones of ``unacked[tp]``, sent in order, and
-    only the first ``sent[tp]`` of them; a batch's sequence is ``_next_seq[tp]`` plus the records of the unacked
-    batches before it, so a resend carries the same sequence and identical bytes (same producer epoch);
+    only the first ``sent[tp]`` of them; at most one until the broker acknowledged a batch of the current producer
+    id and epoch on the partition (before that it may hold no state for us and accept any sequence); a batch's
+    sequence is ``_next_seq[tp]`` plus the records of the unacked batches before it, so a resend carries the same
+    sequence and identical bytes (same producer epoch);
     acknowledgements are taken in send order and a partition's batches behind a failed one are resent after it,
     whatever their own answer was (the broker dedupes those that landed), so order on the target is the given
     order; a failure stops new sends until every request in flight has been answered, then retries after a
@@ -529,6 +545,8 @@ class _Pipeline:
             for tp, queue in self.unacked.items():
                 if self.sent[tp] >= len(queue):
                     continue
+                if self.sent[tp] and tp not in self.writer._acknowledged:
+                    continue  # the broker may have no state for our producer id here: see the class docstring
                 node = self._leader(tp)
                 if node is None or self.node_load[node] >= MAX_IN_FLIGHT:
                     continue
@@ -578,9 +596,11 @@ class _Pipeline:
         self.inflight_bytes -= request.size
         outcome = self.writer._outcome(request.node, request.items, request.future)
         for tp, p in request.items.items():
-            if tp in self.failed:
-                continue                      # behind a failed batch: resent after it, whatever its answer
             error, base_offset = outcome.get(tp, (None, -1))
+            if tp in self.failed:             # behind a failed batch: resent after it, whatever its answer
+                if error is Errors.NoError and base_offset >= 0 and p.landed_at < 0:
+                    p.landed_at = base_offset  # written (or a duplicate of a write) while an earlier one was not
+                continue
             if error is Errors.NoError or error is Errors.DuplicateSequenceNumberError:
                 self._acknowledge(tp, p, base_offset)
             else:
@@ -600,6 +620,7 @@ class _Pipeline:
         self.sent[tp] -= 1
         self.results[p.index] = base_offset
         self.writer._next_seq[tp] = next_sequence(self.writer._next_seq[tp], p.records)
+        self.writer._acknowledged.add(tp)
         if not queue:
             del self.unacked[tp], self.sent[tp]
         self.backoff.reset()
@@ -614,11 +635,22 @@ class _Pipeline:
         if lost:
             for p, error in lost:
                 self.writer._on_state_lost(p, error)
+                self._refuse_if_order_broken(p, error)
             self.writer.init_producer_id(keep=True)
         elif not self.backoff.wait():
             p = next(iter(self.unacked.values()))[0]
             raise PartitionUnavailableError(self.writer.client.cluster_name, p.batch.topic, p.batch.partition,
                                             f"write failed: {self.last_error}", offset=p.batch.source_offset)
+
+    def _refuse_if_order_broken(self, head: _Pending, error: type) -> None:
+        """The broker refuses ``head`` (the partition's first unacknowledged batch) as out of sequence; if a batch
+        behind it was acknowledged meanwhile, that one is on the target and ``head`` is not: a new producer id would
+        write ``head`` after it and it twice. Halt instead, naming both."""
+        tp = (head.batch.topic, head.batch.partition)
+        for p in self.unacked.get(tp, ()):
+            if p is not head and p.landed_at >= 0:
+                raise WriteOrderError(self.writer.client.cluster_name, tp[0], tp[1], head.batch.source_offset,
+                                      p.batch.source_offset, p.landed_at, _error_name(error))
 
     def _abandon(self) -> None:
         """On the way out with an error: let the requests in flight finish so none lands behind our back later."""

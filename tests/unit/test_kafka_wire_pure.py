@@ -21,6 +21,7 @@ from mirror_core.writer import (
     BatchRejectedError,
     BatchWriter,
     OutgoingBatch,
+    WriteOrderError,
     next_sequence,
 )
 
@@ -395,7 +396,8 @@ class PipelinedBroker:
 
     Each partition keeps Kafka's idempotence state for the current producer id: the next expected sequence and
     the base offsets of its last 5 batches (a resent one of those is acknowledged again with its first offset; any
-    other sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER). ``script[tp]`` lists, per batch received, 0 (normal),
+    other sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER). Like Kafka, a partition with no state for a producer id
+    accepts that producer's first batch whatever its sequence. ``script[tp]`` lists, per batch received, 0 (normal),
     an error code (answered without appending) or ``"drop"`` (appended, then the connection dies: the requests
     still queued are processed too, but every one of them is answered with a connection error).
     """
@@ -457,8 +459,8 @@ class PipelinedBroker:
         if action not in (0, "drop"):
             return action, -1
         pid, expected, recent = self.state.get(tp, (None, 0, {}))
-        if pid != view.producer_id:
-            pid, expected, recent = view.producer_id, 0, {}
+        if pid != view.producer_id:   # Kafka (ProducerAppendInfo.checkSequence): a producer id without state on
+            pid, expected, recent = view.producer_id, view.base_sequence, {}   # the partition may start anywhere
         if view.base_sequence in recent:
             return (0, recent[view.base_sequence]) if action == 0 else "drop"
         if view.base_sequence != expected:
@@ -497,6 +499,36 @@ def test_a_failed_batch_and_the_ones_in_flight_behind_it_are_resent_in_order_wit
     assert all(b == first[parse_batch(b).base_offset] for b in sent)  # every resend is byte-identical
     # batch 1 failed while 2..5 were in flight: they are resent after it, in order
     assert [parse_batch(b).base_offset for b in sent] == [0, 2, 4, 6, 8, 10, 2, 4, 6, 8, 10, 12, 14]
+
+
+def test_a_new_producer_id_sends_one_batch_per_partition_until_the_broker_has_its_state():
+    """A fresh topic's partition answers NOT_LEADER_OR_FOLLOWER until its leader is ready. A broker with no state
+    for our producer id accepts any sequence, so a later batch in flight behind the refused first one would be
+    written first (then the first one is out of sequence, the producer id re-initialised and everything resent:
+    the target held batches 2, 3, 4, 0, 1, 2, ...). Until the broker acknowledged one batch of a producer id on a
+    partition, that partition has one batch in flight."""
+    broker = PipelinedBroker(script={("t", 0): [Errors.NotLeaderForPartitionError.errno,
+                                               Errors.NotLeaderForPartitionError.errno]})
+    offsets_ = _writer(broker).write(_batches(("t", 0), 6))
+    assert broker.log[("t", 0)] == list(range(12))                    # each record once, in order
+    assert offsets_ == [2 * i for i in range(6)]
+    assert broker.init_calls == 1
+    assert [parse_batch(r[("t", 0)]).base_offset for r in broker.received] == [0, 0, 0, 2, 4, 6, 8, 10]
+    assert broker.max_in_flight == 5                                 # pipelined once the first one landed
+
+
+def test_a_batch_written_ahead_of_a_missing_one_halts_instead_of_reinitialising():
+    """Should the broker lose our state on a partition later (retention deleted all our batches), a batch behind a
+    refused one can land first; re-initialising would then write the refused one after it and the later one twice.
+    The writer halts naming both batches instead."""
+    broker = PipelinedBroker(script={("t", 0): [0]})
+    writer = _writer(broker)
+    writer.write(_batches(("t", 0), 1))
+    broker.state.clear()                                              # the broker forgot our producer id
+    broker.script[("t", 0)] = [Errors.NotLeaderForPartitionError.errno]
+    more = [OutgoingBatch("t", 0, make_batch(2 + 2 * i, 2), source_offset=2 + 2 * i) for i in range(3)]
+    with pytest.raises(WriteOrderError, match="source offset 4 .* before .* source offset 2"):
+        writer.write(more)
 
 
 def test_batches_that_landed_behind_an_unanswered_request_are_acknowledged_not_duplicated():
