@@ -19,9 +19,10 @@ and the round was dropped unread). A lane's checkpoint is committed from what it
 the fetch position. A failure in one lane stops the copy with that lane's error; what other lanes committed stays,
 and a rerun resumes every lane at its checkpoint (nothing skipped, nothing written twice in exactly-once mode).
 
-Memory: two rounds at most (the one being written and the one in flight), each at most ``fetch_max_bytes`` per
-partition (``CopyOptions.fetch_max_bytes``; a request asks for that times its partitions), plus each lane's write
-window (``max_inflight_bytes``).
+Memory: two rounds at most (the one being written and the one in flight) plus the prepared batches of the round
+being written. A round asks each partition for at most ``CopyOptions.fetch_max_bytes`` and all its requests
+together for at most ``CopyOptions.round_max_bytes`` (:func:`request_max_bytes`), so peak memory stays near
+3 × ``round_max_bytes`` whatever the number of partitions.
 """
 
 from __future__ import annotations
@@ -79,9 +80,19 @@ def plan_round(lanes: Sequence[_Lane], now: float) -> list[_Lane]:
     return [lane for lane in lanes if not lane.done and lane.retry_at <= now]
 
 
-def request_max_bytes(partition_max_bytes: int, partitions: int) -> int:
-    """A round's per-request byte limit: every partition can bring a full ``partition_max_bytes`` (pure)."""
-    return partition_max_bytes * max(1, partitions)
+def request_max_bytes(partition_max_bytes: int, partitions: int, *, leaders: int = 1,
+                      round_max_bytes: int | None = None) -> int:
+    """A round's per-request byte limit (pure): every partition of the busiest request can bring a full
+    ``partition_max_bytes``, but the round's ``leaders`` requests together never ask for more than
+    ``round_max_bytes`` — so what a round holds does not grow with the partition count.
+
+    ``partitions``: the most partitions one request carries. The broker may exceed a request's limit by one batch
+    only when that batch alone is larger (it always returns the first batch of the first non-empty partition), so a
+    round holds at most ``max(round_max_bytes, leaders × the largest batch)``."""
+    wanted = partition_max_bytes * max(1, partitions)
+    if round_max_bytes is None:
+        return wanted
+    return max(1, min(wanted, round_max_bytes // max(1, leaders)))
 
 
 class ConcurrentCopy:
@@ -104,6 +115,8 @@ class ConcurrentCopy:
                                       max_bytes=options.fetch_max_bytes, max_wait_ms=max_wait_ms, last_epoch=epoch)
             self.lanes.append(_Lane(rng, writer, fetcher, CopyResult(rng, source_start=start, source_end=start)))
         self.rounds = 0
+        self.round_asked_bytes = 0  # what the latest round's requests asked for together (≤ round_max_bytes)
+        self.max_round_bytes = 0  # the most source bytes one round brought (measured: memory tests and benchmarks)
         self.stats = RoundStats()  # requests and partitions per round (one request per source broker)
 
     def run(self, progress: Callable[[PartitionRange, CopyResult], None] | None = None) -> list[CopyResult]:
@@ -119,6 +132,7 @@ class ConcurrentCopy:
                     time.sleep(RETRY_DELAY_S)  # every unfinished lane sits out a retry delay
                     continue
             outcomes = pending.collect()  # positions move here, after the previous round was written
+            self.max_round_bytes = max(self.max_round_bytes, _round_bytes(outcomes))
             shares = list(zip(asked, outcomes, strict=True))
             pending, asked = self._send()  # the next round travels while this one is written
             try:
@@ -142,8 +156,11 @@ class ConcurrentCopy:
         if not lanes:
             return None, []
         self.rounds += 1
-        round_ = send_round(self.source, [lane.fetcher for lane in lanes],
-                            max_bytes=request_max_bytes(self.options.fetch_max_bytes, len(lanes)),
+        per_leader = _partitions_per_leader(lanes)
+        max_bytes = request_max_bytes(self.options.fetch_max_bytes, max(per_leader.values(), default=1),
+                                      leaders=len(per_leader), round_max_bytes=self.options.round_max_bytes)
+        self.round_asked_bytes = max_bytes * max(1, len(per_leader))
+        round_ = send_round(self.source, [lane.fetcher for lane in lanes], max_bytes=max_bytes,
                             max_wait_ms=self.max_wait_ms, rotation=self.rounds, stats=self.stats)
         return round_, [(lane, lane.fetcher.position) for lane in lanes]
 
@@ -185,6 +202,23 @@ class ConcurrentCopy:
                 f"the partition's last stable offset is {fetched.last_stable_offset} (high watermark "
                 f"{fetched.high_watermark}) and nothing arrived for {self.options.stall_timeout_s:.0f}s; plan the "
                 "range up to the last stable offset")
+
+
+def _round_bytes(outcomes: Sequence[PartitionOutcome]) -> int:
+    return sum(view.size for outcome in outcomes if outcome.result is not None for view in outcome.result.batches)
+
+
+def _partitions_per_leader(lanes: Sequence[_Lane]) -> dict[int, int]:
+    """{source leader: partitions of this round it leads}; a lane whose leader is unknown counts as its own
+    (send_round reports its error)."""
+    counts: dict[int, int] = {}
+    for index, lane in enumerate(lanes):
+        try:
+            leader = lane.fetcher.locate()[0]
+        except Exception:  # noqa: BLE001 - send_round meets the same error and hands it to the lane
+            leader = -1 - index
+        counts[leader] = counts.get(leader, 0) + 1
+    return counts
 
 
 def _merge(total: CopyResult, share: CopyResult) -> None:

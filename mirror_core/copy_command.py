@@ -65,12 +65,9 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
         return results
 
 
-MAX_ROUND_BYTES = 64 * 1024 * 1024  # sizing for the link never makes one fetch round larger than this (memory)
-
-
 def _sized_for_link(cmd: CopyCommand, partitions: int, console) -> CopyOptions:
     """Fetches sized so a round keeps the declared link busy at the measured round trip (never smaller than
-    configured; a copy holds about two rounds, so a round stays under ``MAX_ROUND_BYTES``)."""
+    configured; a copy holds about three rounds, so a round stays under ``CopyOptions.round_max_bytes``)."""
     from mirror_core.preflight import measure_links
     from mirror_core.preflight_rules import fetch_bytes_for_link
 
@@ -80,7 +77,7 @@ def _sized_for_link(cmd: CopyCommand, partitions: int, console) -> CopyOptions:
     rtt = max(rtts)
     size = fetch_bytes_for_link(link_bytes_per_s=cmd.link_bytes_per_s, rtt_s=rtt, partitions=partitions,
                                 floor=cmd.options.fetch_max_bytes,
-                                cap=max(cmd.options.fetch_max_bytes, MAX_ROUND_BYTES // max(1, partitions)))
+                                cap=max(cmd.options.fetch_max_bytes, cmd.options.round_max_bytes // max(1, partitions)))
     if size != cmd.options.fetch_max_bytes:
         console.print(f"sized for the link: fetches of {size / 1e6:.1f} MB per partition (round trip "
                       f"{rtt * 1000:.0f} ms, link {cmd.link_bytes_per_s / 1e6:.1f} MB/s, {partitions} partition(s))",

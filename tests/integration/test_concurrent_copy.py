@@ -104,3 +104,37 @@ def test_partitions_share_fetch_requests_and_progress_together(source_cluster, t
     assert sorted(first_round) == list(range(PARTITIONS)), f"the first round wrote {first_round}, not every partition"
     assert [r.source_end for r in results] == [r.end for r in ranges]
     assert _by_partition(target_cluster.read_all(target_topic)) == _by_partition(source_cluster.read_all(topic))
+
+
+@pytest.mark.timeout(120)
+def test_a_round_of_many_partitions_stays_under_the_round_cap(source_cluster, target_cluster, unique_name):
+    """Memory does not grow with the partition count: 24 partitions that could each bring a 16 kB fetch (384 kB per
+    round) are fetched in rounds of at most 48 kB, and the copy is still exact."""
+    partitions, cap = 24, 48_000
+    topic = unique_name()
+    target_topic = f"cc.{topic}"
+    source_cluster.create_topic(topic, partitions=partitions)
+    target_cluster.create_topic(target_topic, partitions=partitions)
+    noise = random.Random(5)
+    source_cluster.produce(topic, [(b"k%d" % i, noise.randbytes(300)) for i in range(2400)],
+                           **{"compression.type": "none", "linger.ms": 5, "batch.size": 4096})
+    options = CopyOptions(fetch_max_bytes=16_000, max_inflight_bytes=16_000, round_max_bytes=cap)
+    with WireClient.for_cluster(source_cluster.config) as source, \
+            WireClient.for_cluster(target_cluster.config) as target:
+        ranges = [PartitionRange(topic, p, 0, list_offsets(source, topic, p, "last_stable"), target_topic, p)
+                  for p in range(partitions)]
+        largest = max(view.size for r in ranges for view in _views(source, r))
+        copy = ConcurrentCopy(source, options, [plain_share_writer(source, target, options, r) for r in ranges],
+                              ranges)
+        results = copy.run()
+    assert copy.round_asked_bytes <= cap
+    assert 0 < copy.max_round_bytes <= cap + largest, f"a round brought {copy.max_round_bytes} bytes"
+    assert sum(r.bytes for r in results) > 3 * cap, "too little data to need several rounds"
+    assert [r.source_end for r in results] == [r.end for r in ranges]
+    assert _by_partition(target_cluster.read_all(target_topic)) == _by_partition(source_cluster.read_all(topic))
+
+
+def _views(client, rng: PartitionRange):
+    from mirror_core.fetcher import RawBatchFetcher
+
+    return list(RawBatchFetcher(client, rng.topic, rng.partition, rng.start, rng.end))
