@@ -38,6 +38,7 @@ from mirror_core.errors import MirrorError, PartitionUnavailableError
 from mirror_core.fetcher import RawBatchFetcher
 from mirror_core.kafka_wire import WireClient
 from mirror_core.offset_map import OffsetRuns
+from mirror_core.shared_produce import SharedProduce
 from mirror_core.throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -53,10 +54,13 @@ class ShareWriter:
     single-lane copy always did)."""
 
     def __init__(self, copy_share: Callable[[int, int, FetchedOnce, bool, Callable[[], object] | None], CopyResult],
-                 resume_at: int | None = None, resume_epoch: int | None = None):
+                 resume_at: int | None = None, resume_epoch: int | None = None, batch_writer=None):
         self.copy_share = copy_share
         self.resume_at = resume_at        # the lane's checkpoint position (None: none)
         self.resume_epoch = resume_epoch  # the source leader epoch below it
+        # the lane's BatchWriter when its writes may share Produce requests with other lanes' (modes none and
+        # at-least-once: no transactions); None: it writes alone (exactly-once)
+        self.batch_writer = batch_writer
 
 
 @dataclass
@@ -114,6 +118,12 @@ class ConcurrentCopy:
             fetcher = RawBatchFetcher(source, rng.topic, rng.partition, start, rng.end,
                                       max_bytes=options.fetch_max_bytes, max_wait_ms=max_wait_ms, last_epoch=epoch)
             self.lanes.append(_Lane(rng, writer, fetcher, CopyResult(rng, source_start=start, source_end=start)))
+        # modes none / at-least-once: the lanes' writes of a round go out together, one request per target broker
+        # carrying every lane's batch (mirror_core.shared_produce)
+        sharing = [w.batch_writer for w in writers if w.batch_writer is not None]
+        self.shared = SharedProduce() if options.combine_lanes and len(sharing) > 1 else None
+        for writer in sharing if self.shared is not None else ():
+            self.shared.attach(writer)
         self.rounds = 0
         self.round_asked_bytes = 0  # what the latest round's requests asked for together (≤ round_max_bytes)
         self.max_round_bytes = 0  # the most source bytes one round brought (measured: memory tests and benchmarks)
@@ -136,10 +146,7 @@ class ConcurrentCopy:
             shares = list(zip(asked, outcomes, strict=True))
             pending, asked = self._send()  # the next round travels while this one is written
             try:
-                for (lane, start), outcome in shares:
-                    self._write_share(lane, start, outcome)
-                    if progress is not None:
-                        progress(lane.range, lane.result)
+                self._write_round(shares, progress)
             except BaseException:
                 if pending is not None:  # never collected: no position moves, nothing of it is written
                     log.info("dropping the fetch round in flight unread (%s)",
@@ -150,6 +157,24 @@ class ConcurrentCopy:
         for lane in self.lanes:
             lane.result.seconds = time.monotonic() - started
         return [lane.result for lane in self.lanes]
+
+    def _write_round(self, shares, progress) -> None:
+        """Write a round's shares: lane by lane, or (shared produce) as lane tasks whose writes go out together;
+        the first failed lane's error is raised once every lane of the round has finished."""
+        if self.shared is None:
+            for (lane, start), outcome in shares:
+                self._write_share(lane, start, outcome)
+                if progress is not None:
+                    progress(lane.range, lane.result)
+            return
+        tasks = [lambda lane=lane, start=start, outcome=outcome: self._write_share(lane, start, outcome)
+                 for (lane, start), outcome in shares]
+        done = self.shared.run(tasks)
+        for ((lane, _), _), (_, error) in zip(shares, done, strict=True):
+            if error is not None:
+                raise error
+            if progress is not None:
+                progress(lane.range, lane.result)
 
     def _send(self) -> tuple[PendingRound | None, list[tuple[_Lane, int]]]:
         lanes = plan_round(self.lanes, time.monotonic())
@@ -256,7 +281,7 @@ def plain_share_writer(source: WireClient, target: WireClient, options: CopyOpti
             pace()
         return result
 
-    return ShareWriter(copy_share)
+    return ShareWriter(copy_share, batch_writer=copier.writer)
 
 
 def lane_share_writer(session, rng: PartitionRange) -> ShareWriter:
@@ -268,4 +293,5 @@ def lane_share_writer(session, rng: PartitionRange) -> ShareWriter:
     def copy_share(start: int, end: int, fetched: FetchedOnce, first: bool, pace=None) -> CopyResult:
         return session.copy(rng.start if first else start, end, fetcher=fetched, before_commit=pace)
 
-    return ShareWriter(copy_share, resume_at=session.position, resume_epoch=session.position_epoch)
+    return ShareWriter(copy_share, resume_at=session.position, resume_epoch=session.position_epoch,
+                       batch_writer=None if session.exactly_once else session.writer)

@@ -138,3 +138,40 @@ def _views(client, rng: PartitionRange):
     from mirror_core.fetcher import RawBatchFetcher
 
     return list(RawBatchFetcher(client, rng.topic, rng.partition, rng.start, rng.end))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["at-least-once", "none"])
+def test_lanes_of_one_record_batches_share_produce_requests(source_cluster, target_cluster, unique_name, mode):
+    """Outside transactions the lanes' writes of a round go out together: 4 partitions of one-record batches take
+    about a quarter of the Produce requests they would take lane by lane, and the copy is exact."""
+    topic = unique_name(mode.replace("-", ""))
+    target_topic = f"cc.{topic}"
+    source_cluster.create_topic(topic, partitions=PARTITIONS)
+    target_cluster.create_topic(target_topic, partitions=PARTITIONS)
+    for p in range(PARTITIONS):
+        source_cluster.produce(topic, [(b"k%d" % i, b"p%d-%d" % (p, i)) for i in range(150)], partition=p,
+                               **{"batch.num.messages": 1, "linger.ms": 0})
+    options = CopyOptions(fetch_max_bytes=1 << 20, max_inflight_bytes=1 << 20)
+    with WireClient.for_cluster(source_cluster.config) as source, \
+            WireClient.for_cluster(target_cluster.config) as target:
+        ranges = [PartitionRange(topic, p, 0, list_offsets(source, topic, p, "last_stable"), target_topic, p)
+                  for p in range(PARTITIONS)]
+        if mode == "none":
+            writers = [plain_share_writer(source, target, options, r) for r in ranges]
+        else:
+            store = CheckpointStore(target_cluster.config, target)
+            store.ensure_topic()
+            copier = CheckpointedCopier(source, target, store, pipeline=f"cc-{topic.rsplit('.', 1)[-1]}",
+                                        mode=DeliveryMode.AT_LEAST_ONCE, options=options,
+                                        policy=CommitPolicy(commit_bytes=1 << 20))
+            writers = [lane_share_writer(copier.open_lane(topic, p, target_topic, p), r)
+                       for p, r in enumerate(ranges)]
+        copy = ConcurrentCopy(source, options, writers, ranges)
+        results = copy.run()
+    assert [r.batches for r in results] == [150] * PARTITIONS
+    shared = copy.shared.stats
+    assert shared.batches >= 600
+    assert shared.requests <= shared.batches / 3, f"{shared}: the lanes did not share Produce requests"
+    assert [r.source_end for r in results] == [r.end for r in ranges]
+    assert _by_partition(target_cluster.read_all(target_topic)) == _by_partition(source_cluster.read_all(topic))
