@@ -110,9 +110,11 @@ class PendingRound:
 
 def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_bytes: int, max_wait_ms: int,
                rotation: int = 0, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
-               stats: RoundStats | None = None) -> PendingRound:
+               stats: RoundStats | None = None, connections: int = 1) -> PendingRound:
     """Send :func:`fetch_round`'s requests (one per leader) without waiting; the answers are taken by
-    :meth:`PendingRound.collect`. Lets a caller write the previous round while this one travels (overlap)."""
+    :meth:`PendingRound.collect`. Lets a caller write the previous round while this one travels (overlap).
+    ``connections`` > 1: a leader's partitions are dealt over that many connections to it (one request each, each
+    with ``max_bytes``), for a link where one connection's window per round trip is below the link rate."""
     outcomes = [PartitionOutcome() for _ in fetchers]
     by_leader: dict[int, list[tuple[int, int]]] = {}  # leader → [(index into fetchers, leader epoch)]
     for index, fetcher in enumerate(fetchers):
@@ -127,18 +129,23 @@ def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_b
         if rotation and len(members) > 1:
             shift = rotation % len(members)
             members = members[shift:] + members[:shift]
-        topics = _request_topics([(fetchers[i], epoch) for i, epoch in members])
-        try:
-            future = send_fetch(client, leader, topics, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
-                                isolation=isolation)
-        except Exception as exc:  # noqa: BLE001 - e.g. authentication: every partition of this broker fails
-            for i, _ in members:
-                _failed(fetchers[i], outcomes[i], exc)
-            continue
-        in_flight.append((members, future))
-        if stats is not None:
-            stats.requests += 1
-            stats.partitions += len(members)
+        slots = max(1, min(connections, len(members)))
+        for slot in range(slots):  # a partition keeps its connection from round to round (partition mod slots)
+            share = [m for m in members if fetchers[m[0]].partition % slots == slot] if slots > 1 else members
+            if not share:
+                continue
+            topics = _request_topics([(fetchers[i], epoch) for i, epoch in share])
+            try:
+                future = send_fetch(client, leader, topics, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
+                                    isolation=isolation, **({"slot": slot} if slot else {}))
+            except Exception as exc:  # noqa: BLE001 - e.g. authentication: every partition of this broker fails
+                for i, _ in share:
+                    _failed(fetchers[i], outcomes[i], exc)
+                continue
+            in_flight.append((share, future))
+            if stats is not None:
+                stats.requests += 1
+                stats.partitions += len(share)
     if stats is not None:
         stats.rounds += 1
     return PendingRound(client, fetchers, outcomes, in_flight)

@@ -182,11 +182,15 @@ class ConcurrentCopy:
             return None, []
         self.rounds += 1
         per_leader = _partitions_per_leader(lanes)
-        max_bytes = request_max_bytes(self.options.fetch_max_bytes, max(per_leader.values(), default=1),
-                                      leaders=len(per_leader), round_max_bytes=self.options.round_max_bytes)
-        self.round_asked_bytes = max_bytes * max(1, len(per_leader))
+        connections = self.options.fetch_connections
+        requests = sum(min(connections, n) for n in per_leader.values())
+        busiest = max(-(-n // min(connections, n)) for n in per_leader.values()) if per_leader else 1
+        max_bytes = request_max_bytes(self.options.fetch_max_bytes, busiest, leaders=requests,
+                                      round_max_bytes=self.options.round_max_bytes)
+        self.round_asked_bytes = max_bytes * max(1, requests)
         round_ = send_round(self.source, [lane.fetcher for lane in lanes], max_bytes=max_bytes,
-                            max_wait_ms=self.max_wait_ms, rotation=self.rounds, stats=self.stats)
+                            max_wait_ms=self.max_wait_ms, rotation=self.rounds, stats=self.stats,
+                            connections=self.options.fetch_connections)
         return round_, [(lane, lane.fetcher.position) for lane in lanes]
 
     def _write_share(self, lane: _Lane, start: int, outcome: PartitionOutcome) -> None:
@@ -227,6 +231,18 @@ class ConcurrentCopy:
                 f"the partition's last stable offset is {fetched.last_stable_offset} (high watermark "
                 f"{fetched.high_watermark}) and nothing arrived for {self.options.stall_timeout_s:.0f}s; plan the "
                 "range up to the last stable offset")
+
+
+def connections_for_link(*, window_bytes: int | None, rtt_s: float | None, link_bytes_per_s: float,
+                         partitions: int, most: int = 4) -> int:
+    """Connections per source broker so their windows together carry the link (pure): one connection carries at
+    most window / RTT (a broker's fixed ``socket.send.buffer.bytes``); never more than the partitions (each
+    connection carries different ones) nor ``most``. 1 when the window is unknown or autotuned."""
+    if not window_bytes or window_bytes <= 0 or not rtt_s or rtt_s <= 0 or link_bytes_per_s <= 0:
+        return 1
+    per_connection = window_bytes / rtt_s
+    needed = -(-int(link_bytes_per_s) // max(1, int(per_connection)))
+    return max(1, min(needed, partitions, most))
 
 
 def _round_bytes(outcomes: Sequence[PartitionOutcome]) -> int:

@@ -83,6 +83,9 @@ class CopyOptions:
     round_max_bytes: int = DEFAULT_ROUND_MAX_BYTES
     # concurrent copy, modes none and at-least-once: the lanes' writes to one target broker share Produce requests
     combine_lanes: bool = True
+    # concurrent copy: connections per source broker a round deals that broker's partitions over (each its own
+    # request and TCP window; fast path only): > 1 where one connection's window per round trip is below the link
+    fetch_connections: int = 1
 
     def __post_init__(self) -> None:
         if self.fetch_max_bytes <= 0 or self.max_inflight_bytes <= 0:
@@ -91,6 +94,8 @@ class CopyOptions:
             raise ConfigError("buffer_budget_bytes must be positive")
         if self.round_max_bytes <= 0:
             raise ConfigError("round_max_bytes must be positive")
+        if self.fetch_connections < 1:
+            raise ConfigError("fetch_connections must be at least 1")
 
     @property
     def budget_bytes(self) -> int:

@@ -175,3 +175,46 @@ def test_lanes_of_one_record_batches_share_produce_requests(source_cluster, targ
     assert shared.requests <= shared.batches / 3, f"{shared}: the lanes did not share Produce requests"
     assert [r.source_end for r in results] == [r.end for r in ranges]
     assert _by_partition(target_cluster.read_all(target_topic)) == _by_partition(source_cluster.read_all(topic))
+
+
+@pytest.mark.timeout(120)
+def test_two_fetch_connections_to_one_broker_carry_different_partitions(source_cluster, target_cluster, unique_name):
+    """Where one connection's window caps the link, a round deals a broker's partitions over several connections:
+    two sockets to the one source broker, each fetching its own partitions, and the copy is exact."""
+    topic = unique_name()
+    target_topic = f"cc.{topic}"
+    _fill(source_cluster, topic)
+    target_cluster.create_topic(target_topic, partitions=PARTITIONS)
+    options = CopyOptions(fetch_max_bytes=16_384, max_inflight_bytes=16_384, fetch_connections=2)
+    carried: dict[int, set] = {}  # id of the connection -> partitions its fetches asked for
+    sockets = {}
+    with WireClient.for_cluster(source_cluster.config) as source, \
+            WireClient.for_cluster(target_cluster.config) as target:
+        real = source.fast_connection
+
+        def spying(node, slot=0):
+            conn = real(node, slot)
+            key = id(conn)
+            if key not in sockets:
+                sockets[key] = conn._sock.getsockname()
+                fetch = conn.fetch_async
+
+                def recorded(*, topics, _fetch=fetch, _key=key, **fields):
+                    carried.setdefault(_key, set()).update(p.partition for t in topics for p in t.partitions)
+                    return _fetch(topics=topics, **fields)
+                conn.fetch_async = recorded
+            return conn
+
+        source.fast_connection = spying
+        ranges = [PartitionRange(topic, p, 0, list_offsets(source, topic, p, "last_stable"), target_topic, p)
+                  for p in range(PARTITIONS)]
+        copy = ConcurrentCopy(source, options, [plain_share_writer(source, target, options, r) for r in ranges],
+                              ranges)
+        results = copy.run()
+    fetching = [parts for parts in carried.values() if parts]
+    assert len(fetching) == 2, f"fetches went over {len(fetching)} connection(s)"
+    assert len({sockets[key] for key in carried}) == 2, "the two connections share one socket"
+    assert fetching[0].isdisjoint(fetching[1]) and fetching[0] | fetching[1] == set(range(PARTITIONS))
+    assert copy.stats.requests == 2 * copy.stats.rounds
+    assert [r.source_end for r in results] == [r.end for r in ranges]
+    assert _by_partition(target_cluster.read_all(target_topic)) == _by_partition(source_cluster.read_all(topic))

@@ -48,3 +48,15 @@ def test_a_round_under_the_cap_still_asks_every_partition_for_a_full_fetch():
 
 def test_a_tiny_cap_still_asks_for_something():
     assert request_max_bytes(4 << 20, 10, leaders=100, round_max_bytes=10) == 1
+
+
+def test_connections_for_link_spread_a_small_send_buffer_over_several_connections():
+    from mirror_core.concurrent_copy import connections_for_link
+
+    # 100 kB send buffer at 200 ms: 0.5 MB/s per connection; a 1.5 MB/s link needs 3
+    assert connections_for_link(window_bytes=100_000, rtt_s=0.2, link_bytes_per_s=1.5e6, partitions=8) == 3
+    assert connections_for_link(window_bytes=100_000, rtt_s=0.2, link_bytes_per_s=20e6, partitions=8) == 4  # most
+    assert connections_for_link(window_bytes=100_000, rtt_s=0.2, link_bytes_per_s=20e6, partitions=2) == 2
+    assert connections_for_link(window_bytes=100_000, rtt_s=0.001, link_bytes_per_s=20e6, partitions=8) == 1
+    assert connections_for_link(window_bytes=-1, rtt_s=0.2, link_bytes_per_s=20e6, partitions=8) == 1  # autotuned
+    assert connections_for_link(window_bytes=None, rtt_s=None, link_bytes_per_s=20e6, partitions=8) == 1
