@@ -3,8 +3,13 @@ lane, and the next round in flight while this round is written (``shoal copy``).
 
 Each round sends one FetchRequest per source leader carrying every unfinished range's partition at its position
 (:func:`mirror_core.broker_fetch.send_round`, the Java consumer's way), then — before the answers are taken — the
-previous round's shares are written and committed lane by lane. So the source round trip overlaps the writes, and
-partitions no longer wait for one another.
+previous round's shares are written and committed. So the source round trip overlaps the writes, and partitions
+no longer wait for one another. In exactly-once mode the lanes write one after another (one transactional producer
+per Produce request); in ``none`` and at-least-once mode (``CopyOptions.combine_lanes``) the lanes' shares run as
+one-at-a-time tasks whose writes go out together (:mod:`mirror_core.shared_produce`): one Produce request per
+target broker carries a batch of every lane, so small batches cost one request per round of lanes, not per lane.
+Where one connection's window caps the link, a round deals a broker's partitions over
+``CopyOptions.fetch_connections`` connections to it.
 
 A lane writes its share ``[start, fetcher.position)`` through the same path as the daemon
 (:meth:`LaneSession.copy` with :class:`~mirror_core.copier.FetchedOnce`; mode ``none``: a :class:`RangeCopier`

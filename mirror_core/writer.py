@@ -20,7 +20,10 @@ partition, that partition has one batch in flight; and should a later batch stil
 broker dropped our state, e.g. when retention deleted all our batches), the writer halts with
 :class:`~mirror_core.errors.WriteOrderError` rather than re-initialise and write the refused batch after it.
 One copy path runs one partition, so one Produce round trip per batch was the limit without this (see
-``docs/performance.md``).
+``docs/performance.md``). A Produce request (v3+) carries one batch per partition (Kafka's
+``ProduceRequest.validateRecords``), and a broker handles one request per connection at a time, so a single
+partition of one-record batches stays bound by the broker's time per request; several partitions share requests:
+one writer's partitions always, several writers' (lanes') outside transactions through :func:`write_together`.
 
 Transactions use the classic protocol kafka-python speaks: InitProducerId(transactional_id) on the transaction
 coordinator, AddPartitionsToTxn before the first write to a partition, EndTxn; Produce is capped at v11 and the
