@@ -109,3 +109,17 @@ def test_a_write_outside_a_lane_task_goes_alone():
     shared.attach(writer)
     assert writer.write(_batches("t", 0, 3)) == [0, 1, 2]
     assert shared.rounds == 0
+
+
+def test_a_refused_first_batch_of_one_lane_keeps_both_lanes_in_order():
+    """The first-acknowledgement rule holds per writer in a shared write: lane b's fresh partition refuses its
+    first batch twice (a new topic's leader not ready); b keeps one batch in flight until acknowledged, so nothing
+    of b lands ahead of its first batch, and lane a is pipelined meanwhile."""
+    broker = PipelinedBroker(script={("t", 1): [Errors.NotLeaderForPartitionError.errno] * 2})
+    a, b = _writer(broker), _writer(broker)
+    out = write_together([(a, _batches("t", 0, 8), [1] * 8), (b, _batches("t", 1, 8), [1] * 8)])
+    assert out == [list(range(8)), list(range(8))]
+    assert broker.log[("t", 0)] == broker.log[("t", 1)] == list(range(8))
+    b_sent = [parse_batch(r[("t", 1)]).base_offset for r in broker.received if ("t", 1) in r]
+    assert b_sent[:3] == [0, 0, 0]
+    assert broker.init_calls == 2  # one producer id per writer, none re-initialised
