@@ -29,13 +29,12 @@ someone else wrote to it, and the copy halts); ``CopyResult.source_end`` never p
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mirror_core.batch_codec import PreparedBatch, prepare_for_target
+from mirror_core.batch_codec import PreparedBatch, RecordsDigest, prepare_for_target
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka_wire import WireClient
@@ -203,7 +202,7 @@ class RangeCopier:
         started = time.monotonic()
         result = CopyResult(rng, source_start=rng.start, source_end=rng.start,
                             offset_runs=offset_runs if offset_runs is not None else OffsetRuns())
-        session = _Session(hashlib.blake2b(digest_size=16), landing=landing)
+        session = _Session(RecordsDigest(), landing=landing)
         if rng.start == rng.end:
             return self._finish(result, session, started, progress)
         if fetcher is None:
@@ -300,9 +299,7 @@ class RangeCopier:
             result.bytes += len(prepared.data)
             result.deep_batches += prepared.deep
             _advance_end(result, prepared.source_next_offset, prepared.source_leader_epoch)
-            section = memoryview(prepared.data)[RECORDS_SECTION:]
-            session.digest.update(len(section).to_bytes(4, "big"))
-            session.digest.update(section)
+            session.digest.add(memoryview(prepared.data)[RECORDS_SECTION:])
         if self.listener is not None:
             session.markers_allowed += self.listener.flushed(result, final=False)
 
@@ -317,7 +314,7 @@ def _advance_end(result: CopyResult, offset: int, epoch: int) -> None:
 class _Session:
     """Per-copy bookkeeping of where the next batch must land on the target."""
 
-    digest: object
+    digest: RecordsDigest  # over the records sections written, in order
     expected: int | None = None
     markers_allowed: int = 0
     landing: LandingRule | None = None  # checks the first batch (the copier has no earlier landing to go by)
