@@ -232,8 +232,9 @@ class RangeCopier:
             if self.throttle is not None and fetched.batches:
                 self.throttle.consume(sum(view.size for view in fetched.batches))
             for view in fetched.batches:
+                # in place: the fetched frame is this copy's own and its source bytes are not read again
                 prepared = prepare_for_target(view, preserve_log_append_time=opts.preserve_log_append_time,
-                                              exact_bounds=bounds)
+                                              exact_bounds=bounds, in_place=True)
                 if prepared is None:
                     continue
                 # a whole first batch straddling the start: the copy began below it (a legacy wrapper's first
@@ -260,8 +261,9 @@ class RangeCopier:
                 _advance_end(result, self._reachable_end(fetcher, rng), fetcher.last_epoch)
             if progress is not None:
                 progress(result)
-            # drop this response's views before the next fetch is taken: at most this answer and the prefetched
-            # one are alive at once (bounded by may_prefetch)
+            # drop this response's views before the next fetch is taken: besides the prefetched answer, only the
+            # frames that pending batches (re-stamped in place) still point into stay alive, i.e. the pending bytes
+            # plus what else those frames held (bounded with them by may_prefetch)
             fetched = view = None
         if pending:
             self._flush(rng, pending, result, session)
