@@ -231,10 +231,14 @@ class RangeCopier:
                 prefetch()  # travels while this answer is prepared, written and committed
             if self.throttle is not None and fetched.batches:
                 self.throttle.consume(sum(view.size for view in fetched.batches))
+            in_place = True
             for view in fetched.batches:
-                # in place: the fetched frame is this copy's own and its source bytes are not read again
+                # in place (no copy): the answer is this copy's own and its source bytes are not read again. Only
+                # until a flush inside this answer: the batches after it are copied, so a pending batch keeps an
+                # answer alive only while all of that answer's batches are pending, and what a copy holds stays the
+                # pending bytes plus the answer being processed (what may_prefetch counts)
                 prepared = prepare_for_target(view, preserve_log_append_time=opts.preserve_log_append_time,
-                                              exact_bounds=bounds, in_place=True)
+                                              exact_bounds=bounds, in_place=in_place)
                 if prepared is None:
                     continue
                 # a whole first batch straddling the start: the copy began below it (a legacy wrapper's first
@@ -247,6 +251,7 @@ class RangeCopier:
                 if pending_bytes >= opts.max_inflight_bytes:
                     self._flush(rng, pending, result, session)
                     pending, pending_bytes = [], 0
+                    in_place = False
             if fetched.batches or fetcher.position > result.source_end:
                 last_progress = time.monotonic()
             elif fetched.last_stable_offset <= fetcher.position and \
@@ -261,9 +266,9 @@ class RangeCopier:
                 _advance_end(result, self._reachable_end(fetcher, rng), fetcher.last_epoch)
             if progress is not None:
                 progress(result)
-            # drop this response's views before the next fetch is taken: besides the prefetched answer, only the
-            # frames that pending batches (re-stamped in place) still point into stay alive, i.e. the pending bytes
-            # plus what else those frames held (bounded with them by may_prefetch)
+            # drop this response's views before the next fetch is taken: besides the prefetched answer, only answers
+            # all of whose batches are pending stay alive (re-stamped in place instead of copied): as before, the
+            # pending bytes plus this answer and the prefetched one (bounded by may_prefetch)
             fetched = view = None
         if pending:
             self._flush(rng, pending, result, session)
