@@ -107,6 +107,24 @@ class PendingRound:
         self._in_flight = []
         return outcomes
 
+    def discard(self) -> None:
+        """Give the round up without taking its answers; no fetcher moves. Call instead of :meth:`collect`.
+
+        An answer left unread would wait on its connection ahead of the next round's: the next round would read it
+        first, and should its deadline pass meanwhile (an idle daemon sleeps past it) the connection fails under
+        the next round's own request. So every hand-encoded connection with a request of this round still
+        unanswered is closed now (its future fails; a new connection is made on next use), and nothing of this
+        round is left queued there. On kafka-python's route answers are matched by correlation id and a late one
+        is dropped by its own future, so nothing is waited for here."""
+        if self.collected:
+            return
+        self.collected = True
+        for _members, future in self._in_flight:
+            conn = getattr(future, "conn", None)
+            if conn is not None and not future.is_done:
+                conn.close()
+        self._in_flight = []
+
 
 def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_bytes: int, max_wait_ms: int,
                rotation: int = 0, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,

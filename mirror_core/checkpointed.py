@@ -282,12 +282,16 @@ class LaneSession:
         and its fence would not refuse this writer's producer id any more. Each renewal is one empty aborted
         transaction (one abort marker in the target and checkpoint partitions; the next copy's landing rule allows
         for it), and it fails with ProducerFencedError if another writer took the lane meanwhile."""
-        if self.exactly_once or not self.fenced_by_broker:
-            return
-        if time.monotonic() - self.fenced_at < self.owner.policy.refence_interval_s:
+        if not self.fence_due:
             return
         self._fence(self.writer)
         self.fence_marker_pending = True
+
+    @property
+    def fence_due(self) -> bool:
+        """Whether :meth:`renew_fence_if_due` would fence now (a clock check, no I/O)."""
+        return not self.exactly_once and self.fenced_by_broker and \
+            time.monotonic() - self.fenced_at >= self.owner.policy.refence_interval_s
 
     def check_still_owner(self) -> None:
         """Without a broker fence: raise :class:`LaneTakenError` if the lane's stored checkpoint is no longer the
