@@ -17,6 +17,7 @@ first ones fill ``max_bytes``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -113,16 +114,22 @@ class PendingRound:
         An answer left unread would wait on its connection ahead of the next round's: the next round would read it
         first, and should its deadline pass meanwhile (an idle daemon sleeps past it) the connection fails under
         the next round's own request. So every hand-encoded connection with a request of this round still
-        unanswered is closed now (its future fails; a new connection is made on next use), and nothing of this
-        round is left queued there. On kafka-python's route answers are matched by correlation id and a late one
-        is dropped by its own future, so nothing is waited for here."""
+        unanswered is closed now (its future fails; a new connection is made on next use): a broker answers a
+        connection's requests in order, so the next round would otherwise also wait behind this round's long poll.
+        On kafka-python's route (no connection of our own to close) the answers are drained: waited for and
+        dropped, so none is left for a later read."""
         if self.collected:
             return
         self.collected = True
         for _members, future in self._in_flight:
+            if future.is_done:
+                continue
             conn = getattr(future, "conn", None)
-            if conn is not None and not future.is_done:
+            if conn is not None:
                 conn.close()
+                continue
+            with contextlib.suppress(Exception):  # a failed answer is as good as a taken one: nothing is left
+                wait_fetch(self._client, future)
         self._in_flight = []
 
 
