@@ -9,6 +9,10 @@ running as operators run it (``python -m mirror_core.daemon --config <yaml>``, i
   transaction → committed → visible to a read_committed consumer. The first ``--warmup-s`` seconds are left out.
   Reported: p50 / p90 / p99 / max and the rates produced and received. Run for each ``--rates`` ×
   ``--commit-intervals`` combination.
+- ``lanes`` (``--lanes-partitions``): many lanes busy at once — a backlog spread over that many partitions, fetched in
+  small per-partition slices (``--lanes-fetch-bytes``) so every fetch round carries a share for every lane and the
+  round's commits dominate; run once per ``--commit-workers`` value (1: the lanes commit in turn, as before the
+  lane workers). Reported: fetch rounds/s (``shoal_fetch_rounds_total``), records/s and MB/s over the copy window.
 - ``catchup``: a backlog of ``--backlog-records`` is written first; then the daemon starts and the time from its
   first copied record (``shoal_records_copied_total`` > 0 on ``/metrics``, polled every 0.2 s) until every record is
   committed on the target is the copy time: records/s and MB/s (raw batch bytes, ``shoal_bytes_copied_total``).
@@ -59,7 +63,7 @@ def _free_port() -> int:
 
 
 class Daemon:
-    def __init__(self, workdir: Path, sandbox, pipeline: str, include: str, commit_interval_ms: int):
+    def __init__(self, workdir: Path, sandbox, pipeline: str, include: str, commit_interval_ms: int, **extra):
         import yaml
 
         self.port = _free_port()
@@ -69,7 +73,7 @@ class Daemon:
             "pipeline": pipeline, "source": sandbox.client_config("source"), "target": sandbox.client_config("target"),
             "include": include, "naming": "prefix:dr.", "mode": "exactly-once",
             "commit_interval_ms": commit_interval_ms, "commit_bytes": 4 * 1024 * 1024, "poll_interval_ms": 50,
-            "rescan_interval_s": 2, "lease_ttl_s": 15, "metrics_port": self.port}))
+            "rescan_interval_s": 2, "lease_ttl_s": 15, "metrics_port": self.port, **extra}))
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Daemon:
@@ -90,7 +94,7 @@ class Daemon:
                 body = resp.read().decode()
         except OSError:
             return 0.0
-        return sum(float(m.group(1)) for m in re.finditer(rf"^{name}{{[^}}]*}} (\S+)$", body, re.M))
+        return sum(float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", body, re.M))
 
 
 def _lanes_owned(daemon: Daemon) -> float:
@@ -243,6 +247,67 @@ def run_catchup(sandbox, workdir: Path, *, records: int, partitions: int, record
             print(f"daemon exited {rc}; log {daemon.log}", file=sys.stderr)
 
 
+def _produce_backlog(src, topic: str, records: int, record_bytes: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(src.confluent(**{"enable.idempotence": True, "linger.ms": 20, "compression.type": "lz4",
+                                         "batch.size": 65536}))
+    rng = random.Random(records)
+    values = [_value(rng, record_bytes) for _ in range(256)]
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, key=b"k%d" % (i % 1000), value=values[i % 256])
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush(60)
+
+
+def run_lanes(sandbox, workdir: Path, *, records: int, partitions: int, record_bytes: int, commit_workers: int,
+              partition_fetch_bytes: int) -> dict:
+    """Many lanes busy at once (see the module docstring): one catch-up, every round a share per lane."""
+    from mirror_core.cluster import ClusterConfig
+    from mirror_core.topics import TopicAdmin
+
+    src = ClusterConfig("source", sandbox.client_config("source"))
+    tgt = ClusterConfig("target", sandbox.client_config("target"))
+    tag = uuid.uuid4().hex[:8]
+    topic = f"bench.daemon.lanes.{tag}"
+    TopicAdmin(src).create(topic, partitions, None)
+    _produce_backlog(src, topic, records, record_bytes)
+    extra = {"commit_workers": commit_workers} if commit_workers else {}  # 0: the key left out (a build before it)
+    daemon = Daemon(workdir, sandbox, f"bench-lanes-{tag}", re.escape(topic), 1000,
+                    partition_fetch_max_bytes=partition_fetch_bytes, **extra)
+    launched = time.monotonic()
+    daemon.start()
+    try:
+        while daemon.metric_sum("shoal_records_copied_total") < records:
+            if time.monotonic() - launched > 600:
+                raise RuntimeError(f"catch-up did not finish; log {daemon.log}")
+            time.sleep(0.2)
+        copy_bytes = daemon.metric_sum("shoal_bytes_copied_total")
+        first, done = _copy_window(daemon.log.read_text())
+        log = daemon.log.read_text()
+        rounds = sum(1 for line in log.splitlines() if "event=copied" in line)  # lane commits with data
+        fetch_rounds = daemon.metric_sum("shoal_fetch_rounds_total")
+        on_target = _committed_count(tgt, f"dr.{topic}")
+        assert on_target == records, f"{on_target} records on the target, {records} produced"
+        seconds = done - first
+        return {"kind": "lanes", "partitions": partitions, "commit_workers": commit_workers,
+                "partition_fetch_bytes": partition_fetch_bytes, "record_bytes": record_bytes, "records": records,
+                "batch_bytes": int(copy_bytes), "seconds": round(seconds, 2),
+                "fetch_rounds_total": int(fetch_rounds), "lane_commits": rounds,
+                "lane_commits_per_s": round(rounds / seconds, 1),
+                "records_per_s": round(records / seconds), "mb_per_s": round(copy_bytes / seconds / 1e6, 1)}
+    finally:
+        rc = daemon.stop()
+        if rc != 0:
+            print(f"daemon exited {rc}; log {daemon.log}", file=sys.stderr)
+
+
 def _copy_window(log: str) -> tuple[float, float]:
     """(first lane_acquired, last copied) as epoch seconds, from the daemon's log lines."""
     from datetime import datetime
@@ -265,6 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--record-bytes", type=int, default=512)
     parser.add_argument("--backlog-records", type=int, default=200_000, help="0: no catch-up run")
+    parser.add_argument("--lanes-partitions", type=int, default=0, help="0: no many-lanes run")
+    parser.add_argument("--lanes-records", type=int, default=96_000)
+    parser.add_argument("--lanes-fetch-bytes", type=int, default=65_536, help="partition_fetch_max_bytes there")
+    parser.add_argument("--commit-workers", default="1,8",
+                        help="daemon commit_workers values for the lanes runs (0: key left out)")
     parser.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -272,6 +342,13 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="shoal-daemon-bench-") as tmp:
         workdir = Path(tmp)
+        if args.lanes_partitions:
+            for workers in [int(x) for x in args.commit_workers.split(",")]:
+                r = run_lanes(sandbox, workdir, records=args.lanes_records, partitions=args.lanes_partitions,
+                              record_bytes=args.record_bytes, commit_workers=workers,
+                              partition_fetch_bytes=args.lanes_fetch_bytes)
+                print(json.dumps(r), flush=True)
+                results.append(r)
         for interval in [int(x) for x in args.commit_intervals.split(",")]:
             for rate in [int(x) for x in args.rates.split(",") if x.strip()]:
                 r = run_latency(sandbox, workdir, rate=rate, seconds=args.seconds, warmup_s=args.warmup_s,
@@ -296,6 +373,14 @@ def main(argv: list[str] | None = None) -> int:
         if r["kind"] == "latency":
             print(f"| {r['commit_interval_ms']} | {r['rate_produced']:,} | {r['p50_ms']} | {r['p90_ms']} | "
                   f"{r['p99_ms']} | {r['max_ms']} | {r['measured_records']:,} |")
+    print("\n| lanes | commit_workers | records | batch MB | copy s | fetch rounds | fetch rounds/s | lane commits/s "
+          "| records/s | MB/s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        if r["kind"] == "lanes":
+            print(f"| {r['partitions']} | {r['commit_workers']} | {r['records']:,} | {r['batch_bytes'] / 1e6:.1f} | "
+                  f"{r['seconds']} | {r['fetch_rounds_total']} | {r['fetch_rounds_total'] / r['seconds']:.1f} | "
+                  f"{r['lane_commits_per_s']} | {r['records_per_s']:,} | {r['mb_per_s']} |")
     print("\n| commit_interval_ms | backlog records | batch MB | copy s | records/s | MB/s | start-up s |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
