@@ -8,9 +8,13 @@ the topic configs that matter are synced to the target), keep leases on a fair s
 one **fetch round**: one Fetch request per source broker carrying every held partition it leads
 (:mod:`mirror_core.broker_fetch`, the Java consumer's way; the request long-polls ``poll_interval_ms``, so an idle
 daemon waits on the brokers, not on a timer), and each
-lane's share of the answer copied and committed, data and checkpoint together. A lane is eligible when its
-checkpoint belongs to the daemon (handed off by a backfill) or when it has none yet (a new partition, mirrored from
-its beginning); a lane a backfill still owns is left alone until it is handed off.
+lane's share of the answer copied and committed, data and checkpoint together. The lanes' commits run side by side
+on ``commit_workers`` lane workers (:mod:`mirror_core.lane_workers`): a lane's session — its writer, transactional.id
+and producer state — lives on one worker's thread and clients, so the several target round trips of one lane's
+commit overlap with the other lanes' instead of queueing behind them; lanes are opened there too.
+A lane is eligible when its checkpoint belongs to the daemon (handed off by a backfill, or its own first checkpoint
+of a new partition) or when it has none yet (a new partition, mirrored from its beginning); a lane a backfill still
+owns is left alone until it is handed off.
 
 Failure behaviour: a fenced lane (another daemon took it) or a handed-over one is dropped; a recreated source topic
 or data deleted before it was copied (or truncated from the source log after it was) halts the partition with a
