@@ -388,6 +388,7 @@ def run_lanes(sandbox, workdir: Path, *, records: int, partitions: int, record_b
         first, done = _copy_window(daemon.log.read_text())
         log = daemon.log.read_text()
         rounds = sum(1 for line in log.splitlines() if "event=copied" in line)  # lane commits with data
+        steady_first, _ = _copy_window(log, start="event=copied")  # from the first commit: lane opens left out
         fetch_rounds = daemon.metric_sum("shoal_fetch_rounds_total")
         on_target = _committed_count(tgt, f"dr.{topic}")
         assert on_target == records, f"{on_target} records on the target, {records} produced"
@@ -397,7 +398,9 @@ def run_lanes(sandbox, workdir: Path, *, records: int, partitions: int, record_b
                 "partition_fetch_bytes": partition_fetch_bytes, "record_bytes": record_bytes, "records": records,
                 "batch_bytes": int(copy_bytes), "seconds": round(seconds, 2),
                 "fetch_rounds_total": int(fetch_rounds), "lane_commits": rounds,
-                "lane_commits_per_s": round(rounds / seconds, 1),
+                "lane_commits_per_s": round(rounds / seconds, 1), "steady_s": round(done - steady_first, 2),
+                "steady_lane_commits_per_s": round((rounds - 1) / max(done - steady_first, 1e-3), 1),
+                "steady_mb_per_s": round(copy_bytes / max(done - steady_first, 1e-3) / 1e6, 1),
                 "records_per_s": round(records / seconds), "mb_per_s": round(copy_bytes / seconds / 1e6, 1)}
     finally:
         rc = daemon.stop()
@@ -405,15 +408,15 @@ def run_lanes(sandbox, workdir: Path, *, records: int, partitions: int, record_b
             print(f"daemon exited {rc}; log {daemon.log}", file=sys.stderr)
 
 
-def _copy_window(log: str) -> tuple[float, float]:
-    """(first lane_acquired, last copied) as epoch seconds, from the daemon's log lines."""
+def _copy_window(log: str, start: str = "event=lane_acquired") -> tuple[float, float]:
+    """(first ``start`` line, last copied) as epoch seconds, from the daemon's log lines."""
     from datetime import datetime
 
     def stamp(line: str) -> float:
         return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
     lines = log.splitlines()
-    first = min(stamp(line) for line in lines if "event=lane_acquired" in line)
+    first = min(stamp(line) for line in lines if start in line)
     last = max(stamp(line) for line in lines if "event=copied" in line)
     return first, last
 
@@ -477,15 +480,14 @@ def main(argv: list[str] | None = None) -> int:
         if r["kind"] == "latency":
             print(f"| {r['commit_interval_ms']} | {r['rate_produced']:,} | {r['p50_ms']} | {r['p90_ms']} | "
                   f"{r['p99_ms']} | {r['max_ms']} | {r['measured_records']:,} |")
-    print("\n| target RTT ms | lanes | commit_workers | records | batch MB | copy s | fetch rounds | fetch rounds/s "
-          "| lane commits/s | records/s | MB/s |")
+    print("\n| target RTT ms | lanes | commit_workers | records | batch MB | copy s (opens incl.) | MB/s | "
+          "steady s (first commit on) | steady lane commits/s | steady MB/s | fetch rounds |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         if r["kind"] == "lanes":
             print(f"| {r['target_rtt_ms']} | {r['partitions']} | {r['commit_workers']} | {r['records']:,} | "
-                  f"{r['batch_bytes'] / 1e6:.1f} | {r['seconds']} | {r['fetch_rounds_total']} | "
-                  f"{r['fetch_rounds_total'] / r['seconds']:.1f} | {r['lane_commits_per_s']} | "
-                  f"{r['records_per_s']:,} | {r['mb_per_s']} |")
+                  f"{r['batch_bytes'] / 1e6:.1f} | {r['seconds']} | {r['mb_per_s']} | {r['steady_s']} | "
+                  f"{r['steady_lane_commits_per_s']} | {r['steady_mb_per_s']} | {r['fetch_rounds_total']} |")
     print("\n| commit_interval_ms | backlog records | batch MB | copy s | records/s | MB/s | start-up s |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
