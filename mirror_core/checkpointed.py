@@ -304,6 +304,14 @@ class LaneSession:
         self._fence(self.writer)
         self.fence_marker_pending = True
 
+    def begin_transaction(self) -> None:
+        """Begin the lane's next transaction, announcing the checkpoint partition its commit will write: it is then
+        added with the data partition in one AddPartitionsToTxn (a round trip less per commit)."""
+        owner = self.owner
+        self.writer.begin_transaction()
+        key = checkpoint_key(owner.pipeline, self.topic, self.partition)
+        self.writer.expect_partitions([(owner.store.topic, checkpoint_partition(key, owner.store.partitions))])
+
     @property
     def fence_due(self) -> bool:
         """Whether :meth:`renew_fence_if_due` would fence now (a clock check, no I/O)."""
@@ -431,7 +439,7 @@ class LaneSession:
             runs.truncate(previous.position)
         listener = _CheckpointCommitter(self, start=start, lost=lost, before_final_commit=before_commit)
         if self.exactly_once:
-            self.writer.begin_transaction()
+            self.begin_transaction()
         copier = RangeCopier(owner.source, owner.target, self.writer, owner.options, listener=listener)
         rng = PartitionRange(self.topic, self.partition, start, end, self.target_topic, self.target_partition)
         start_epoch = previous.position_epoch if previous is not None and start == previous.position else None
@@ -678,7 +686,7 @@ class _CheckpointCommitter:
             self.writer.commit_transaction()
             markers = 1
             if not final:
-                self.writer.begin_transaction()
+                session.begin_transaction()
         session.checkpoint = checkpoint  # what a later copy of this session resumes from
         if map_commit is not None:
             lane_map.apply(map_commit)
