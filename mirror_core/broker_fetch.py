@@ -17,6 +17,7 @@ first ones fill ``max_bytes``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -106,6 +107,30 @@ class PendingRound:
             _dispatch(future.value, [(i, fetchers[i]) for i, _ in members], outcomes)
         self._in_flight = []
         return outcomes
+
+    def discard(self) -> None:
+        """Give the round up without taking its answers; no fetcher moves. Call instead of :meth:`collect`.
+
+        An answer left unread would wait on its connection ahead of the next round's: the next round would read it
+        first, and should its deadline pass meanwhile (an idle daemon sleeps past it) the connection fails under
+        the next round's own request. So every hand-encoded connection with a request of this round still
+        unanswered is closed now (its future fails; a new connection is made on next use): a broker answers a
+        connection's requests in order, so the next round would otherwise also wait behind this round's long poll.
+        On kafka-python's route (no connection of our own to close) the answers are drained: waited for and
+        dropped, so none is left for a later read."""
+        if self.collected:
+            return
+        self.collected = True
+        for _members, future in self._in_flight:
+            if future.is_done:
+                continue
+            conn = getattr(future, "conn", None)
+            if conn is not None:
+                conn.close()
+                continue
+            with contextlib.suppress(Exception):  # a failed answer is as good as a taken one: nothing is left
+                wait_fetch(self._client, future)
+        self._in_flight = []
 
 
 def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_bytes: int, max_wait_ms: int,

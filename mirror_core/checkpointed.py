@@ -58,6 +58,7 @@ from mirror_core.writer import TRANSACTION_RETRY_SHARE, BatchWriter
 
 log = logging.getLogger(__name__)
 
+DAEMON_OWNER = "daemon"  # the owner name of every daemon worker's checkpoints (mirror_core.handoff, .daemon)
 OPEN_VALIDATION_TIMEOUT_S = 5.0  # how long a lane open waits for the source leader's OffsetsForLeaderEpoch answer
 ABORT_GIVE_UP_S = 2.0  # how long a failed copy's abort may retry before the next InitProducerId is left to end it
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -156,6 +157,20 @@ class OwnershipError(MirrorError):
             f"newer than this writer ({owner!r}, epoch {epoch}); it was handed off, so this writer stops")
 
 
+class DaemonOwnsLaneError(OwnershipError):
+    """A backfill (or ``shoal copy``) met a lane the daemon started itself and has copied data into: the daemon owns
+    it, nobody handed it off, and writing below the daemon's data would break the partition's order."""
+
+    def __init__(self, pipeline: str, topic: str, partition: int, owner: str, stored: Checkpoint):
+        MirrorError.__init__(
+            self, f"pipeline {pipeline!r} {topic}-{partition}: the continuous mirror daemon owns this lane (owner "
+            f"{stored.owner!r}, epoch {stored.owner_epoch}) and has already copied it up to source offset "
+            f"{stored.position}; it started the lane itself, nobody handed it off. {owner!r} cannot write below "
+            "the daemon's data: back-fill older data under another pipeline name into another target topic, or "
+            "exclude the topic from the daemon's pipeline and start the lane over. (A lane the daemon started but "
+            "has not copied anything into yet is taken over by a backfill automatically.)")
+
+
 class LaneTakenError(OwnershipError):
     """At-least-once without a broker fence: another writer committed the lane's checkpoint since this one did."""
 
@@ -213,6 +228,8 @@ class LaneSession:
         # map segments ending at or below this are pruned at the next commit (mirror_core.prune_inputs gathers it:
         # nothing can ask for offsets below the source's log start and every source group's committed offset)
         self.prune_floor: int | None = None
+        # the daemon's data-less first checkpoint this session took over (see _take_over_daemon_start), if any
+        self.taken_over: Checkpoint | None = None
         self._check_resumable(self.checkpoint)
         if self.checkpoint is not None:
             self._validate_source_position(self.checkpoint)
@@ -282,12 +299,24 @@ class LaneSession:
         and its fence would not refuse this writer's producer id any more. Each renewal is one empty aborted
         transaction (one abort marker in the target and checkpoint partitions; the next copy's landing rule allows
         for it), and it fails with ProducerFencedError if another writer took the lane meanwhile."""
-        if self.exactly_once or not self.fenced_by_broker:
-            return
-        if time.monotonic() - self.fenced_at < self.owner.policy.refence_interval_s:
+        if not self.fence_due:
             return
         self._fence(self.writer)
         self.fence_marker_pending = True
+
+    def begin_transaction(self) -> None:
+        """Begin the lane's next transaction, announcing the checkpoint partition its commit will write: it is then
+        added with the data partition in one AddPartitionsToTxn (a round trip less per commit)."""
+        owner = self.owner
+        self.writer.begin_transaction()
+        key = checkpoint_key(owner.pipeline, self.topic, self.partition)
+        self.writer.expect_partitions([(owner.store.topic, checkpoint_partition(key, owner.store.partitions))])
+
+    @property
+    def fence_due(self) -> bool:
+        """Whether :meth:`renew_fence_if_due` would fence now (a clock check, no I/O)."""
+        return not self.exactly_once and self.fenced_by_broker and \
+            time.monotonic() - self.fenced_at >= self.owner.policy.refence_interval_s
 
     def check_still_owner(self) -> None:
         """Without a broker fence: raise :class:`LaneTakenError` if the lane's stored checkpoint is no longer the
@@ -330,11 +359,43 @@ class LaneSession:
                 f"pipeline {owner.pipeline!r} copied {self.topic}-{self.partition} to {previous.target_topic}-"
                 f"{previous.target_partition} before; it cannot continue into {self.target_topic}-"
                 f"{self.target_partition} (use another pipeline name)")
-        if previous.owner_epoch > owner.owner_epoch:
-            raise OwnershipError(owner.pipeline, self.topic, self.partition, owner.owner, owner.owner_epoch, previous)
         if previous.target_topic_id and previous.target_topic_id != self.target_topic_id:
             raise TopicRecreatedError(owner.target.cluster_name, self.target_topic, previous.target_topic_id,
                                       self.target_topic_id)
+        if previous.owner_epoch > owner.owner_epoch:
+            if self._take_over_daemon_start(previous):
+                return
+            if previous.owner == DAEMON_OWNER and previous.handoff_position is None and owner.owner != DAEMON_OWNER:
+                raise DaemonOwnsLaneError(owner.pipeline, self.topic, self.partition, owner.owner, previous)
+            raise OwnershipError(owner.pipeline, self.topic, self.partition, owner.owner, owner.owner_epoch, previous)
+
+    def _take_over_daemon_start(self, previous: Checkpoint) -> bool:
+        """A backfill (any writer but the daemon) takes over the daemon's *first* checkpoint of a lane the daemon
+        started itself and has written nothing into yet: the start it stored before copying (owner ``daemon``, no
+        offset map, no handoff, no loss, no halt), with no committed record on the target at or past the landing
+        it names (at-least-once writes could precede their checkpoint). Nothing of the daemon's is then on the
+        target, so nothing is skipped or reordered if the backfill copies from its own start. The daemon's
+        writer is already fenced (this session's InitProducerId, the lane's own transactional.id); the session
+        continues as a first run, and :meth:`copy` first commits a checkpoint of its own owner, so the daemon finds
+        the lane taken (not handed off) and leaves it until ``shoal handoff`` gives it back."""
+        owner = self.owner
+        untouched = (previous.owner == DAEMON_OWNER and owner.owner != DAEMON_OWNER and previous.offset_map is None
+                     and previous.map_segments is None and previous.handoff_position is None
+                     and not previous.lost_ranges and previous.lane_state is None)
+        if not untouched:
+            return False
+        if previous.target_next is not None and _committed_records(
+                owner.target, self.target_topic, self.target_partition, previous.target_next, None, limit=1,
+                max_bytes=owner.policy.commit_bytes):
+            return False  # the daemon wrote data its checkpoint does not cover yet: it is not untouched
+        log.warning("cluster %r %s-%d: pipeline %r: taking over the lane the daemon started at source offset %d "
+                    "without copying anything; %r owns it now (the daemon's writer is fenced; hand it back with "
+                    "`shoal handoff`)", owner.target.cluster_name, self.target_topic, self.target_partition,
+                    owner.pipeline, previous.position, owner.owner)
+        self.taken_over = previous
+        self.checkpoint = None
+        self.lane_map = None
+        return True
 
     @property
     def position(self) -> int | None:
@@ -355,6 +416,9 @@ class LaneSession:
         which records ``[checkpoint, start)`` in the checkpoint's lost ranges (``CopyResult.lost_ranges``).
         ``before_commit`` is called once, after the range's data is written and before its last commit (a
         throttle's wait, so it holds the transaction open instead of idling between transactions)."""
+        if self.taken_over is not None and self.checkpoint is None:
+            # claim the lane before anything else: the daemon, fenced, finds a checkpoint it does not own
+            self.write_first_checkpoint(min(start, end))
         owner, previous = self.owner, self.checkpoint
         self.check_still_owner()
         self.renew_fence_if_due()
@@ -375,7 +439,7 @@ class LaneSession:
             runs.truncate(previous.position)
         listener = _CheckpointCommitter(self, start=start, lost=lost, before_final_commit=before_commit)
         if self.exactly_once:
-            self.writer.begin_transaction()
+            self.begin_transaction()
         copier = RangeCopier(owner.source, owner.target, self.writer, owner.options, listener=listener)
         rng = PartitionRange(self.topic, self.partition, start, end, self.target_topic, self.target_partition)
         start_epoch = previous.position_epoch if previous is not None and start == previous.position else None
@@ -622,7 +686,7 @@ class _CheckpointCommitter:
             self.writer.commit_transaction()
             markers = 1
             if not final:
-                self.writer.begin_transaction()
+                session.begin_transaction()
         session.checkpoint = checkpoint  # what a later copy of this session resumes from
         if map_commit is not None:
             lane_map.apply(map_commit)

@@ -8,9 +8,13 @@ the topic configs that matter are synced to the target), keep leases on a fair s
 one **fetch round**: one Fetch request per source broker carrying every held partition it leads
 (:mod:`mirror_core.broker_fetch`, the Java consumer's way; the request long-polls ``poll_interval_ms``, so an idle
 daemon waits on the brokers, not on a timer), and each
-lane's share of the answer copied and committed, data and checkpoint together. A lane is eligible when its
-checkpoint belongs to the daemon (handed off by a backfill) or when it has none yet (a new partition, mirrored from
-its beginning); a lane a backfill still owns is left alone until it is handed off.
+lane's share of the answer copied and committed, data and checkpoint together. The lanes' commits run side by side
+on ``commit_workers`` lane workers (:mod:`mirror_core.lane_workers`): a lane's session — its writer, transactional.id
+and producer state — lives on one worker's thread and clients, so the several target round trips of one lane's
+commit overlap with the other lanes' instead of queueing behind them; lanes are opened there too.
+A lane is eligible when its checkpoint belongs to the daemon (handed off by a backfill, or its own first checkpoint
+of a new partition) or when it has none yet (a new partition, mirrored from its beginning); a lane a backfill still
+owns is left alone until it is handed off.
 
 Failure behaviour: a fenced lane (another daemon took it) or a handed-over one is dropped; a recreated source topic
 or data deleted before it was copied (or truncated from the source log after it was) halts the partition with a
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import math
 import signal
@@ -70,6 +75,7 @@ from mirror_core.handoff import DAEMON_OWNER, new_worker_id
 from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.lane_control import persist_lane_state
 from mirror_core.lane_status import HALTED, RETIRED, RETRYING, STALLED, LaneHealth, PersistedLaneState, classify_failure
+from mirror_core.lane_workers import LaneClients, LaneWorkerPool
 from mirror_core.leases import Lease, LeaseStore, now_ms
 from mirror_core.planner import NamingPolicy, TopicPattern
 from mirror_core.preflight import run_preflight
@@ -158,6 +164,10 @@ class ShallowMirrorDaemon:
         self.retention = RetentionWatch(config.source, config.target, self.metrics,
                                         interval_s=config.retention_interval_s,
                                         fetch_bytes=config.partition_fetch_max_bytes, policy=config.retention)
+        # lanes are opened and their shares committed on these workers, side by side (mirror_core.lane_workers):
+        # a lane's session (its writer, transactional.id and producer state) lives on one worker's thread and
+        # clients; the main thread fetches, decides and keeps the books
+        self.workers: LaneWorkerPool | None = None
 
     # ---- main loop ---------------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -168,6 +178,7 @@ class ShallowMirrorDaemon:
             self.store = CheckpointStore(cfg.target, target, topic=cfg.checkpoint_topic)
             self.store.ensure_topic()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
+            self.workers = LaneWorkerPool(cfg.commit_workers, self._worker_clients)
             self.retention.start()
             self.pruner.start()
             forced = False
@@ -192,9 +203,21 @@ class ShallowMirrorDaemon:
             finally:
                 self.retention.stop()  # no join: an assessment stuck on a slow source must not eat the grace
                 self.pruner.stop()
+                self.workers.close()  # no join either: a worker stuck on a dead target must not eat the grace
                 if not forced:  # leases of a forced stop just expire (the target may be the reason for it)
                     self._shutdown()
         event("stop", pipeline=cfg.pipeline, worker=self.worker_id)
+
+    def _worker_clients(self) -> LaneClients:
+        """A lane worker's own connections (made on its thread: a WireClient is one client per thread)."""
+        cfg = self.config
+        source = WireClient.for_cluster(cfg.source)
+        try:
+            target = WireClient.for_cluster(cfg.target)
+        except BaseException:
+            source.close()
+            raise
+        return LaneClients(source, target, CheckpointStore(cfg.target, target, topic=cfg.checkpoint_topic))
 
     def _leases_if_due(self) -> None:
         now = time.monotonic()
@@ -400,17 +423,19 @@ class ShallowMirrorDaemon:
 
     def _renew_fences(self) -> None:
         """At-least-once: renew each held lane's broker fence when due (LaneSession.renew_fence_if_due), idle or
-        not — an idle lane calls no copy, and its fence must not lapse while it is held."""
+        not — an idle lane calls no copy, and its fence must not lapse while it is held. Renewals run on the
+        lanes' workers (the writer lives there), side by side."""
         if self.config.mode == "exactly-once":
             return
-        for lane in sorted(self.held):
-            state = self.lanes.get(lane)
-            if state is None or state.session is None:
-                continue
-            try:
-                state.session.renew_fence_if_due()
-            except Exception as exc:  # noqa: BLE001 - classified like any lane error (fenced → dropped)
-                self._failed(state, exc)
+        due = [self.lanes[lane] for lane in sorted(self.held)
+               if lane in self.lanes and self.lanes[lane].session is not None and self.lanes[lane].session.fence_due]
+        if not due:
+            return
+        outcomes = self.workers.run([(state.lane, _call(state.session.renew_fence_if_due)) for state in due],
+                                    tick=self._leases_if_due)
+        for state, outcome in zip(due, outcomes, strict=True):
+            if not outcome.ok:  # classified like any lane error (fenced → dropped)
+                self._failed(state, outcome.error)
 
     def _apply_prune_floors(self) -> None:
         """Hand each held lane the newest floor the prune watch gathered (its next commit prunes below it), and
@@ -423,16 +448,21 @@ class ShallowMirrorDaemon:
                 state.session.prune_floor = floors.get((state.topic, state.partition), state.session.prune_floor)
 
     # ---- copying -----------------------------------------------------------------------------------------------
-    def _session(self, state: LaneState) -> LaneSession:
+    # Where each step runs: the main thread fetches (one request per source broker), decides and keeps the books
+    # (leases, health, metrics, events); a lane's own wire work — opening its session, writing and committing its
+    # share, renewing its fence — runs on its worker (self.workers), the lanes side by side. The main thread touches
+    # a lane's session only between worker batches, never a worker's clients.
+    def _session(self, state: LaneState, clients: LaneClients) -> LaneSession:
+        """Runs on the lane's worker."""
         if state.session is None:
             cfg = self.config
             # past the LSO: a handoff committed behind another lane's open transaction still counts
-            cp = self.store.read_own(cfg.pipeline, state.topic, state.partition)
+            cp = clients.store.read_own(cfg.pipeline, state.topic, state.partition)
             if cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
                 raise NotHandedOffError(cfg.pipeline, cp)
             epoch = cp.owner_epoch if cp is not None else 1
             copier = CheckpointedCopier(
-                self.source, self.target, self.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
+                clients.source, clients.target, clients.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
                 owner=DAEMON_OWNER, owner_epoch=epoch,
                 options=CopyOptions(max_inflight_bytes=cfg.commit_bytes),
                 policy=CommitPolicy(cfg.commit_bytes, cfg.commit_interval_ms, cfg.transaction_timeout_ms,
@@ -449,14 +479,15 @@ class ShallowMirrorDaemon:
                   position=state.session.position)
         return state.session
 
-    def _open(self, state: LaneState) -> RawBatchFetcher:
-        """The lane's session (opened with its transactional.id) and a fetcher at its committed position."""
-        session = self._session(state)
+    def _open(self, state: LaneState, clients: LaneClients) -> RawBatchFetcher:
+        """The lane's session (opened with its transactional.id) and a fetcher at its committed position. Runs on
+        the lane's worker; the fetcher itself is driven by the main thread's fetch rounds (``self.source``)."""
+        session = self._session(state, clients)
         if state.fetcher is None:
             position, epoch = session.position, session.position_epoch
             if position is None:  # no checkpoint yet: fix the start once, or "latest" would move with the data
                 if state.start is None:
-                    state.start = list_offsets(self.source, state.topic, state.partition,
+                    state.start = list_offsets(clients.source, state.topic, state.partition,
                                                "earliest" if self.config.new_partitions == "earliest"
                                                else "last_stable")
                 # stored before any copy: a restart (this daemon's or another's) resumes there instead of choosing
@@ -469,24 +500,27 @@ class ShallowMirrorDaemon:
                 topic_id=session.source_topic_id, last_epoch=epoch)
         return state.fetcher
 
+    def _open_ready(self) -> list[tuple[LaneState, int]]:
+        """Every held lane that may copy now, opened (on the workers, side by side: opening is several round trips
+        per lane), with the position its fetch starts at."""
+        candidates = [self.lanes[lane] for lane in sorted(self.held)
+                      if not self.lanes[lane].health.stopped and time.monotonic() >= self.lanes[lane].retry_at]
+        closed = [state for state in candidates if state.session is None or state.fetcher is None]
+        if closed:
+            outcomes = self.workers.run([(state.lane, functools.partial(self._open, state)) for state in closed],
+                                        tick=self._leases_if_due)  # many opens must not let our leases lapse
+            for state, outcome in zip(closed, outcomes, strict=True):
+                if not outcome.ok:
+                    self._failed(state, outcome.error)
+        return [(state, state.fetcher.position) for state in candidates
+                if state.lane in self.held and state.fetcher is not None and state.session is not None]
+
     def _copy_round(self) -> int | None:
-        """One fetch round over every held lane that is ready, then each lane's share copied and committed.
-        Returns records copied, or None when no lane was ready (the caller sleeps then)."""
-        ready: list[tuple[LaneState, int]] = []  # (lane, the position its fetch starts at)
-        for lane in sorted(self.held):
-            state = self.lanes[lane]
-            if state.health.stopped or time.monotonic() < state.retry_at:
-                continue
-            try:
-                fetcher = self._open(state)
-            except Exception as exc:  # noqa: BLE001 - classified in _failed
-                self._failed(state, exc)
-                continue
-            ready.append((state, fetcher.position))
-            self._leases_if_due()  # opening many lanes (startup, rebalance) must not let our leases lapse
-        ready = [(state, start) for state, start in ready if state.lane in self.held and state.fetcher is not None]
+        """One fetch round over every held lane that is ready, then the lanes' shares copied and committed on their
+        workers, side by side. Returns records copied, or None when no lane was ready (the caller sleeps then)."""
+        ready = self._open_ready()
         if not ready:
-            self._in_flight = None  # nothing to copy it into: its answers are never taken
+            self._drop_in_flight()
             return None
         shares = self._take_round(ready)
         # Overlap: the next round is sent now and travels while this round's shares are written and committed.
@@ -495,18 +529,39 @@ class ShallowMirrorDaemon:
         # the checkpoint), and its answer in the round in flight is then dropped unread (_take_round).
         self._in_flight = self._send_round([(state, state.fetcher.position) for state, _ in ready
                                             if state.fetcher is not None])
-        copied = 0
+        work = []  # (lane, its session, share start, fetch result) of every share with data to copy
         for state, fetcher, start, outcome in shares:
             # every fetched share is copied, even after SIGTERM: it is the in-flight work a stop finishes
             if state.lane not in self.held or state.fetcher is not fetcher:  # dropped or reset meanwhile
                 continue
-            copied += self._copy_fetched(state, start, outcome)
-            # renew between lanes, not once per round: many lanes (or slow commits) must not let our leases
-            # lapse, or another daemon takes them and the two keep fencing each other
-            self._leases_if_due()
+            fetched = self._share_fetched(state, start, outcome)
+            if fetched is not None:
+                work.append((state, state.session, start, fetched))
+        # a lane's data and checkpoint commit together on its worker; one lane's failure is its own outcome.
+        # Leases are renewed while the workers work: many lanes (or slow commits) must not let them lapse, or
+        # another daemon takes them and the two keep fencing each other
+        outcomes = self.workers.run(
+            [(state.lane, _call(session.copy, start, state.fetcher.position, fetcher=FetchedOnce(fetched, start)))
+             for state, session, start, fetched in work], tick=self._leases_if_due)
+        copied = 0
+        for (state, session, _start, fetched), outcome in zip(work, outcomes, strict=True):
+            if state.session is not session:  # dropped meanwhile (a lease round): its books are not ours any more
+                continue
+            if not outcome.ok:
+                self._failed(state, outcome.error)
+                continue
+            copied += self._copied(state, fetched, outcome.value)
         self.retention.publish(self._held_positions())
         self._publish_lane_states()
         return copied
+
+    def _drop_in_flight(self) -> None:
+        """Nothing to copy the round in flight into: its answers are never taken. They are discarded on the
+        connections now, so the next round reads its own answers, not these (broker_fetch.PendingRound.discard)."""
+        if self._in_flight is not None:
+            pending, _lanes = self._in_flight
+            self._in_flight = None
+            pending.discard()
 
     def _send_round(self, lanes: list[tuple[LaneState, int]]
                     ) -> tuple[PendingRound, list[tuple[LaneState, RawBatchFetcher, int]]]:
@@ -559,25 +614,25 @@ class ShallowMirrorDaemon:
                 out[(state.topic, state.partition)] = position
         return out
 
-    def _copy_fetched(self, state: LaneState, start: int, outcome: PartitionOutcome) -> int:
-        """Copy one lane's share of a fetch round, ``[start, fetcher.position)``, and commit it with its checkpoint."""
+    def _share_fetched(self, state: LaneState, start: int, outcome: PartitionOutcome):
+        """A lane's share of a fetch round, ``[start, fetcher.position)``: the fetch result to copy, or None when
+        the fetch failed (classified) or brought nothing new (lag noted)."""
         labels = (state.topic, str(state.partition))
         if outcome.error is not None:
             self._failed(state, outcome.error, fetching=True)
-            return 0
+            return None
         state.fetch_failures = 0
         fetched = outcome.result
         state.last_stable = fetched.last_stable_offset
-        end = state.fetcher.position
-        if end <= start:  # nothing new
+        if state.fetcher.position <= start:  # nothing new
             state.health.succeeded()
             self.metrics.lag.labels(*labels).set(max(0, fetched.last_stable_offset - start))
-            return 0
-        try:
-            result = state.session.copy(start, end, fetcher=FetchedOnce(fetched, start))
-        except Exception as exc:  # noqa: BLE001 - classified in _failed
-            self._failed(state, exc)
-            return 0
+            return None
+        return fetched
+
+    def _copied(self, state: LaneState, fetched, result) -> int:
+        """The books of a share its worker copied and committed with its checkpoint."""
+        labels = (state.topic, str(state.partition))
         state.failures = 0
         state.health.succeeded()
         if state.session.position != state.fetcher.position:  # cannot happen; if it did, trust the checkpoint
@@ -725,6 +780,11 @@ class ShallowMirrorDaemon:
               target_topic=state.target_topic, rejected=exc.error, source_offset=exc.source_offset,
               changes=f"'{'; '.join(map(str, changes))}'")
         return True
+
+
+def _call(fn, *args, **kwargs):
+    """A lane worker task calling ``fn(*args, **kwargs)`` (it does not need the worker's clients)."""
+    return lambda _clients: fn(*args, **kwargs)
 
 
 def _first_known(*values):

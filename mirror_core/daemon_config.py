@@ -23,6 +23,7 @@
     fetch_max_bytes: 16777216                          # per Fetch request (one per source broker per round)
     partition_fetch_max_bytes: 4194304                 # per partition in that request
     shutdown_grace_s: 20                               # SIGTERM: finish the round within this, else just stop
+    commit_workers: 8                                  # lanes opened and committed side by side (1: in turn)
     stall_after_s: 300                                 # a lane failing (retriable) this long is `stalled`: /readyz 503
     prune_interval_s: 300                              # offset maps pruned below groups and log start this often
     checkpoint_topic: __shoal_checkpoints              # on the target; one per Shoal installation, usually
@@ -70,6 +71,7 @@ class PipelineConfig:
     fetch_max_bytes: int = 16 * 1024 * 1024
     partition_fetch_max_bytes: int = 4 * 1024 * 1024
     shutdown_grace_s: float = 20.0
+    commit_workers: int = 8
     stall_after_s: float = 300.0
     prune_interval_s: float = 300.0
     checkpoint_topic: str = CHECKPOINT_TOPIC
@@ -82,7 +84,7 @@ class PipelineConfig:
             raise ConfigError(f"pipeline {self.pipeline!r}: new_partitions must be earliest or latest")
         for name in ("commit_interval_ms", "commit_bytes", "poll_interval_ms", "rescan_interval_s", "lease_ttl_s",
                      "fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s", "config_sync_interval_s",
-                     "retention_interval_s", "stall_after_s", "prune_interval_s"):
+                     "retention_interval_s", "stall_after_s", "prune_interval_s", "commit_workers"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
         if not self.metrics_host or any(c in self.metrics_host for c in " /"):

@@ -180,6 +180,11 @@ class BatchWriter:
         # outside transactions, writes may go through a SharedProduce (mirror_core.shared_produce): several lanes'
         # writes in the same Produce requests
         self.shared = None
+        # partitions the open transaction will write (announced by the caller): added with the next
+        # AddPartitionsToTxn, so a lane's data and checkpoint partitions cost one request, not two
+        self._txn_expected: set[tuple[str, int]] = set()
+        # the transaction coordinator's node, found once and kept until it answers "not me" or cannot be reached
+        self._coordinator: int | None = None
 
     @property
     def _who(self) -> str:
@@ -204,6 +209,7 @@ class BatchWriter:
         self._acknowledged.clear()
         self._in_txn = False
         self._txn_partitions.clear()
+        self._txn_expected.clear()
         log.info("writer on %r: %s has epoch %d", self.client.cluster_name, self._who, self.producer_epoch)
         return self.producer_id, self.producer_epoch
 
@@ -225,14 +231,16 @@ class BatchWriter:
 
     def _coordinator_call(self, request, what: str, *, give_up_after_s: float | None = None):
         """Send to the transaction coordinator (any broker for idempotent-only InitProducerId), retrying for
-        ``give_up_after_s`` (default: :meth:`_retry_window_s`)."""
+        ``give_up_after_s`` (default: :meth:`_retry_window_s`). The coordinator is looked up once and kept (a
+        lane's commit makes several calls, each a round trip saved); any retriable error forgets it, so a moved
+        coordinator (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, a lost connection) is looked up again."""
         backoff = Backoff(give_up_after=self._retry_window_s() if give_up_after_s is None else give_up_after_s)
-        coordinator = None
         while True:
             try:
-                if self.transactional_id is not None and coordinator is None:
-                    coordinator = self.client.find_coordinator(self.transactional_id, CoordinatorType.TRANSACTION)
-                response = self.client.send(coordinator, request)
+                if self.transactional_id is not None and self._coordinator is None:
+                    self._coordinator = self.client.find_coordinator(self.transactional_id,
+                                                                     CoordinatorType.TRANSACTION)
+                response = self.client.send(self._coordinator, request)
                 error = Errors.for_code(response.error_code)
                 if error is not Errors.NoError:
                     raise error()
@@ -250,7 +258,7 @@ class BatchWriter:
                 if not is_retriable(type(exc)):
                     raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r} failed: "
                                       f"{type(exc).__name__}") from None
-                coordinator = None
+                self._coordinator = None
                 if not backoff.wait():
                     if isinstance(exc, Errors.ConcurrentTransactionsError):
                         raise MirrorError(f"{what} for {self._who} on cluster {self.client.cluster_name!r}: the id's "
@@ -347,6 +355,15 @@ class BatchWriter:
         self._in_txn = True
         self._txn_started = time.monotonic()
         self._txn_partitions.clear()
+        self._txn_expected.clear()
+
+    def expect_partitions(self, tps: Sequence[tuple[str, int]]) -> None:
+        """The open transaction will write ``tps`` too: they go with the next AddPartitionsToTxn (one request for a
+        lane's data and checkpoint partitions). Announce only partitions the transaction surely writes: one added
+        and not written still gets the transaction's marker."""
+        if not self._in_txn:
+            raise MirrorError("expect_partitions needs an open transaction")
+        self._txn_expected.update(tps)
 
     @property
     def in_transaction(self) -> bool:
@@ -373,9 +390,12 @@ class BatchWriter:
                 give_up_after_s=self._retry_window_s(share=1.0) if give_up_after_s is None else give_up_after_s)
         self._in_txn = False
         self._txn_partitions.clear()
+        self._txn_expected.clear()
 
     def _add_partitions(self, tps: list[tuple[str, int]]) -> None:
-        new = sorted(set(tps) - self._txn_partitions)
+        if not set(tps) - self._txn_partitions:
+            return
+        new = sorted((set(tps) | self._txn_expected) - self._txn_partitions)
         if not new:
             return
         by_topic = collections.defaultdict(list)
@@ -394,6 +414,7 @@ class BatchWriter:
             errors.discard(Errors.NoError)
             if not errors:
                 self._txn_partitions.update(new)
+                self._txn_expected.difference_update(new)
                 return
             fenced = [e for e in errors if e in _FENCED]
             fatal = [e for e in errors if not is_retriable(e) and e is not Errors.OperationNotAttemptedError]

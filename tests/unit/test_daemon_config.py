@@ -40,7 +40,7 @@ def test_missing_keys_and_bad_values_are_named():
     with pytest.raises(ConfigError, match="lease_ttl_s"):
         pipeline_config_from_mapping({**BASE, "lease_ttl_s": 0})
     for key in ("fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s", "config_sync_interval_s",
-                "retention_interval_s"):
+                "retention_interval_s", "commit_workers"):
         with pytest.raises(ConfigError, match=key):
             pipeline_config_from_mapping({**BASE, key: -1})
 
