@@ -281,6 +281,40 @@ def test_an_incremental_answer_naming_a_partition_we_never_asked_for_drops_the_s
     assert session.build(_specs(positions, KEYS[:2])).full
 
 
+def test_a_partition_whose_leader_moves_leaves_the_old_brokers_session_and_joins_the_new_ones():
+    from mirror_core.broker_fetch import RoundSessions
+
+    logs = {key: _Log(high_watermark=4) for key in KEYS}
+    brokers = {1: ModelBroker(logs), 2: ModelBroker(logs)}
+    sessions = RoundSessions()
+    positions = {key: 0 for key in KEYS}
+    leaders = {key: 1 if i < 4 else 2 for i, key in enumerate(KEYS)}
+
+    def round_() -> dict:
+        answers = {}
+        for node in (1, 2):
+            wanted = [key for key in KEYS if leaders[key] == node]
+            request, answer = _one_round(sessions.session(node), brokers[node], positions, wanted)
+            answers[node] = (request, answer)
+            for key, data in answer.parts.items():
+                if data.records is not None:
+                    positions[key] = data.records[1]
+        return answers
+
+    for _ in range(3):          # everyone read to the end, and the broker told where they stand
+        round_()
+    moved = KEYS[0]
+    leaders[moved] = 2
+    logs[moved].high_watermark = 9
+    answers = round_()
+    old, new = answers[1][0], answers[2][0]
+    assert [(t.topic, list(t.partitions)) for t in old.forgotten] == [(moved.topic, [moved.partition])]
+    assert moved not in brokers[1].sessions[100].params, "the old leader's session no longer fetches it"
+    assert [p.partition for t in new.topics for p in t.partitions] == [moved.partition]
+    assert answers[2][1].parts[moved].records == (4, 7), "the new leader fetches it where the fetcher stands"
+    assert not answers[2][1].parts.keys() - {moved}
+
+
 # -- on the wire ----------------------------------------------------------------------------------------------
 
 _names = st.text("abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, max_size=20)
