@@ -14,7 +14,9 @@ round a request names only the partitions whose position changed, joined or left
 the partitions with something new; a partition left out of the answer gets a result without batches at its
 unchanged position, with the high watermark / last stable / log start offsets last known (never "done" or
 "stalled" by itself). A lost session (FETCH_SESSION_ID_NOT_FOUND, e.g. evicted; INVALID_FETCH_SESSION_EPOCH) is
-re-asked at once as a full request inside :meth:`PendingRound.collect`: callers never see it.
+re-asked at once as a full request inside :meth:`PendingRound.collect`: callers never see it. In a session the
+broker keeps the partition order itself and moves a partition that returned data to the end (Kafka's
+IncrementalFetchContext), so the rotation below matters for full requests only.
 
 Invariants: a partition appears in at most one request per round; one partition's error never touches another's
 result (each outcome is its own); a fetcher's position moves only when its part of a response was accepted; memory

@@ -10,17 +10,24 @@ request and nothing else: no error reaches the caller, nothing is skipped or cop
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
 from mirror_core.batch_deep import decode_record_tail, read_records
 from mirror_core.broker_fetch import RoundSessions, RoundStats, fetch_round
+from mirror_core.cli import sandbox_from_environ
+from mirror_core.cluster import ClusterConfig
 from mirror_core.concurrent_copy import plain_share_writer
 from mirror_core.copier import CopyOptions, FetchedOnce, PartitionRange
 from mirror_core.fetcher import RawBatchFetcher
 from mirror_core.kafka_wire import WireClient
+from mirror_core.sandbox.broker import SandboxBroker
+from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
 from mirror_core.wire_fastpath import FastConnection
+from tests.integration.test_daemon import free_port
+from tests.kafka_helpers import KafkaTestCluster
 
 pytestmark = pytest.mark.integration
 
@@ -197,3 +204,45 @@ def test_a_single_partition_fetcher_with_a_session_reads_its_range_exactly_acros
 
 def _values(result) -> list[bytes]:
     return [decode_record_tail(r.tail)[1] for view in result.batches for r in read_records(view)]
+
+
+class _NoSessionsBroker(SandboxBroker):
+    """A sandbox broker with fetch sessions turned off: it answers every session request with session id 0."""
+
+    def _render_properties(self, tls_meta, users=None):
+        return super()._render_properties(tls_meta, users) + "max.incremental.fetch.session.cache.slots=0\n"
+
+
+@pytest.fixture(scope="module")
+def no_sessions_source(session_sandbox, tmp_path_factory):
+    session_sandbox.ensure("target")
+    sandbox = sandbox_from_environ(os.environ)
+    spec = ClusterSpec("no-sessions", DEFAULT_KAFKA_VERSION, free_port(), free_port())
+    broker = _NoSessionsBroker(spec, tmp_path_factory.mktemp("no-sessions"), sandbox.cache_dir)
+    broker.start(timeout=120)
+    try:
+        yield KafkaTestCluster(ClusterConfig("no-sessions", {"bootstrap.servers": spec.bootstrap}))
+    finally:
+        broker.stop()
+
+
+@pytest.mark.timeout(240)
+def test_a_broker_that_refuses_sessions_gets_full_requests_and_the_copy_is_exact(no_sessions_source,
+                                                                                 target_cluster, route, unique_name):
+    topic = unique_name(route)
+    target_topic = f"fs.{topic}"
+    no_sessions_source.create_topic(topic, partitions=3)
+    target_cluster.create_topic(target_topic, partitions=3)
+    with WireClient.for_cluster(no_sessions_source.config, fast_path=route == "fast") as source, \
+            WireClient.for_cluster(target_cluster.config) as target:
+        copy = _RoundCopy(source, target, topic, target_topic, 3, RoundSessions())
+        for n in range(3):
+            for p in range(3):
+                _produce(no_sessions_source, topic, p, 2 + n, f"r{n}")
+            stats = copy.round()
+            assert (stats.incremental, stats.named, stats.answered, stats.sessions_lost) == (0, 3, 3, 0)
+        session = copy.sessions.session(copy.fetchers[0].locate()[0])
+        assert not session.active and session.stats.full_requests == 3
+    source_records = _by_partition(no_sessions_source.read_all(topic))
+    assert _by_partition(target_cluster.read_all(target_topic)) == source_records
+    assert [len(source_records[p]) for p in range(3)] == [9, 9, 9]
