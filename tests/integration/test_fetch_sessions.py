@@ -246,3 +246,24 @@ def test_a_broker_that_refuses_sessions_gets_full_requests_and_the_copy_is_exact
     source_records = _by_partition(no_sessions_source.read_all(topic))
     assert _by_partition(target_cluster.read_all(target_topic)) == source_records
     assert [len(source_records[p]) for p in range(3)] == [9, 9, 9]
+
+
+@pytest.mark.timeout(60)
+def test_sessions_work_over_the_sasl_ssl_fast_path(secure_source_cluster, source_cluster, unique_name):
+    topic = unique_name()
+    source_cluster.create_topic(topic, partitions=4)
+    for p in range(4):
+        _produce(source_cluster, topic, p, 3, "tls")
+    with WireClient.for_cluster(secure_source_cluster.config) as source:
+        fetchers = [RawBatchFetcher(source, topic, p, 0, None, max_wait_ms=50) for p in range(4)]
+        assert source.fast_connection(fetchers[0].locate()[0]).tls_version is not None
+        stats = RoundStats()
+        sessions = RoundSessions()
+        got = []
+        for _ in range(4):
+            outcomes = fetch_round(source, fetchers, max_bytes=1 << 20, max_wait_ms=50, stats=stats,
+                                   sessions=sessions)
+            assert all(o.error is None for o in outcomes)
+            got += [v for o in outcomes for v in _values(o.result)]
+    assert (stats.requests, stats.incremental, stats.answered) == (4, 3, 4)
+    assert sorted(got) == sorted(r.value for r in source_cluster.read_all(topic))
