@@ -227,7 +227,9 @@ class FetchSession:
             self._ends = {}
         for spec in request.topics:
             for part in spec.partitions:
-                self._sent[PartitionKey(spec.topic, spec.topic_id, part.partition)] = part
+                key = PartitionKey(spec.topic, spec.topic_id, part.partition)
+                if not request.full or key in result.parts:  # a new session holds what its first answer named
+                    self._sent[key] = part
         for topic in request.forgotten:
             for index in topic.partitions:
                 key = PartitionKey(topic.topic, topic.topic_id, index)
