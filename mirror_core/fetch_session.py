@@ -57,7 +57,6 @@ from mirror_core.wire_fastpath import FetchPartitionSpec, FetchTopicSpec, Forgot
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0       # a full request that opens a session (closing the one named by its id, if any)
 FINAL_EPOCH = -1        # a full request without a session (closing the one named by its id, if any)
-SESSION_VERSION = 7     # Fetch v7 added sessions; below it the fields are not on the wire
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
