@@ -27,6 +27,8 @@ def test_prefetched_fetches_read_after_a_long_write_are_not_timed_out(source_clu
     topic = unique_name()
     source_cluster.create_topic(topic, partitions=2)
     with WireClient.for_cluster(source_cluster.config) as source:
+        for p in range(2):   # a new topic's leaders may not know their epoch yet: wait until both answer
+            RawBatchFetcher(source, topic, p, 0, None, max_wait_ms=10, retry_timeout_s=30).fetch()
         source.request_timeout_ms = REQUEST_TIMEOUT_MS
         fetchers = [RawBatchFetcher(source, topic, p, 0, None, max_wait_ms=LONG_POLL_MS, retry_timeout_s=0)
                     for p in range(2)]
