@@ -17,6 +17,8 @@ cluster by three mirrors, each in its own process (so CPU time and peak RSS are 
   mirror's CPU is what is compared, and both brokers share core 0 either way).
 - ``shallow-sasl-kp`` (not in the default set): the same over kafka-python's connections (``fast_path=False``),
   which is what a secure cluster got before the fast path spoke TLS and SASL.
+- ``shallow-before`` (not in the default set): ``shallow`` run from another checkout (``--before-root``, e.g. a
+  worktree of main at a branch point), so a change and its baseline are measured in one run on the same data.
 
 Measured per mirror: wall seconds and CPU seconds (user + system, all threads) of the copy phase (clients
 connected, imports done), MB/s and CPU-s per GB over the source's on-disk batch bytes, the whole process's CPU
@@ -49,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 MIRROR_CORE, BROKER_CORE = 1, 0
-MIRRORS = ("shallow", "deep", "null", "shallow-sasl", "shallow-sasl-kp")
+MIRRORS = ("shallow", "deep", "null", "shallow-sasl", "shallow-sasl-kp", "shallow-before")
 DEFAULT_MIRRORS = ("shallow", "deep", "null")
 SECURE_MIRRORS = {"shallow-sasl": True, "shallow-sasl-kp": False}   # mirror -> fast path on
 MIB = 1024 * 1024
@@ -66,6 +68,7 @@ class Case:
     batch_size: int = 64 * 1024   # producer batch.size (bytes before compression)
     batch_records: int = 10_000   # producer batch.num.messages (1: one record per batch)
     linger_ms: int = 20
+    values: str = "text"      # "text": :func:`_values`; "orders": the link benchmark's JSON order events
 
 
 def default_cases(scale: float) -> list[Case]:
@@ -73,7 +76,16 @@ def default_cases(scale: float) -> list[Case]:
         Case("zstd-1KiB", "zstd", int(250_000 * scale)),
         Case("lz4-1KiB", "lz4", int(250_000 * scale)),
         Case("lz4-1-record-batches", "lz4", int(20_000 * scale), batch_records=1, linger_ms=0),
+        uncompressed_orders_case(scale),
     ]
+
+
+def uncompressed_orders_case(scale: float) -> Case:
+    """The link benchmark's data on one partition (issue 14's "uncompressed records" target): uncompressed JSON
+    order events of ~520 bytes with 16-byte keys (``ord-%012d``), ~553 bytes per record as stored, written with
+    ``batch.size`` 256 KiB and ``linger.ms`` 20 (see :func:`bench.link_bench.generate`)."""
+    return Case("none-json-orders", "none", int(250_000 * scale), record_bytes=0, batch_size=256 * 1024,
+                linger_ms=20, values="orders")
 
 
 # -- data ---------------------------------------------------------------------------------------------------
@@ -104,11 +116,24 @@ def generate(case: Case, source_conf: dict, topic: str) -> None:
         if err is not None:
             errors.append(err.str())
 
-    values = _values(case.record_bytes)
+    if case.values == "orders":
+        from bench.link_bench import order_event
+
+        def value(i: int) -> bytes:
+            return order_event(i)
+
+        key_format = b"ord-%012d"
+    else:
+        values = _values(case.record_bytes)
+
+        def value(i: int) -> bytes:
+            return values[i % len(values)]
+
+        key_format = b"key-%08d"
     for i in range(case.records):
         while True:
             try:
-                producer.produce(topic, key=b"key-%08d" % i, value=values[i % len(values)], partition=0,
+                producer.produce(topic, key=key_format % i, value=value(i), partition=0,
                                  on_delivery=on_delivery)
                 break
             except BufferError:
@@ -296,15 +321,17 @@ def child_null(spec: dict) -> dict:
 
 
 CHILDREN = {"shallow": child_shallow, "deep": child_deep, "null": child_null, "shallow-sasl": child_shallow,
-            "shallow-sasl-kp": child_shallow}
+            "shallow-sasl-kp": child_shallow, "shallow-before": child_shallow}
 
 
-def run_child(mirror: str, spec: dict) -> dict:
-    """Run one mirror in its own process pinned to MIRROR_CORE; returns its report plus whole-process CPU."""
+def run_child(mirror: str, spec: dict, root: Path = ROOT) -> dict:
+    """Run one mirror in its own process pinned to MIRROR_CORE, from the checkout ``root`` (its ``bench`` and
+    ``mirror_core``); returns its report plus whole-process CPU."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
+    env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.run([sys.executable, "-m", "bench.copy_bench", "--child", mirror],
-                          input=json.dumps(spec), capture_output=True, text=True, cwd=ROOT, timeout=900)
+                          input=json.dumps(spec), capture_output=True, text=True, cwd=root, env=env, timeout=900)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{mirror} mirror failed:\n{proc.stderr[-3000:]}")
@@ -348,7 +375,9 @@ def run(args) -> dict:
     run_id = time.strftime("%Y%m%d-%H%M%S")
     out = {"run_id": run_id, "machine": _machine(), "fetch_max_bytes": args.fetch_max_bytes,
            "deep_consumer_conf": dict(args.deep_consumer_conf),
-           "max_inflight_bytes": args.max_inflight_bytes, "cases": [],
+           "max_inflight_bytes": args.max_inflight_bytes, "cases": [], "commit": _commit(ROOT),
+           "before_root": str(args.before_root) if args.before_root else None,
+           "before_commit": _commit(args.before_root) if args.before_root else None,
            "secure_target": secure["target_name"] if secure else None}
     created: list[tuple[TopicAdmin, str]] = []
     try:
@@ -381,7 +410,8 @@ def run(args) -> dict:
                                 "fetch_max_bytes": args.fetch_max_bytes,
                                 "max_inflight_bytes": args.max_inflight_bytes,
                                 "deep_consumer_conf": dict(args.deep_consumer_conf)}
-                        report = run_child(mirror, spec)
+                        root = args.before_root if mirror == "shallow-before" else ROOT
+                        report = run_child(mirror, spec, root)
                         landed = target_end(dst_plain, dst)
                         if landed != data["records"]:
                             raise RuntimeError(f"{mirror} on {case.name}: target holds {landed} records, "
@@ -423,6 +453,18 @@ def _machine() -> dict:
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "cpu_model": _cpu_model(), "confluent_kafka": confluent_kafka.version()[0],
             "librdkafka": confluent_kafka.libversion()[0], "kafka_python": kafka.__version__}
+
+
+def _commit(root: Path) -> str | None:
+    """The checkout's HEAD commit, with ``+dirty`` when it has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "mirror_core"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def _cpu_model() -> str:
@@ -472,11 +514,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-inflight-bytes", type=int, default=8 * MIB)
     parser.add_argument("--deep-consumer-conf", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                         help="extra librdkafka consumer setting for the deep baseline (repeatable)")
+    parser.add_argument("--before-root", type=Path,
+                        help="checkout the shallow-before mirror runs from (its bench/copy_bench.py must take --child)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin the broker JVMs to core 0")
     parser.add_argument("--keep-topics", action="store_true", help="leave the bench topics on both clusters")
     parser.add_argument("--out", type=Path, help="result JSON (default: bench/results/copy-<time>.json)")
     parser.add_argument("--child", choices=MIRRORS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if "shallow-before" in args.mirrors and not args.child and args.before_root is None:
+        parser.error("the shallow-before mirror needs --before-root")
     if args.child:
         child_main(args.child)
         return

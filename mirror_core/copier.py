@@ -29,13 +29,12 @@ someone else wrote to it, and the copy halts); ``CopyResult.source_end`` never p
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mirror_core.batch_codec import PreparedBatch, prepare_for_target
+from mirror_core.batch_codec import PreparedBatch, RecordsDigest, prepare_for_target
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka_wire import WireClient
@@ -203,7 +202,7 @@ class RangeCopier:
         started = time.monotonic()
         result = CopyResult(rng, source_start=rng.start, source_end=rng.start,
                             offset_runs=offset_runs if offset_runs is not None else OffsetRuns())
-        session = _Session(hashlib.blake2b(digest_size=16), landing=landing)
+        session = _Session(RecordsDigest(), landing=landing)
         if rng.start == rng.end:
             return self._finish(result, session, started, progress)
         if fetcher is None:
@@ -232,9 +231,14 @@ class RangeCopier:
                 prefetch()  # travels while this answer is prepared, written and committed
             if self.throttle is not None and fetched.batches:
                 self.throttle.consume(sum(view.size for view in fetched.batches))
+            in_place = True
             for view in fetched.batches:
+                # in place (no copy): the answer is this copy's own and its source bytes are not read again. Only
+                # until a flush inside this answer: the batches after it are copied, so a pending batch keeps an
+                # answer alive only while all of that answer's batches are pending, and what a copy holds stays the
+                # pending bytes plus the answer being processed (what may_prefetch counts)
                 prepared = prepare_for_target(view, preserve_log_append_time=opts.preserve_log_append_time,
-                                              exact_bounds=bounds)
+                                              exact_bounds=bounds, in_place=in_place)
                 if prepared is None:
                     continue
                 # a whole first batch straddling the start: the copy began below it (a legacy wrapper's first
@@ -247,6 +251,7 @@ class RangeCopier:
                 if pending_bytes >= opts.max_inflight_bytes:
                     self._flush(rng, pending, result, session)
                     pending, pending_bytes = [], 0
+                    in_place = False
             if fetched.batches or fetcher.position > result.source_end:
                 last_progress = time.monotonic()
             elif fetched.last_stable_offset <= fetcher.position and \
@@ -261,8 +266,9 @@ class RangeCopier:
                 _advance_end(result, self._reachable_end(fetcher, rng), fetcher.last_epoch)
             if progress is not None:
                 progress(result)
-            # drop this response's views before the next fetch is taken: at most this answer and the prefetched
-            # one are alive at once (bounded by may_prefetch)
+            # drop this response's views before the next fetch is taken: besides the prefetched answer, only answers
+            # all of whose batches are pending stay alive (re-stamped in place instead of copied): as before, the
+            # pending bytes plus this answer and the prefetched one (bounded by may_prefetch)
             fetched = view = None
         if pending:
             self._flush(rng, pending, result, session)
@@ -300,9 +306,7 @@ class RangeCopier:
             result.bytes += len(prepared.data)
             result.deep_batches += prepared.deep
             _advance_end(result, prepared.source_next_offset, prepared.source_leader_epoch)
-            section = memoryview(prepared.data)[RECORDS_SECTION:]
-            session.digest.update(len(section).to_bytes(4, "big"))
-            session.digest.update(section)
+            session.digest.add(memoryview(prepared.data)[RECORDS_SECTION:])
         if self.listener is not None:
             session.markers_allowed += self.listener.flushed(result, final=False)
 
@@ -317,7 +321,7 @@ def _advance_end(result: CopyResult, offset: int, epoch: int) -> None:
 class _Session:
     """Per-copy bookkeeping of where the next batch must land on the target."""
 
-    digest: object
+    digest: RecordsDigest  # over the records sections written, in order
     expected: int | None = None
     markers_allowed: int = 0
     landing: LandingRule | None = None  # checks the first batch (the copier has no earlier landing to go by)

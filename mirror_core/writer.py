@@ -107,17 +107,21 @@ class OutgoingBatch:
     """One v2 batch for a target partition, ready apart from its producer fields.
 
     The writer owns ``data`` and stamps it in place on every write; the caller must not share the buffer.
-    Handed anything but a ``bytearray``, the batch copies it once.
+    Handed anything but a ``bytearray`` or a writable byte ``memoryview`` (the copier's batches re-stamped in
+    their Fetch frame), the batch copies it once.
     """
 
     topic: str
     partition: int
-    data: bytearray
+    data: bytearray | memoryview
     source_offset: int  # source base offset, named in errors
 
     def __post_init__(self):
-        if not isinstance(self.data, bytearray):
-            object.__setattr__(self, "data", bytearray(self.data))
+        data = self.data
+        if not isinstance(data, bytearray) and not (
+                isinstance(data, memoryview) and not data.readonly and data.format == "B" and data.ndim == 1
+                and data.c_contiguous):
+            object.__setattr__(self, "data", bytearray(data))
 
     @property
     def records_count(self) -> int:
@@ -429,7 +433,8 @@ class BatchWriter:
         Topic = ProduceRequest.TopicProduceData
         by_topic = collections.defaultdict(list)
         for (topic, partition), p in items.items():
-            by_topic[topic].append(Topic.PartitionProduceData(index=partition, records=p.batch.data))
+            records = p.batch.data if isinstance(p.batch.data, bytearray) else bytes(p.batch.data)
+            by_topic[topic].append(Topic.PartitionProduceData(index=partition, records=records))
         return ProduceRequest(
             transactional_id=self.transactional_id if self._in_txn else None, acks=self.acks,
             timeout_ms=self.produce_timeout_ms,

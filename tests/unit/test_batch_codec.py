@@ -22,12 +22,14 @@ from mirror_core.batch_codec import (
     CONTROL_COMMIT,
     BatchKind,
     Codec,
+    RecordsDigest,
     control_type,
     iter_batches,
     parse_batch,
     prepare_for_target,
     records_digest,
     rewrite_header,
+    rewrite_header_in_place,
     rewrite_header_into,
     stamp_producer_in_place,
     verify_crc,
@@ -583,3 +585,111 @@ def test_legacy_wrapper_straddling_a_bound_splits_between_the_two_ranges(magic, 
         assert [(r[2], r[3]) for r in got] == [(k, v) for _, _, k, v, _ in rows]
     assert before.offset_runs() + after_exact.offset_runs() == [(300, 0, bound - 300), (bound, 0, 306 - bound)]
     assert len(whole) == 6
+
+
+# -- in place: a batch re-stamped inside the fetched frame (issue 14, CPU per GB) ----------------------------------
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=st.lists(st.tuples(st.lists(_record, min_size=1, max_size=6), _available_codecs,
+                                  st.sampled_from([0, LAT, TXN, HORIZON])), min_size=1, max_size=4),
+       pid=st.integers(-1, 2**40), seq=st.integers(0, 2**30), txn=st.booleans(), keep_lat=st.booleans())
+def test_property_in_place_equals_the_copy_and_touches_only_its_batch(batches, pid, seq, txn, keep_lat):
+    """A frame of several batches (as a Fetch response holds them): preparing each in place gives exactly the
+    bytes the copying path gives, writes nothing outside that batch, and leaves a valid batch (CRC included)."""
+    txn = txn and pid >= 0
+    frame = bytearray()
+    base = 1000
+    for rows, codec, bits in batches:
+        one = _build_any(list(enumerate(rows)), codec, base)
+        frame += patch(one, set_bits=bits) if bits else one
+        base += len(rows)
+    original = bytes(frame)
+    views, tail = walk_batches(frame)
+    assert len(views) == len(batches) and tail == 0
+    stamp = dict(producer_id=pid if pid >= 0 or not txn else 1, producer_epoch=2 if pid >= 0 else -1,
+                 base_sequence=seq if pid >= 0 else -1, transactional=txn, preserve_log_append_time=keep_lat)
+    pos = 0
+    for view in views:
+        copied = prepare_for_target(parse_batch(original[pos:pos + view.size]), **stamp)
+        in_place = prepare_for_target(view, in_place=True, **stamp)
+        assert (copied is None) == (in_place is None)
+        if copied is not None:
+            assert bytes(in_place.data) == bytes(copied.data)
+            assert in_place.deep == copied.deep and in_place.record_count == copied.record_count
+            assert (in_place.source_first_offset, in_place.source_next_offset) == \
+                (copied.source_first_offset, copied.source_next_offset)
+            verify_crc(parse_batch(in_place.data))
+            header_only = not in_place.deep and in_place.records_identical
+            assert isinstance(in_place.data, memoryview) == header_only
+            if header_only:  # the shallow header rewrite: the result *is* the frame's bytes, no copy
+                assert in_place.data.obj is frame
+                assert bytes(frame[pos:pos + view.size]) == bytes(copied.data)
+        # nothing after this batch was touched yet; a batch that needed new bytes (deep, timestamps rewritten,
+        # skipped) leaves its source bytes as they were
+        assert frame[pos + view.size:] == original[pos + view.size:]
+        if copied is None or not isinstance(in_place.data, memoryview):
+            assert frame[pos:pos + view.size] == original[pos:pos + view.size]
+        pos += view.size
+
+
+def test_in_place_on_a_read_only_buffer_copies_and_leaves_the_source_alone():
+    source = build(base_offset=77)
+    prepared = prepare_for_target(parse_batch(source), in_place=True, producer_id=5, producer_epoch=0,
+                                  base_sequence=0)
+    assert isinstance(prepared.data, bytearray)
+    assert bytes(prepared.data) == bytes(prepare_for_target(parse_batch(source), producer_id=5, producer_epoch=0,
+                                                            base_sequence=0).data)
+    with pytest.raises(ValueError, match="read-only"):
+        rewrite_header_in_place(parse_batch(source))
+
+
+def test_in_place_without_the_flag_never_writes_into_the_fetched_buffer():
+    frame = bytearray(build(codec=Codec.LZ4, base_offset=500))
+    before = bytes(frame)
+    prepared = prepare_for_target(parse_batch(frame), producer_id=3, producer_epoch=0, base_sequence=0)
+    assert frame == before and isinstance(prepared.data, bytearray)
+
+
+def test_a_corrupt_batch_is_refused_before_anything_is_written_in_place():
+    frame = bytearray(build(base_offset=900))
+    frame[-1] ^= 0x01
+    before = bytes(frame)
+    with pytest.raises(CorruptBatchError, match="900"):
+        prepare_for_target(parse_batch(frame), in_place=True)
+    assert frame == before
+
+
+def test_stamping_an_in_place_batch_through_the_writer_buffer_type():
+    """The writer stamps what the copier hands it; a view into the frame is stamped in the frame."""
+    from mirror_core.writer import OutgoingBatch
+
+    frame = bytearray(build(base_offset=40))
+    prepared = prepare_for_target(parse_batch(frame), in_place=True)
+    batch = OutgoingBatch("t", 0, prepared.data, 40)
+    assert batch.data is prepared.data  # not copied
+    stamp_producer_in_place(batch.data, producer_id=77, producer_epoch=1, base_sequence=9, transactional=True)
+    ref = DefaultRecordBatch(bytes(frame))
+    assert ref.validate_crc() and (ref.producer_id, ref.base_sequence, ref.is_transactional) == (77, 9, True)
+    assert OutgoingBatch("t", 0, memoryview(bytes(frame)), 40).data is not None  # read-only: copied
+    assert isinstance(OutgoingBatch("t", 0, memoryview(bytes(frame)), 40).data, bytearray)
+
+
+# -- the records digest ----------------------------------------------------------------------------------------------
+
+def test_records_digest_covers_every_records_byte_and_no_header_byte():
+    a, b = build(base_offset=10), build(RECORDS[:3], codec=Codec.LZ4, base_offset=16)
+    reference = records_digest([parse_batch(a), parse_batch(b)])
+    assert len(reference) == 32 and int(reference, 16) >= 0
+    restamped = rewrite_header(parse_batch(a), producer_id=1, producer_epoch=2, base_sequence=3, transactional=True)
+    assert records_digest([parse_batch(restamped), parse_batch(b)]) == reference
+    for i in range(61, len(a)):
+        changed = bytearray(a)
+        changed[i] ^= 0x40
+        assert records_digest([bytes(changed[61:]), parse_batch(b)]) != reference, i
+    # section boundaries count: the same bytes split differently are a different digest
+    assert records_digest([a[61:] + b[61:]]) != reference
+    assert records_digest([]) != records_digest([b""])
+    running = RecordsDigest()
+    for section in (a[61:], memoryview(b)[61:]):
+        running.add(section)
+    assert running.hexdigest() == reference
