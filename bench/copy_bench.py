@@ -19,6 +19,12 @@ cluster by three mirrors, each in its own process (so CPU time and peak RSS are 
   which is what a secure cluster got before the fast path spoke TLS and SASL.
 - ``shallow-before`` (not in the default set): ``shallow`` run from another checkout (``--before-root``, e.g. a
   worktree of main at a branch point), so a change and its baseline are measured in one run on the same data.
+- ``concurrent-alo`` / ``concurrent-eos`` / ``concurrent-none`` (not in the default set): ``shoal copy``'s engine
+  (:class:`~mirror_core.concurrent_copy.ConcurrentCopy`, one lane per partition, every partition of the case) in
+  at-least-once (checkpoints, the lanes' writes sharing Produce requests), exactly-once (a transaction per lane
+  and commit: lanes never share a request) and ``none`` mode; ``concurrent-alo-alone`` is at-least-once with
+  every lane writing alone (``combine_lanes=False``, how lanes wrote before). The single-partition mirrors above
+  skip the multi-partition case ``lz4-1-record-batches-4p``.
 
 Measured per mirror: wall seconds and CPU seconds (user + system, all threads) of the copy phase (clients
 connected, imports done), MB/s and CPU-s per GB over the source's on-disk batch bytes, the whole process's CPU
@@ -51,8 +57,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 MIRROR_CORE, BROKER_CORE = 1, 0
-MIRRORS = ("shallow", "deep", "null", "shallow-sasl", "shallow-sasl-kp", "shallow-before")
+MIRRORS = ("shallow", "deep", "null", "shallow-sasl", "shallow-sasl-kp", "shallow-before", "concurrent-alo",
+           "concurrent-alo-alone", "concurrent-eos", "concurrent-none")
 DEFAULT_MIRRORS = ("shallow", "deep", "null")
+# these copy partition 0 only
+SINGLE_PARTITION_MIRRORS = {"shallow", "null", "shallow-sasl", "shallow-sasl-kp", "shallow-before"}
+# concurrent mirrors: `shoal copy`'s engine (ConcurrentCopy) in a delivery mode; "-alone": lanes never share
+# Produce requests (CopyOptions.combine_lanes=False, how every lane wrote before)
+CONCURRENT_MIRRORS = {"concurrent-alo": ("at-least-once", True), "concurrent-alo-alone": ("at-least-once", False),
+                      "concurrent-eos": ("exactly-once", True), "concurrent-none": ("none", True)}
 SECURE_MIRRORS = {"shallow-sasl": True, "shallow-sasl-kp": False}   # mirror -> fast path on
 MIB = 1024 * 1024
 
@@ -68,6 +81,7 @@ class Case:
     batch_size: int = 64 * 1024   # producer batch.size (bytes before compression)
     batch_records: int = 10_000   # producer batch.num.messages (1: one record per batch)
     linger_ms: int = 20
+    partitions: int = 1           # records go round-robin over the partitions
     values: str = "text"      # "text": :func:`_values`; "orders": the link benchmark's JSON order events
 
 
@@ -76,6 +90,7 @@ def default_cases(scale: float) -> list[Case]:
         Case("zstd-1KiB", "zstd", int(250_000 * scale)),
         Case("lz4-1KiB", "lz4", int(250_000 * scale)),
         Case("lz4-1-record-batches", "lz4", int(20_000 * scale), batch_records=1, linger_ms=0),
+        Case("lz4-1-record-batches-4p", "lz4", int(20_000 * scale), batch_records=1, linger_ms=0, partitions=4),
         uncompressed_orders_case(scale),
     ]
 
@@ -133,7 +148,7 @@ def generate(case: Case, source_conf: dict, topic: str) -> None:
     for i in range(case.records):
         while True:
             try:
-                producer.produce(topic, key=key_format % i, value=value(i), partition=0,
+                producer.produce(topic, key=key_format % i, value=value(i), partition=i % case.partitions,
                                  on_delivery=on_delivery)
                 break
             except BufferError:
@@ -143,21 +158,23 @@ def generate(case: Case, source_conf: dict, topic: str) -> None:
         raise RuntimeError(f"generating {topic}: {errors[:3]}")
 
 
-def describe_source(source_conf: dict, topic: str) -> dict:
-    """Offsets and on-disk batch statistics of partition 0, read with Shoal's raw fetcher."""
+def describe_source(source_conf: dict, topic: str, partitions: int = 1) -> dict:
+    """Offsets and on-disk batch statistics of every partition, read with Shoal's raw fetcher (``start``/``end``:
+    partition 0's, for the single-partition mirrors)."""
     from mirror_core.fetcher import RawBatchFetcher, list_offsets
     from mirror_core.kafka_wire import WireClient
 
+    starts, ends, sizes, records = [], [], [], 0
     with WireClient("source", source_conf) as client:
-        start = list_offsets(client, topic, 0, "earliest")
-        end = list_offsets(client, topic, 0, "last_stable")
-        sizes, records = [], 0
-        for view in RawBatchFetcher(client, topic, 0, start, end):
-            sizes.append(view.size)
-            records += view.records_count
-    return {"start": start, "end": end, "records": records, "batches": len(sizes), "bytes": sum(sizes),
-            "batch_bytes_min": min(sizes), "batch_bytes_avg": round(sum(sizes) / len(sizes)),
-            "batch_bytes_max": max(sizes)}
+        for p in range(partitions):
+            starts.append(list_offsets(client, topic, p, "earliest"))
+            ends.append(list_offsets(client, topic, p, "last_stable"))
+            for view in RawBatchFetcher(client, topic, p, starts[-1], ends[-1]):
+                sizes.append(view.size)
+                records += view.records_count
+    return {"start": starts[0], "end": ends[0], "starts": starts, "ends": ends, "records": records,
+            "batches": len(sizes), "bytes": sum(sizes), "batch_bytes_min": min(sizes),
+            "batch_bytes_avg": round(sum(sizes) / len(sizes)), "batch_bytes_max": max(sizes)}
 
 
 # -- pinning ------------------------------------------------------------------------------------------------
@@ -261,11 +278,12 @@ def child_deep(spec: dict) -> dict:
         if err is not None:
             errors.append(err.str())
 
-    dst, end, records = spec["dst_topic"], spec["end"], 0
-    consumer.assign([TopicPartition(spec["src_topic"], 0, spec["start"])])
+    dst, records = spec["dst_topic"], 0
+    ends = dict(enumerate(spec["ends"]))
+    positions = dict(enumerate(spec["starts"]))
+    consumer.assign([TopicPartition(spec["src_topic"], p, at) for p, at in positions.items()])
     with _Phase() as phase:
-        position = spec["start"]
-        while position < end:
+        while any(positions[p] < ends[p] for p in ends):
             for msg in consumer.consume(1000, 1.0):
                 err = msg.error()
                 if err is not None:
@@ -275,12 +293,13 @@ def child_deep(spec: dict) -> dict:
                 while True:
                     try:
                         producer.produce(dst, value=msg.value(), key=msg.key(), headers=msg.headers(),
-                                         timestamp=msg.timestamp()[1], partition=0, on_delivery=on_delivery)
+                                         timestamp=msg.timestamp()[1], partition=msg.partition(),
+                                         on_delivery=on_delivery)
                         break
                     except BufferError:
                         producer.poll(0.01)
                 records += 1
-                position = msg.offset() + 1
+                positions[msg.partition()] = msg.offset() + 1
             producer.poll(0)
         left = producer.flush(120)
     consumer.close()
@@ -320,8 +339,50 @@ def child_null(spec: dict) -> dict:
     return phase.report(records=records, batches=len(batches), bytes=total)
 
 
+def child_concurrent(spec: dict) -> dict:
+    """``shoal copy``'s engine over every partition: ConcurrentCopy with one lane per partition in the mirror's
+    delivery mode (checkpoints in the target's ``__shoal_checkpoints``, a pipeline of its own per run)."""
+    from dataclasses import replace
+
+    from mirror_core.checkpoint import CheckpointStore
+    from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
+    from mirror_core.cluster import ClusterConfig
+    from mirror_core.concurrent_copy import ConcurrentCopy, lane_share_writer, plain_share_writer
+    from mirror_core.copier import CopyOptions, PartitionRange
+    from mirror_core.kafka_wire import WireClient
+
+    mode, combine = CONCURRENT_MIRRORS[spec["mirror"]]
+    options = CopyOptions(fetch_max_bytes=spec["fetch_max_bytes"], max_inflight_bytes=spec["max_inflight_bytes"],
+                          combine_lanes=combine)
+    src, dst = spec["src_topic"], spec["dst_topic"]
+    with WireClient("source", spec["source"]) as source, WireClient("target", spec["target"]) as target:
+        ranges = [PartitionRange(src, p, lo, hi, dst, p)
+                  for p, (lo, hi) in enumerate(zip(spec["starts"], spec["ends"], strict=True))]
+        if mode == "none":
+            writers = [plain_share_writer(source, target, options, r) for r in ranges]
+        else:  # as `shoal copy` does (copy_command._share_writers), with its default commit policy
+            commit_bytes = 4 * MIB
+            store = CheckpointStore(ClusterConfig("target", spec["target"]), target)
+            store.ensure_topic()
+            copier = CheckpointedCopier(source, target, store, pipeline=f"bench.{dst}", mode=DeliveryMode(mode),
+                                        options=replace(options, max_inflight_bytes=min(
+                                            options.max_inflight_bytes, commit_bytes)),
+                                        policy=CommitPolicy(commit_bytes=commit_bytes))
+            writers = [lane_share_writer(copier.open_lane(src, r.partition, dst, r.partition), r) for r in ranges]
+        copy = ConcurrentCopy(source, options, writers, ranges)
+        with _Phase() as phase:
+            results = copy.run()
+    shared = copy.shared.stats if copy.shared is not None else None
+    return phase.report(records=sum(r.records for r in results), batches=sum(r.batches for r in results),
+                        bytes=sum(r.bytes for r in results), rounds=copy.rounds,
+                        max_round_bytes=copy.max_round_bytes,
+                        shared_requests=shared.requests if shared else None,
+                        shared_batches=shared.batches if shared else None)
+
+
 CHILDREN = {"shallow": child_shallow, "deep": child_deep, "null": child_null, "shallow-sasl": child_shallow,
-            "shallow-sasl-kp": child_shallow, "shallow-before": child_shallow}
+            "shallow-sasl-kp": child_shallow, "shallow-before": child_shallow,
+            **dict.fromkeys(CONCURRENT_MIRRORS, child_concurrent)}
 
 
 def run_child(mirror: str, spec: dict, root: Path = ROOT) -> dict:
@@ -352,12 +413,17 @@ def child_main(mirror: str) -> None:
 
 # -- the run ------------------------------------------------------------------------------------------------
 
-def target_end(target_conf: dict, topic: str) -> int:
-    from mirror_core.fetcher import list_offsets
+def target_records(target_conf: dict, topic: str, partitions: int) -> int:
+    """Records on the target topic, read back (an exactly-once copy's transaction markers take offsets too)."""
+    from mirror_core.fetcher import RawBatchFetcher, list_offsets
     from mirror_core.kafka_wire import WireClient
 
+    records = 0
     with WireClient("target", target_conf) as client:
-        return list_offsets(client, topic, 0, "latest")
+        for p in range(partitions):
+            start, end = list_offsets(client, topic, p, "earliest"), list_offsets(client, topic, p, "last_stable")
+            records += sum(view.records_count for view in RawBatchFetcher(client, topic, p, start, end))
+    return records
 
 
 def run(args) -> dict:
@@ -383,11 +449,11 @@ def run(args) -> dict:
     try:
         for case in cases:
             src = f"bench-{case.name}-{run_id}"
-            source_admin.create(src, 1)
+            source_admin.create(src, case.partitions)
             created.append((source_admin, src))
             t0 = time.monotonic()
             generate(case, source_conf, src)
-            data = describe_source(source_conf, src)
+            data = describe_source(source_conf, src, case.partitions)
             data["generate_seconds"] = time.monotonic() - t0
             entry = {"case": asdict(case), "source": data, "runs": []}
             out["cases"].append(entry)
@@ -397,22 +463,25 @@ def run(args) -> dict:
                 out["pinning"] = note
                 for rep in range(args.repeat):
                     for mirror in args.mirrors:
+                        if case.partitions > 1 and mirror in SINGLE_PARTITION_MIRRORS:
+                            continue
                         dst = f"{src}-{mirror}-{rep}"
                         src_conf, dst_conf, dst_admin, dst_plain = source_conf, target_conf, target_admin, target_conf
                         if mirror in SECURE_MIRRORS:
                             src_conf, dst_conf = secure["source"], secure["target"]
                             dst_admin, dst_plain = secure["admin"], secure["target_plain"]
-                        dst_admin.create(dst, 1)
+                        dst_admin.create(dst, case.partitions)
                         created.append((dst_admin, dst))
                         spec = {"source": src_conf, "target": dst_conf, "src_topic": src, "dst_topic": dst,
                                 "fast_path": SECURE_MIRRORS.get(mirror, True),
-                                "start": data["start"], "end": data["end"], "case": asdict(case),
+                                "start": data["start"], "end": data["end"], "starts": data["starts"],
+                                "ends": data["ends"], "case": asdict(case), "mirror": mirror,
                                 "fetch_max_bytes": args.fetch_max_bytes,
                                 "max_inflight_bytes": args.max_inflight_bytes,
                                 "deep_consumer_conf": dict(args.deep_consumer_conf)}
                         root = args.before_root if mirror == "shallow-before" else ROOT
                         report = run_child(mirror, spec, root)
-                        landed = target_end(dst_plain, dst)
+                        landed = target_records(dst_plain, dst, case.partitions)
                         if landed != data["records"]:
                             raise RuntimeError(f"{mirror} on {case.name}: target holds {landed} records, "
                                                f"expected {data['records']}")
@@ -474,12 +543,12 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-HEADER = (f"{'case':<22} {'mirror':<15} {'MB/s':>7} {'rec/s':>8} {'wall s':>7} {'CPU s':>6} {'CPU s/GB':>9} "
+HEADER = (f"{'case':<22} {'mirror':<20} {'MB/s':>7} {'rec/s':>8} {'wall s':>7} {'CPU s':>6} {'CPU s/GB':>9} "
           f"{'proc CPU s/GB':>13} {'peak RSS MiB':>12} {'start RSS':>9} {'growth':>7}")
 
 
 def _row(case: str, r: dict) -> str:
-    return (f"{case:<22} {r['mirror']:<15} {r['mb_per_s']:>7.1f} {r['records_per_s']:>8.0f} {r['seconds']:>7.2f} "
+    return (f"{case:<22} {r['mirror']:<20} {r['mb_per_s']:>7.1f} {r['records_per_s']:>8.0f} {r['seconds']:>7.2f} "
             f"{r['cpu_seconds']:>6.2f} {r['cpu_s_per_gb']:>9.1f} {r['process_cpu_s_per_gb']:>13.1f} "
             f"{r['peak_rss_kib'] / 1024:>12.1f} {r['rss_start_kib'] / 1024:>9.1f} {r['rss_growth_mib']:>7.1f}")
 

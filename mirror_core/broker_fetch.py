@@ -70,17 +70,18 @@ class RoundStats:
 
 @dataclass
 class RoundSessions:
-    """One client's fetch sessions for its rounds, one per source broker (:mod:`mirror_core.fetch_session`).
-    ``enabled=False``: every request is a sessionless full one (brokers that refuse sessions need nothing: they
-    answer with session id 0 and the requests stay full)."""
+    """One client's fetch sessions for its rounds, one per source broker and connection slot (a round that deals a
+    broker's partitions over several connections sends one request per slot, each its own session;
+    :mod:`mirror_core.fetch_session`). ``enabled=False``: every request is a sessionless full one (brokers that
+    refuse sessions need nothing: they answer with session id 0 and the requests stay full)."""
 
     enabled: bool = True
-    by_broker: dict[int, FetchSession] = field(default_factory=dict)
+    by_broker: dict[tuple[int, int], FetchSession] = field(default_factory=dict)
 
-    def session(self, broker: int) -> FetchSession:
-        found = self.by_broker.get(broker)
+    def session(self, broker: int, slot: int = 0) -> FetchSession:
+        found = self.by_broker.get((broker, slot))
         if found is None or found.enabled != self.enabled:
-            found = self.by_broker[broker] = FetchSession(enabled=self.enabled)
+            found = self.by_broker[(broker, slot)] = FetchSession(enabled=self.enabled)
         return found
 
 
@@ -112,13 +113,14 @@ def fetch_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_
 
 
 class _BrokerRequest:
-    """One broker's request of a round: its members (index into the fetchers, leader epoch), the session and the
-    session request it went with, and its future."""
+    """One broker's request of a round (on one of the client's connections to it, ``slot``): its members (index
+    into the fetchers, leader epoch), the session and the session request it went with, and its future."""
 
-    __slots__ = ("leader", "members", "session", "request", "future")
+    __slots__ = ("leader", "slot", "members", "session", "request", "future")
 
-    def __init__(self, leader: int, members: list[tuple[int, int]], session: FetchSession):
+    def __init__(self, leader: int, slot: int, members: list[tuple[int, int]], session: FetchSession):
         self.leader = leader
+        self.slot = slot
         self.members = members
         self.session = session
         self.request: SessionRequest | None = None
@@ -191,10 +193,14 @@ class PendingRound:
 
 def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_bytes: int, max_wait_ms: int,
                rotation: int = 0, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
-               stats: RoundStats | None = None, sessions: RoundSessions | None = None) -> PendingRound:
+               stats: RoundStats | None = None, connections: int = 1,
+               sessions: RoundSessions | None = None) -> PendingRound:
     """Send :func:`fetch_round`'s requests (one per leader) without waiting; the answers are taken by
     :meth:`PendingRound.collect`. Lets a caller write the previous round while this one travels (overlap).
-    ``sessions``: the fetch sessions to use (default: the client's own, :func:`round_sessions`)."""
+    ``connections`` > 1: a leader's partitions are dealt over that many connections to it (one request each, each
+    with ``max_bytes``, each in its own fetch session), for a link where one connection's window per round trip is
+    below the link rate. ``sessions``: the fetch sessions to use (default: the client's own,
+    :func:`round_sessions`)."""
     sessions = round_sessions(client) if sessions is None else sessions
     outcomes = [PartitionOutcome() for _ in fetchers]
     by_leader: dict[int, list[tuple[int, int]]] = {}  # leader → [(index into fetchers, leader epoch)]
@@ -212,7 +218,8 @@ def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_b
         sent.request = sent.session.build(topics)
         try:
             sent.future = send_fetch(client, sent.leader, topics, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
-                                     isolation=isolation, session=sent.request)
+                                     isolation=isolation, session=sent.request,
+                                     **({"slot": sent.slot} if sent.slot else {}))
         except Exception as exc:  # noqa: BLE001 - e.g. authentication: every partition of this broker fails
             sent.session.failed(sent.request)
             for i, _ in sent.members:
@@ -230,9 +237,14 @@ def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_b
         if rotation and len(members) > 1:
             shift = rotation % len(members)
             members = members[shift:] + members[:shift]
-        sent = _BrokerRequest(leader, members, sessions.session(leader))
-        if send(sent):
-            in_flight.append(sent)
+        slots = max(1, min(connections, len(members)))
+        for slot in range(slots):  # a partition keeps its connection from round to round (partition mod slots)
+            share = [m for m in members if fetchers[m[0]].partition % slots == slot] if slots > 1 else members
+            if not share:
+                continue
+            sent = _BrokerRequest(leader, slot, share, sessions.session(leader, slot))
+            if send(sent):
+                in_flight.append(sent)
     if stats is not None:
         stats.rounds += 1
     return PendingRound(client, fetchers, outcomes, in_flight, send, stats)

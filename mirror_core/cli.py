@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="commit after this many bytes (default 4 MiB)")
     cp.add_argument("--fetch-max-bytes", type=int, default=4 * 1024 * 1024, help=argparse.SUPPRESS)
     cp.add_argument("--max-inflight-bytes", type=int, default=8 * 1024 * 1024, help=argparse.SUPPRESS)
+    cp.add_argument("--round-max-bytes", type=int, default=64 * 1024 * 1024,
+                    help="bytes one fetch round of all partitions may bring (memory: a copy holds about three rounds)")
     cp.add_argument("--throttle-mbps", type=float, help="limit the copy to this many MB/s (protects a busy source)")
     cp.add_argument("--link-mbps", type=float,
                     help="the source link's rate in MB/s: preflight warns when a source broker's socket buffer "
@@ -288,6 +290,7 @@ def _copy(args: argparse.Namespace, sandbox, console) -> int:
         start=parse_position(args.start, what="--from"), end=parse_position(args.end, what="--to"),
         options=CopyOptions(exact_bounds=args.exact_bounds, preserve_log_append_time=not args.producer_timestamps,
                             fetch_max_bytes=args.fetch_max_bytes, max_inflight_bytes=args.max_inflight_bytes,
+                            round_max_bytes=args.round_max_bytes,
                             throttle_bytes_per_s=args.throttle_mbps * 1e6 if args.throttle_mbps else None),
         accept_loss=args.accept_loss, mode=args.mode, pipeline=args.pipeline,
         commit_interval_ms=args.commit_interval_ms, commit_bytes=args.commit_bytes,

@@ -3,8 +3,13 @@ lane, and the next round in flight while this round is written (``shoal copy``).
 
 Each round sends one FetchRequest per source leader carrying every unfinished range's partition at its position
 (:func:`mirror_core.broker_fetch.send_round`, the Java consumer's way), then — before the answers are taken — the
-previous round's shares are written and committed lane by lane. So the source round trip overlaps the writes, and
-partitions no longer wait for one another.
+previous round's shares are written and committed. So the source round trip overlaps the writes, and partitions
+no longer wait for one another. In exactly-once mode the lanes write one after another (one transactional producer
+per Produce request); in ``none`` and at-least-once mode (``CopyOptions.combine_lanes``) the lanes' shares run as
+one-at-a-time tasks whose writes go out together (:mod:`mirror_core.shared_produce`): one Produce request per
+target broker carries a batch of every lane, so small batches cost one request per round of lanes, not per lane.
+Where one connection's window caps the link, a round deals a broker's partitions over
+``CopyOptions.fetch_connections`` connections to it.
 
 A lane writes its share ``[start, fetcher.position)`` through the same path as the daemon
 (:meth:`LaneSession.copy` with :class:`~mirror_core.copier.FetchedOnce`; mode ``none``: a :class:`RangeCopier`
@@ -19,9 +24,10 @@ and the round was dropped unread). A lane's checkpoint is committed from what it
 the fetch position. A failure in one lane stops the copy with that lane's error; what other lanes committed stays,
 and a rerun resumes every lane at its checkpoint (nothing skipped, nothing written twice in exactly-once mode).
 
-Memory: two rounds at most (the one being written and the one in flight), each at most ``fetch_max_bytes`` per
-partition (``CopyOptions.fetch_max_bytes``; a request asks for that times its partitions), plus each lane's write
-window (``max_inflight_bytes``).
+Memory: two rounds at most (the one being written and the one in flight) plus the prepared batches of the round
+being written. A round asks each partition for at most ``CopyOptions.fetch_max_bytes`` and all its requests
+together for at most ``CopyOptions.round_max_bytes`` (:func:`request_max_bytes`), so peak memory stays near
+3 × ``round_max_bytes`` whatever the number of partitions.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from mirror_core.errors import MirrorError, PartitionUnavailableError
 from mirror_core.fetcher import RawBatchFetcher
 from mirror_core.kafka_wire import WireClient
 from mirror_core.offset_map import OffsetRuns
+from mirror_core.shared_produce import SharedProduce
 from mirror_core.throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -52,10 +59,13 @@ class ShareWriter:
     single-lane copy always did)."""
 
     def __init__(self, copy_share: Callable[[int, int, FetchedOnce, bool, Callable[[], object] | None], CopyResult],
-                 resume_at: int | None = None, resume_epoch: int | None = None):
+                 resume_at: int | None = None, resume_epoch: int | None = None, batch_writer=None):
         self.copy_share = copy_share
         self.resume_at = resume_at        # the lane's checkpoint position (None: none)
         self.resume_epoch = resume_epoch  # the source leader epoch below it
+        # the lane's BatchWriter when its writes may share Produce requests with other lanes' (modes none and
+        # at-least-once: no transactions); None: it writes alone (exactly-once)
+        self.batch_writer = batch_writer
 
 
 @dataclass
@@ -79,9 +89,19 @@ def plan_round(lanes: Sequence[_Lane], now: float) -> list[_Lane]:
     return [lane for lane in lanes if not lane.done and lane.retry_at <= now]
 
 
-def request_max_bytes(partition_max_bytes: int, partitions: int) -> int:
-    """A round's per-request byte limit: every partition can bring a full ``partition_max_bytes`` (pure)."""
-    return partition_max_bytes * max(1, partitions)
+def request_max_bytes(partition_max_bytes: int, partitions: int, *, leaders: int = 1,
+                      round_max_bytes: int | None = None) -> int:
+    """A round's per-request byte limit (pure): every partition of the busiest request can bring a full
+    ``partition_max_bytes``, but the round's ``leaders`` requests together never ask for more than
+    ``round_max_bytes`` — so what a round holds does not grow with the partition count.
+
+    ``partitions``: the most partitions one request carries. The broker may exceed a request's limit by one batch
+    only when that batch alone is larger (it always returns the first batch of the first non-empty partition), so a
+    round holds at most ``max(round_max_bytes, leaders × the largest batch)``."""
+    wanted = partition_max_bytes * max(1, partitions)
+    if round_max_bytes is None:
+        return wanted
+    return max(1, min(wanted, round_max_bytes // max(1, leaders)))
 
 
 class ConcurrentCopy:
@@ -103,7 +123,15 @@ class ConcurrentCopy:
             fetcher = RawBatchFetcher(source, rng.topic, rng.partition, start, rng.end,
                                       max_bytes=options.fetch_max_bytes, max_wait_ms=max_wait_ms, last_epoch=epoch)
             self.lanes.append(_Lane(rng, writer, fetcher, CopyResult(rng, source_start=start, source_end=start)))
+        # modes none / at-least-once: the lanes' writes of a round go out together, one request per target broker
+        # carrying every lane's batch (mirror_core.shared_produce)
+        sharing = [w.batch_writer for w in writers if w.batch_writer is not None]
+        self.shared = SharedProduce() if options.combine_lanes and len(sharing) > 1 else None
+        for writer in sharing if self.shared is not None else ():
+            self.shared.attach(writer)
         self.rounds = 0
+        self.round_asked_bytes = 0  # what the latest round's requests asked for together (≤ round_max_bytes)
+        self.max_round_bytes = 0  # the most source bytes one round brought (measured: memory tests and benchmarks)
         self.stats = RoundStats()  # requests and partitions per round (one request per source broker)
 
     def run(self, progress: Callable[[PartitionRange, CopyResult], None] | None = None) -> list[CopyResult]:
@@ -119,13 +147,11 @@ class ConcurrentCopy:
                     time.sleep(RETRY_DELAY_S)  # every unfinished lane sits out a retry delay
                     continue
             outcomes = pending.collect()  # positions move here, after the previous round was written
+            self.max_round_bytes = max(self.max_round_bytes, _round_bytes(outcomes))
             shares = list(zip(asked, outcomes, strict=True))
             pending, asked = self._send()  # the next round travels while this one is written
             try:
-                for (lane, start), outcome in shares:
-                    self._write_share(lane, start, outcome)
-                    if progress is not None:
-                        progress(lane.range, lane.result)
+                self._write_round(shares, progress)
             except BaseException:
                 if pending is not None:  # never collected: no position moves, nothing of it is written
                     log.info("dropping the fetch round in flight unread (%s)",
@@ -137,14 +163,39 @@ class ConcurrentCopy:
             lane.result.seconds = time.monotonic() - started
         return [lane.result for lane in self.lanes]
 
+    def _write_round(self, shares, progress) -> None:
+        """Write a round's shares: lane by lane, or (shared produce) as lane tasks whose writes go out together;
+        the first failed lane's error is raised once every lane of the round has finished."""
+        if self.shared is None:
+            for (lane, start), outcome in shares:
+                self._write_share(lane, start, outcome)
+                if progress is not None:
+                    progress(lane.range, lane.result)
+            return
+        tasks = [lambda lane=lane, start=start, outcome=outcome: self._write_share(lane, start, outcome)
+                 for (lane, start), outcome in shares]
+        done = self.shared.run(tasks)
+        for ((lane, _), _), (_, error) in zip(shares, done, strict=True):
+            if error is not None:
+                raise error
+            if progress is not None:
+                progress(lane.range, lane.result)
+
     def _send(self) -> tuple[PendingRound | None, list[tuple[_Lane, int]]]:
         lanes = plan_round(self.lanes, time.monotonic())
         if not lanes:
             return None, []
         self.rounds += 1
-        round_ = send_round(self.source, [lane.fetcher for lane in lanes],
-                            max_bytes=request_max_bytes(self.options.fetch_max_bytes, len(lanes)),
-                            max_wait_ms=self.max_wait_ms, rotation=self.rounds, stats=self.stats)
+        per_leader = _partitions_per_leader(lanes)
+        connections = self.options.fetch_connections
+        requests = sum(min(connections, n) for n in per_leader.values())
+        busiest = max(-(-n // min(connections, n)) for n in per_leader.values()) if per_leader else 1
+        max_bytes = request_max_bytes(self.options.fetch_max_bytes, busiest, leaders=requests,
+                                      round_max_bytes=self.options.round_max_bytes)
+        self.round_asked_bytes = max_bytes * max(1, requests)
+        round_ = send_round(self.source, [lane.fetcher for lane in lanes], max_bytes=max_bytes,
+                            max_wait_ms=self.max_wait_ms, rotation=self.rounds, stats=self.stats,
+                            connections=self.options.fetch_connections)
         return round_, [(lane, lane.fetcher.position) for lane in lanes]
 
     def _write_share(self, lane: _Lane, start: int, outcome: PartitionOutcome) -> None:
@@ -187,6 +238,35 @@ class ConcurrentCopy:
                 "range up to the last stable offset")
 
 
+def connections_for_link(*, window_bytes: int | None, rtt_s: float | None, link_bytes_per_s: float,
+                         partitions: int, most: int = 4) -> int:
+    """Connections per source broker so their windows together carry the link (pure): one connection carries at
+    most window / RTT (a broker's fixed ``socket.send.buffer.bytes``); never more than the partitions (each
+    connection carries different ones) nor ``most``. 1 when the window is unknown or autotuned."""
+    if not window_bytes or window_bytes <= 0 or not rtt_s or rtt_s <= 0 or link_bytes_per_s <= 0:
+        return 1
+    per_connection = window_bytes / rtt_s
+    needed = -(-int(link_bytes_per_s) // max(1, int(per_connection)))
+    return max(1, min(needed, partitions, most))
+
+
+def _round_bytes(outcomes: Sequence[PartitionOutcome]) -> int:
+    return sum(view.size for outcome in outcomes if outcome.result is not None for view in outcome.result.batches)
+
+
+def _partitions_per_leader(lanes: Sequence[_Lane]) -> dict[int, int]:
+    """{source leader: partitions of this round it leads}; a lane whose leader is unknown counts as its own
+    (send_round reports its error)."""
+    counts: dict[int, int] = {}
+    for index, lane in enumerate(lanes):
+        try:
+            leader = lane.fetcher.locate()[0]
+        except Exception:  # noqa: BLE001 - send_round meets the same error and hands it to the lane
+            leader = -1 - index
+        counts[leader] = counts.get(leader, 0) + 1
+    return counts
+
+
 def _merge(total: CopyResult, share: CopyResult) -> None:
     """Add one share's counts to the lane's result (shares come in order: the later one's end wins)."""
     if total.records == 0 and share.records:
@@ -222,7 +302,7 @@ def plain_share_writer(source: WireClient, target: WireClient, options: CopyOpti
             pace()
         return result
 
-    return ShareWriter(copy_share)
+    return ShareWriter(copy_share, batch_writer=copier.writer)
 
 
 def lane_share_writer(session, rng: PartitionRange) -> ShareWriter:
@@ -234,4 +314,5 @@ def lane_share_writer(session, rng: PartitionRange) -> ShareWriter:
     def copy_share(start: int, end: int, fetched: FetchedOnce, first: bool, pace=None) -> CopyResult:
         return session.copy(rng.start if first else start, end, fetcher=fetched, before_commit=pace)
 
-    return ShareWriter(copy_share, resume_at=session.position, resume_epoch=session.position_epoch)
+    return ShareWriter(copy_share, resume_at=session.position, resume_epoch=session.position_epoch,
+                       batch_writer=None if session.exactly_once else session.writer)

@@ -43,6 +43,9 @@ from mirror_core.throttle import Throttle
 from mirror_core.writer import BatchWriter, OutgoingBatch
 
 RECORDS_SECTION = 61  # RecordBatch v2 header size: the digest covers what follows it
+# A concurrent copy's fetch round never asks for more than this by default, whatever its partition count (memory):
+# the copy holds about two rounds plus one round's prepared batches (see mirror_core.concurrent_copy)
+DEFAULT_ROUND_MAX_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -75,12 +78,23 @@ class CopyOptions:
     throttle_bytes_per_s: float | None = None  # shared by every range this copier copies
     overlap: bool = True  # send the next fetch while the previous range is written (see the module docstring)
     buffer_budget_bytes: int | None = None  # None: 2 × fetch_max_bytes + max_inflight_bytes
+    # a concurrent copy's fetch round (every source broker's request together) asks for at most this many bytes
+    round_max_bytes: int = DEFAULT_ROUND_MAX_BYTES
+    # concurrent copy, modes none and at-least-once: the lanes' writes to one target broker share Produce requests
+    combine_lanes: bool = True
+    # concurrent copy: connections per source broker a round deals that broker's partitions over (each its own
+    # request and TCP window; fast path only): > 1 where one connection's window per round trip is below the link
+    fetch_connections: int = 1
 
     def __post_init__(self) -> None:
         if self.fetch_max_bytes <= 0 or self.max_inflight_bytes <= 0:
             raise ConfigError("fetch_max_bytes and max_inflight_bytes must be positive")
         if self.buffer_budget_bytes is not None and self.buffer_budget_bytes <= 0:
             raise ConfigError("buffer_budget_bytes must be positive")
+        if self.round_max_bytes <= 0:
+            raise ConfigError("round_max_bytes must be positive")
+        if self.fetch_connections < 1:
+            raise ConfigError("fetch_connections must be at least 1")
 
     @property
     def budget_bytes(self) -> int:

@@ -8,7 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mirror_core.cluster import ClusterConfig
-from mirror_core.concurrent_copy import ConcurrentCopy, ShareWriter, lane_share_writer, plain_share_writer
+from mirror_core.concurrent_copy import (
+    ConcurrentCopy,
+    ShareWriter,
+    connections_for_link,
+    lane_share_writer,
+    plain_share_writer,
+)
 from mirror_core.copier import CopyOptions, CopyResult, PartitionRange
 from mirror_core.errors import ConfigError
 from mirror_core.kafka_wire import WireClient
@@ -65,27 +71,32 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
         return results
 
 
-MAX_ROUND_BYTES = 64 * 1024 * 1024  # sizing for the link never makes one fetch round larger than this (memory)
-
-
 def _sized_for_link(cmd: CopyCommand, partitions: int, console) -> CopyOptions:
     """Fetches sized so a round keeps the declared link busy at the measured round trip (never smaller than
-    configured; a copy holds about two rounds, so a round stays under ``MAX_ROUND_BYTES``)."""
+    configured; a copy holds about three rounds, so a round stays under ``CopyOptions.round_max_bytes``)."""
     from mirror_core.preflight import measure_links
     from mirror_core.preflight_rules import fetch_bytes_for_link
 
-    rtts = [link.rtt_s for link in measure_links(cmd.source) if link.rtt_s is not None]
+    links = measure_links(cmd.source)
+    rtts = [link.rtt_s for link in links if link.rtt_s is not None]
     if not rtts:
         return cmd.options
     rtt = max(rtts)
+    connections = max((connections_for_link(window_bytes=link.send_buffer_bytes, rtt_s=link.rtt_s,
+                                            link_bytes_per_s=cmd.link_bytes_per_s, partitions=partitions)
+                       for link in links), default=1)
+    if connections > 1:
+        console.print(f"the source brokers' send buffer caps one connection below the link: {connections} fetch "
+                      "connections per broker, each carrying different partitions", highlight=False)
     size = fetch_bytes_for_link(link_bytes_per_s=cmd.link_bytes_per_s, rtt_s=rtt, partitions=partitions,
                                 floor=cmd.options.fetch_max_bytes,
-                                cap=max(cmd.options.fetch_max_bytes, MAX_ROUND_BYTES // max(1, partitions)))
+                                cap=max(cmd.options.fetch_max_bytes, cmd.options.round_max_bytes // max(1, partitions)))
     if size != cmd.options.fetch_max_bytes:
         console.print(f"sized for the link: fetches of {size / 1e6:.1f} MB per partition (round trip "
                       f"{rtt * 1000:.0f} ms, link {cmd.link_bytes_per_s / 1e6:.1f} MB/s, {partitions} partition(s))",
                       highlight=False)
-    return replace(cmd.options, fetch_max_bytes=size)
+    return replace(cmd.options, fetch_max_bytes=size, fetch_connections=max(connections,
+                                                                              cmd.options.fetch_connections))
 
 
 def _share_writers(cmd: CopyCommand, source: WireClient, target: WireClient,

@@ -405,16 +405,19 @@ def kafka_python_fetch_request(topics: Sequence[FetchTopicSpec], *, max_wait_ms:
 
 
 def send_fetch(client: WireClient, leader: int, topics: Sequence[FetchTopicSpec], *, max_wait_ms: int,
-               max_bytes: int, isolation: IsolationLevel, session: SessionRequest | None = None) -> Future:
+               max_bytes: int, isolation: IsolationLevel, session: SessionRequest | None = None,
+               slot: int = 0) -> Future:
     """Send one FetchRequest for ``topics`` to ``leader`` and return its future at once (several brokers can be
     asked at the same time); :func:`wait_fetch` reads the answer. Topic ids are used (v13+) when every topic has
     one. With ``session`` (a :class:`~mirror_core.fetch_session.SessionRequest`) the request is that session's
-    (its named partitions replace ``topics``). The hand-encoded route (:mod:`mirror_core.wire_fastpath`) is taken
-    when the client offers it; transport failures come back on the future as kafka-python's (retriable) errors."""
+    (its named partitions replace ``topics``). ``slot``: which of the client's connections to the leader (fast
+    path only). The hand-encoded route (:mod:`mirror_core.wire_fastpath`) is taken when the client offers it;
+    transport failures come back on the future as kafka-python's (retriable) errors."""
     by_id = session.by_id if session is not None else all(spec.topic_id is not None for spec in topics)
     timeout_ms = client.request_timeout_ms + max_wait_ms
     try:
-        fast = client.fast_connection(leader) if hasattr(client, "fast_connection") else None
+        fast = (client.fast_connection(leader, slot) if slot else client.fast_connection(leader)) \
+            if hasattr(client, "fast_connection") else None
         if fast is not None:   # hand-encoded, records as views into the response frame
             fields = {} if session is None else {
                 "session_id": session.session_id, "session_epoch": session.epoch, "forgotten": session.forgotten}

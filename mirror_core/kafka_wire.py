@@ -230,7 +230,9 @@ class WireClient:
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"cluster {cluster_name!r}: TLS settings unusable ({_one_line(exc)}); check "
                               "ssl.ca.location, ssl.certificate.location and ssl.key.location") from None
-        self._fast: dict[int, FastConnection] = {}
+        # (broker, slot) -> connection: slot 0 is the usual one; a fetch round may spread one broker's partitions
+        # over more slots where one connection's window per round trip is below the link (see send_round)
+        self._fast: dict[tuple[int, int], FastConnection] = {}
         self._closed = False
         first_error = self._first_contact(bootstrap_timeout_ms)
         try:
@@ -308,18 +310,19 @@ class WireClient:
         if future.failed() and isinstance(future.exception, _AUTH_ERRORS):
             raise self._unavailable(future.exception) from None
 
-    def fast_connection(self, node_id: int) -> FastConnection | None:
+    def fast_connection(self, node_id: int, slot: int = 0) -> FastConnection | None:
         """This client's own hand-encoded connection to ``node_id`` for Produce / Fetch
         (:mod:`mirror_core.wire_fastpath`; TLS and SASL as the cluster settings say), made on first use and again
         after a failure; None when the client was made with ``fast_path=False`` (or reaches the cluster through
-        a proxy), and the caller uses :meth:`send` / :meth:`send_async`.
+        a proxy), and the caller uses :meth:`send` / :meth:`send_async`. ``slot``: which of several connections
+        to the broker (each its own socket, so its own TCP window; the kafka-python route has only one).
         Raises kafka-python's retriable errors when the broker cannot be reached, and
         :class:`ClusterUnavailableError` (not retriable) when it refuses our certificate check or login."""
         if not self._fast_enabled:
             return None
         if self._closed:
             raise MirrorError(f"wire client for cluster {self.cluster_name!r} is closed")
-        conn = self._fast.get(node_id)
+        conn = self._fast.get((node_id, slot))
         if conn is not None and not conn.closed:
             return conn
         broker = self._manager.cluster.broker_metadata(node_id)
@@ -328,7 +331,7 @@ class WireClient:
         conn = FastConnection(broker.host, broker.port, client_id=self._client_id, node_id=node_id,
                               request_timeout_s=self.request_timeout_ms / 1000, security=self._fast_security,
                               cluster_name=self.cluster_name)
-        self._fast[node_id] = conn
+        self._fast[(node_id, slot)] = conn
         return conn
 
     def _first_contact(self, timeout_ms: int) -> BaseException | None:

@@ -20,7 +20,10 @@ partition, that partition has one batch in flight; and should a later batch stil
 broker dropped our state, e.g. when retention deleted all our batches), the writer halts with
 :class:`~mirror_core.errors.WriteOrderError` rather than re-initialise and write the refused batch after it.
 One copy path runs one partition, so one Produce round trip per batch was the limit without this (see
-``docs/performance.md``).
+``docs/performance.md``). A Produce request (v3+) carries one batch per partition (Kafka's
+``ProduceRequest.validateRecords``), and a broker handles one request per connection at a time, so a single
+partition of one-record batches stays bound by the broker's time per request; several partitions share requests:
+one writer's partitions always, several writers' (lanes') outside transactions through :func:`write_together`.
 
 Transactions use the classic protocol kafka-python speaks: InitProducerId(transactional_id) on the transaction
 coordinator, AddPartitionsToTxn before the first write to a partition, EndTxn; Produce is capped at v11 and the
@@ -174,6 +177,9 @@ class BatchWriter:
         self._in_txn = False
         self._txn_started = 0.0  # monotonic time of begin_transaction
         self._txn_partitions: set[tuple[str, int]] = set()
+        # outside transactions, writes may go through a SharedProduce (mirror_core.shared_produce): several lanes'
+        # writes in the same Produce requests
+        self.shared = None
 
     @property
     def _who(self) -> str:
@@ -407,6 +413,8 @@ class BatchWriter:
         ``MAX_IN_FLIGHT`` requests per broker are in flight at once; a base offset of -1 means the broker
         reported the batch as an already-written duplicate without its offset.
         """
+        if self.shared is not None and not self._in_txn:
+            return self.shared.write(self, batches)
         counts = [_check_ready(batch) for batch in batches]   # each batch parsed once
         if self.producer_id < 0:
             self.init_producer_id()
@@ -415,10 +423,18 @@ class BatchWriter:
             if self._in_txn:
                 self._add_partitions([(b.topic, b.partition) for b in batches])
             if batches:
-                _Pipeline(self, batches, results, counts).run()
+                _Pipeline([(self, batches, results, counts)]).run()
         except ProducerFencedError as exc:
             raise self._fenced_or_timed_out(exc) from None
         return results
+
+    def prepare_write(self, batches: Sequence[OutgoingBatch]) -> list[int]:
+        """Before a shared write (:func:`write_together`): each batch's record count (ValueError naming a batch
+        that cannot be written as it is), and a producer id."""
+        counts = [_check_ready(batch) for batch in batches]
+        if self.producer_id < 0:
+            self.init_producer_id()
+        return counts
 
     def _stamp(self, p: _Pending, sequence: int) -> None:
         stamp = (self.producer_id, self.producer_epoch, sequence, self._in_txn)
@@ -441,14 +457,17 @@ class BatchWriter:
             topic_data=[Topic(name=t, partition_data=ps) for t, ps in by_topic.items()],
             min_version=3, max_version=PRODUCE_MAX_VERSION)
 
-    def _outcome(self, node: int, items: dict[tuple[str, int], _Pending], future) -> dict[tuple[str, int], tuple]:
-        """{tp: (error type, base offset)} for the partitions a finished request got an answer for."""
+    def _outcome(self, node: int, items: dict[tuple[str, int], _Pending], future,
+                 owners: dict[tuple[str, int], BatchWriter] | None = None) -> dict[tuple[str, int], tuple]:
+        """{tp: (error type, base offset)} for the partitions a finished request got an answer for (``owners``:
+        the writer of each partition's batch when several writers share the request; default this one)."""
+        owners = owners or {}
         if future.failed():
             exc = future.exception
             if not isinstance(exc, Errors.KafkaError):
                 raise exc
-            for p in items.values():
-                self._raise_if_final(p, type(exc), None)
+            for tp, p in items.items():
+                owners.get(tp, self)._raise_if_final(p, type(exc), None)
                 p.ambiguous = True
             for topic in {tp[0] for tp in items}:
                 self.client.invalidate(topic)
@@ -461,7 +480,7 @@ class BatchWriter:
                 if tp not in items:
                     continue
                 error = Errors.for_code(part.error_code)
-                self._raise_if_final(items[tp], error, part.error_message)
+                owners.get(tp, self)._raise_if_final(items[tp], error, part.error_message)
                 outcome[tp] = (error, part.base_offset)
         return outcome
 
@@ -484,44 +503,82 @@ class BatchWriter:
                     batch.topic, batch.partition, _error_name(error))
 
 
-class _Request:
-    __slots__ = ("node", "items", "size", "future")
+@dataclass
+class ProduceStats:
+    """Produce requests sent and batches they carried (counted by a shared write; tests and benchmarks)."""
 
-    def __init__(self, node: int, items: dict[tuple[str, int], _Pending], size: int, future):
+    requests: int = 0
+    batches: int = 0
+
+
+def write_together(writes: Sequence[tuple[BatchWriter, Sequence[OutgoingBatch], Sequence[int]]], *,
+                   stats: ProduceStats | None = None) -> list[list[int]]:
+    """Write several writers' batches (each writer's in order) in shared Produce requests: ``(writer, batches,
+    counts from prepare_write)`` each; returns each writer's base offsets as :meth:`BatchWriter.write` does.
+
+    Only outside transactions (DESIGN §3.4: one request carries one transactional producer): the writers' own
+    producer ids and sequences stamp their batches, and one request carries at most one batch per partition, so a
+    request may mix lanes of at-least-once and ``none`` copies. The writers must share one target client."""
+    results = [[-1] * len(batches) for _, batches, _ in writes]
+    jobs = [(writer, batches, out, counts)
+            for (writer, batches, counts), out in zip(writes, results, strict=True) if batches]
+    for writer, *_ in jobs:
+        if writer._in_txn:
+            raise MirrorError(f"{writer._who}: writes inside a transaction cannot share Produce requests")
+        if writer.client is not jobs[0][0].client:
+            raise MirrorError("writers sharing Produce requests must share one target client")
+    if jobs:
+        _Pipeline(jobs, stats).run()
+    return results
+
+
+class _Request:
+    __slots__ = ("node", "items", "keys", "size", "future")
+
+    def __init__(self, node: int, items: dict[tuple[str, int], _Pending], keys: list, size: int, future):
         self.node = node
-        self.items = items
+        self.items = items  # {tp: batch}: one batch per partition per request (the broker's rule)
+        self.keys = keys    # the pipeline key (writer slot, tp) of each item, in the order of ``items``
         self.size = size
         self.future = future
 
 
 class _Pipeline:
-    """One :meth:`BatchWriter.write` call: keeps up to ``MAX_IN_FLIGHT`` Produce requests in flight per broker.
+    """One write of one or several writers' batches: keeps up to ``MAX_IN_FLIGHT`` Produce requests in flight per
+    broker. Several writers (lanes) share requests only outside transactions (:func:`write_together`); their
+    batches are queued per (writer, partition), a request carries at most one batch per partition whoever writes it.
 
-    Invariants: per partition the batches in flight are the leading ones of ``unacked[tp]``, sent in order, and
-    only the first ``sent[tp]`` of them; at most one until the broker acknowledged a batch of the current producer
+    Invariants: per partition the batches in flight are the leading ones of ``unacked[key]``, sent in order, and
+    only the first ``sent[key]`` of them; at most one until the broker acknowledged a batch of the current producer
     id and epoch on the partition (before that it may hold no state for us and accept any sequence); a batch's
     sequence is ``_next_seq[tp]`` plus the records of the unacked batches before it, so a resend carries the same
     sequence and identical bytes (same producer epoch);
     acknowledgements are taken in send order and a partition's batches behind a failed one are resent after it,
     whatever their own answer was (the broker dedupes those that landed), so order on the target is the given
     order; a failure stops new sends until every request in flight has been answered, then retries after a
-    backoff (or re-initialises the producer id when the broker lost our state); unacknowledged request bytes stay
-    under ``max_inflight_bytes`` (one request may exceed it alone).
+    backoff (or re-initialises the producer id of the writer whose state the broker lost); unacknowledged request
+    bytes stay under ``max_inflight_bytes`` (one request may exceed it alone).
     """
 
-    def __init__(self, writer: BatchWriter, batches: Sequence[OutgoingBatch], results: list[int],
-                 counts: Sequence[int]):
-        self.writer = writer
-        self.results = results
-        self.unacked: dict[tuple[str, int], collections.deque[_Pending]] = collections.defaultdict(collections.deque)
-        for index, batch in enumerate(batches):
-            self.unacked[(batch.topic, batch.partition)].append(_Pending(index, batch, counts[index]))
-        self.sent: dict[tuple[str, int], int] = dict.fromkeys(self.unacked, 0)
-        self.send_seq: dict[tuple[str, int], int] = {}
+    def __init__(self, jobs: Sequence[tuple[BatchWriter, Sequence[OutgoingBatch], list[int], Sequence[int]]],
+                 stats: ProduceStats | None = None):
+        self.stats = stats
+        self.writers = [job[0] for job in jobs]
+        self.writer = writer = self.writers[0]  # sends the requests: its client, acks and transaction
+        self.results = [job[2] for job in jobs]
+        self.max_request_bytes = min(w.max_request_bytes for w in self.writers)
+        self.max_inflight_bytes = max(w.max_inflight_bytes for w in self.writers)
+        # key: (writer slot, tp)
+        self.unacked: dict[tuple, collections.deque[_Pending]] = collections.defaultdict(collections.deque)
+        for slot, (_, batches, _, counts) in enumerate(jobs):
+            for index, batch in enumerate(batches):
+                self.unacked[(slot, (batch.topic, batch.partition))].append(_Pending(index, batch, counts[index]))
+        self.sent: dict[tuple, int] = dict.fromkeys(self.unacked, 0)
+        self.send_seq: dict[tuple, int] = {}
         self.inflight: collections.deque[_Request] = collections.deque()
         self.node_load: dict[int, int] = collections.defaultdict(int)
         self.inflight_bytes = 0
-        self.failed: dict[tuple[str, int], tuple[_Pending, type | None]] = {}  # first failure per partition
+        self.failed: dict[tuple, tuple[_Pending, type | None]] = {}  # first failure per (writer, partition)
         self.draining = False
         self.last_error = "no leader"
         self.backoff = Backoff(give_up_after=writer._retry_window_s())
@@ -546,49 +603,56 @@ class _Pipeline:
         """Send requests, one batch per partition each, until a limit is hit or nothing is left to send."""
         while True:
             groups: dict[int, dict[tuple[str, int], _Pending]] = collections.defaultdict(dict)
+            keys: dict[int, list] = collections.defaultdict(list)
             sizes: dict[int, int] = collections.defaultdict(int)
-            for tp, queue in self.unacked.items():
-                if self.sent[tp] >= len(queue):
+            for key, queue in self.unacked.items():
+                slot, tp = key
+                if self.sent[key] >= len(queue):
                     continue
-                if self.sent[tp] and tp not in self.writer._acknowledged:
+                if self.sent[key] and tp not in self.writers[slot]._acknowledged:
                     continue  # the broker may have no state for our producer id here: see the class docstring
-                node = self._leader(tp)
-                if node is None or self.node_load[node] >= MAX_IN_FLIGHT:
+                node = self._leader(key)
+                if node is None or self.node_load[node] >= MAX_IN_FLIGHT or tp in groups[node]:
                     continue
-                size = len(queue[self.sent[tp]].batch.data)
-                if groups[node] and sizes[node] + size > self.writer.max_request_bytes:
+                size = len(queue[self.sent[key]].batch.data)
+                if groups[node] and sizes[node] + size > self.max_request_bytes:
                     continue
                 busy = self.inflight or any(groups.values())
-                if busy and self.inflight_bytes + sum(sizes.values()) + size > self.writer.max_inflight_bytes:
+                if busy and self.inflight_bytes + sum(sizes.values()) + size > self.max_inflight_bytes:
                     continue
-                groups[node][tp] = queue[self.sent[tp]]
+                groups[node][tp] = queue[self.sent[key]]
+                keys[node].append(key)
                 sizes[node] += size
             groups = {node: items for node, items in groups.items() if items}
             if not groups:
                 return
             for node, items in groups.items():
-                self._send(node, items, sizes[node])
+                self._send(node, items, keys[node], sizes[node])
 
-    def _leader(self, tp: tuple[str, int]) -> int | None:
+    def _leader(self, key: tuple) -> int | None:
+        slot, tp = key
         try:
             return self.writer.client.leader_for(*tp)[0]
         except Errors.KafkaError as exc:
-            queue = self.unacked[tp]
-            self.writer._raise_if_final(queue[self.sent[tp]], type(exc), None)
+            queue = self.unacked[key]
+            self.writers[slot]._raise_if_final(queue[self.sent[key]], type(exc), None)
             self.writer.client.invalidate(tp[0])
             self.last_error = type(exc).__name__
             return None
 
-    def _send(self, node: int, items: dict[tuple[str, int], _Pending], size: int) -> None:
-        writer = self.writer
-        for tp, p in items.items():
-            if self.sent[tp] == 0:
-                self.send_seq[tp] = writer._next_seq[tp]
-            writer._stamp(p, self.send_seq[tp])
-            self.send_seq[tp] = next_sequence(self.send_seq[tp], p.records)
-            self.sent[tp] += 1
-        future = self.transport.send(node, writer, items, writer.produce_timeout_ms + 5_000)
-        self.inflight.append(_Request(node, items, size, future))
+    def _send(self, node: int, items: dict[tuple[str, int], _Pending], keys: list, size: int) -> None:
+        for key, p in zip(keys, items.values(), strict=True):
+            writer = self.writers[key[0]]
+            if self.sent[key] == 0:
+                self.send_seq[key] = writer._next_seq[key[1]]
+            writer._stamp(p, self.send_seq[key])
+            self.send_seq[key] = next_sequence(self.send_seq[key], p.records)
+            self.sent[key] += 1
+        future = self.transport.send(node, self.writer, items, self.writer.produce_timeout_ms + 5_000)
+        self.inflight.append(_Request(node, items, keys, size, future))
+        if self.stats is not None:
+            self.stats.requests += 1
+            self.stats.batches += len(items)
         self.node_load[node] += 1
         self.inflight_bytes += size
 
@@ -599,60 +663,68 @@ class _Pipeline:
         self.transport.wait(request.future)
         self.node_load[request.node] -= 1
         self.inflight_bytes -= request.size
-        outcome = self.writer._outcome(request.node, request.items, request.future)
-        for tp, p in request.items.items():
+        owners = {key[1]: self.writers[key[0]] for key in request.keys}
+        outcome = self.writer._outcome(request.node, request.items, request.future, owners)
+        for key, (tp, p) in zip(request.keys, request.items.items(), strict=True):
             error, base_offset = outcome.get(tp, (None, -1))
-            if tp in self.failed:             # behind a failed batch: resent after it, whatever its answer
+            if key in self.failed:            # behind a failed batch: resent after it, whatever its answer
                 if error is Errors.NoError and base_offset >= 0 and p.landed_at < 0:
                     p.landed_at = base_offset  # written (or a duplicate of a write) while an earlier one was not
                 continue
             if error is Errors.NoError or error is Errors.DuplicateSequenceNumberError:
-                self._acknowledge(tp, p, base_offset)
+                self._acknowledge(key, p, base_offset)
             else:
-                self.failed[tp] = (p, error)
+                self.failed[key] = (p, error)
                 self.draining = True
                 if error is not None:
                     self.last_error = error.__name__
                     if error not in _STATE_LOST:
                         self.writer.client.invalidate(tp[0])
 
-    def _acknowledge(self, tp: tuple[str, int], p: _Pending, base_offset: int) -> None:
-        queue = self.unacked[tp]
+    def _acknowledge(self, key: tuple, p: _Pending, base_offset: int) -> None:
+        slot, tp = key
+        queue = self.unacked[key]
         if queue[0] is not p:                 # cannot happen while answers come in send order
             raise MirrorError(f"{tp[0]}-{tp[1]}: acknowledgement out of order at source offset "
                               f"{p.batch.source_offset}")
         queue.popleft()
-        self.sent[tp] -= 1
-        self.results[p.index] = base_offset
-        self.writer._next_seq[tp] = next_sequence(self.writer._next_seq[tp], p.records)
-        self.writer._acknowledged.add(tp)
+        self.sent[key] -= 1
+        self.results[slot][p.index] = base_offset
+        writer = self.writers[slot]
+        writer._next_seq[tp] = next_sequence(writer._next_seq[tp], p.records)
+        writer._acknowledged.add(tp)
         if not queue:
-            del self.unacked[tp], self.sent[tp]
+            del self.unacked[key], self.sent[key]
         self.backoff.reset()
 
     def _retry(self) -> None:
         """Nothing in flight and batches left: every unacked batch is resent, after a backoff or a new producer id."""
-        for tp in self.sent:
-            self.sent[tp] = 0
-        lost = [(p, error) for p, error in self.failed.values() if error in _STATE_LOST]
+        for key in self.sent:
+            self.sent[key] = 0
+        lost = [(key, p, error) for key, (p, error) in self.failed.items() if error in _STATE_LOST]
         self.failed.clear()
         self.draining = False
         if lost:
-            for p, error in lost:
-                self.writer._on_state_lost(p, error)
-                self._refuse_if_order_broken(p, error)
-            self.writer.init_producer_id(keep=True)
+            renew = []
+            for key, p, error in lost:
+                writer = self.writers[key[0]]
+                writer._on_state_lost(p, error)
+                self._refuse_if_order_broken(key, p, error)
+                if writer not in renew:
+                    renew.append(writer)
+            for writer in renew:
+                writer.init_producer_id(keep=True)
         elif not self.backoff.wait():
             p = next(iter(self.unacked.values()))[0]
             raise PartitionUnavailableError(self.writer.client.cluster_name, p.batch.topic, p.batch.partition,
                                             f"write failed: {self.last_error}", offset=p.batch.source_offset)
 
-    def _refuse_if_order_broken(self, head: _Pending, error: type) -> None:
+    def _refuse_if_order_broken(self, key: tuple, head: _Pending, error: type) -> None:
         """The broker refuses ``head`` (the partition's first unacknowledged batch) as out of sequence; if a batch
         behind it was acknowledged meanwhile, that one is on the target and ``head`` is not: a new producer id would
         write ``head`` after it and it twice. Halt instead, naming both."""
-        tp = (head.batch.topic, head.batch.partition)
-        for p in self.unacked.get(tp, ()):
+        tp = key[1]
+        for p in self.unacked.get(key, ()):
             if p is not head and p.landed_at >= 0:
                 raise WriteOrderError(self.writer.client.cluster_name, tp[0], tp[1], head.batch.source_offset,
                                       p.batch.source_offset, p.landed_at, _error_name(error))

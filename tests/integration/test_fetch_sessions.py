@@ -267,3 +267,28 @@ def test_sessions_work_over_the_sasl_ssl_fast_path(secure_source_cluster, source
             got += [v for o in outcomes for v in _values(o.result)]
     assert (stats.requests, stats.incremental, stats.answered) == (4, 3, 4)
     assert sorted(got) == sorted(r.value for r in source_cluster.read_all(topic))
+
+
+@pytest.mark.timeout(60)
+def test_a_broker_dealt_over_several_connections_keeps_one_session_per_connection(source_cluster, unique_name):
+    from mirror_core.broker_fetch import send_round
+
+    topic = unique_name()
+    source_cluster.create_topic(topic, partitions=4)
+    for p in range(4):
+        _produce(source_cluster, topic, p, 3, "slots")
+    with WireClient.for_cluster(source_cluster.config) as source:
+        fetchers = [RawBatchFetcher(source, topic, p, 0, None, max_wait_ms=50) for p in range(4)]
+        sessions, stats = RoundSessions(), RoundStats()
+        got = []
+        for _ in range(4):
+            outcomes = send_round(source, fetchers, max_bytes=1 << 20, max_wait_ms=50, stats=stats,
+                                  connections=2, sessions=sessions).collect()
+            assert all(o.error is None for o in outcomes)
+            got += [v for o in outcomes for v in _values(o.result)]
+        leader = fetchers[0].locate()[0]
+        assert source.fast_connection(leader, 1) is not source.fast_connection(leader)
+    assert sorted(sessions.by_broker) == [(leader, 0), (leader, 1)]
+    assert all(s.active and s.stats.sessions_lost == 0 for s in sessions.by_broker.values())
+    assert (stats.requests, stats.incremental, stats.answered) == (8, 6, 4)
+    assert sorted(got) == sorted(r.value for r in source_cluster.read_all(topic))

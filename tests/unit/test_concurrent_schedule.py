@@ -31,3 +31,32 @@ def test_nothing_to_fetch_once_every_lane_is_done():
 def test_every_partition_of_a_round_can_bring_a_full_fetch():
     assert request_max_bytes(4 << 20, 4) == 16 << 20
     assert request_max_bytes(4 << 20, 0) == 4 << 20
+
+
+def test_a_round_of_many_partitions_asks_for_no_more_than_the_round_cap():
+    # 1,000 partitions of 4 MiB each would be 4 GiB; the cap keeps the whole round at 64 MiB
+    assert request_max_bytes(4 << 20, 1000, leaders=1, round_max_bytes=64 << 20) == 64 << 20
+    # the cap is shared by the round's requests (one per source leader)
+    assert request_max_bytes(4 << 20, 500, leaders=2, round_max_bytes=64 << 20) == 32 << 20
+    assert request_max_bytes(4 << 20, 500, leaders=3, round_max_bytes=64 << 20) * 3 <= 64 << 20
+
+
+def test_a_round_under_the_cap_still_asks_every_partition_for_a_full_fetch():
+    assert request_max_bytes(4 << 20, 4, leaders=1, round_max_bytes=64 << 20) == 16 << 20
+    assert request_max_bytes(4 << 20, 2, leaders=3, round_max_bytes=64 << 20) == 8 << 20
+
+
+def test_a_tiny_cap_still_asks_for_something():
+    assert request_max_bytes(4 << 20, 10, leaders=100, round_max_bytes=10) == 1
+
+
+def test_connections_for_link_spread_a_small_send_buffer_over_several_connections():
+    from mirror_core.concurrent_copy import connections_for_link
+
+    # 100 kB send buffer at 200 ms: 0.5 MB/s per connection; a 1.5 MB/s link needs 3
+    assert connections_for_link(window_bytes=100_000, rtt_s=0.2, link_bytes_per_s=1.5e6, partitions=8) == 3
+    assert connections_for_link(window_bytes=100_000, rtt_s=0.2, link_bytes_per_s=20e6, partitions=8) == 4  # most
+    assert connections_for_link(window_bytes=100_000, rtt_s=0.2, link_bytes_per_s=20e6, partitions=2) == 2
+    assert connections_for_link(window_bytes=100_000, rtt_s=0.001, link_bytes_per_s=20e6, partitions=8) == 1
+    assert connections_for_link(window_bytes=-1, rtt_s=0.2, link_bytes_per_s=20e6, partitions=8) == 1  # autotuned
+    assert connections_for_link(window_bytes=None, rtt_s=None, link_bytes_per_s=20e6, partitions=8) == 1
