@@ -8,6 +8,16 @@ long polls overlap), and each partition's part of the answer is handed back to i
 READ_COMMITTED filtering, OFFSET_OUT_OF_RANGE → :class:`~mirror_core.errors.DataLossError`, a changed topic id →
 :class:`~mirror_core.errors.TopicRecreatedError`.
 
+Fetch sessions (KIP-227, :mod:`mirror_core.fetch_session`): each client keeps one session per source broker for
+its rounds (:class:`RoundSessions`, per client by default, ``enabled=False`` to opt out). After the first (full)
+round a request names only the partitions whose position changed, joined or left, and the broker's answer only
+the partitions with something new; a partition left out of the answer gets a result without batches at its
+unchanged position, with the high watermark / last stable / log start offsets last known (never "done" or
+"stalled" by itself). A lost session (FETCH_SESSION_ID_NOT_FOUND, e.g. evicted; INVALID_FETCH_SESSION_EPOCH) is
+re-asked at once as a full request inside :meth:`PendingRound.collect`: callers never see it. In a session the
+broker keeps the partition order itself and moves a partition that returned data to the end (Kafka's
+IncrementalFetchContext), so the rotation below matters for full requests only.
+
 Invariants: a partition appears in at most one request per round; one partition's error never touches another's
 result (each outcome is its own); a fetcher's position moves only when its part of a response was accepted; memory
 per round is bounded by ``max_bytes`` per broker (plus, as Kafka allows, one batch larger than that limit); the
@@ -18,12 +28,14 @@ first ones fill ``max_bytes``.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import kafka.errors as Errors
 from kafka.protocol.consumer import IsolationLevel
 
+from mirror_core.fetch_session import FetchSession, PartitionKey, SessionAnswer, SessionRequest
 from mirror_core.fetcher import FetchResult, RawBatchFetcher, send_fetch, wait_fetch
 from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.wire_fastpath import FetchTopicSpec
@@ -44,16 +56,52 @@ class PartitionOutcome:
 
 @dataclass
 class RoundStats:
-    """Counters a benchmark or a test reads: requests sent (one per broker per round) and partitions asked."""
+    """Counters a benchmark or a test reads: requests sent (one per broker per round, plus a full one again after a
+    lost session), partitions asked, partitions named on the wire (all of them in a full request, the changed ones
+    in an incremental one), and partitions the answers named (an incremental answer leaves the idle ones out)."""
 
     rounds: int = 0
     requests: int = 0
     partitions: int = 0
+    named: int = 0
+    answered: int = 0
+    incremental: int = 0
+    sessions_lost: int = 0
+
+
+@dataclass
+class RoundSessions:
+    """One client's fetch sessions for its rounds, one per source broker and connection slot (a round that deals a
+    broker's partitions over several connections sends one request per slot, each its own session;
+    :mod:`mirror_core.fetch_session`). ``enabled=False``: every request is a sessionless full one (brokers that
+    refuse sessions need nothing: they answer with session id 0 and the requests stay full)."""
+
+    enabled: bool = True
+    by_broker: dict[tuple[int, int], FetchSession] = field(default_factory=dict)
+
+    def session(self, broker: int, slot: int = 0) -> FetchSession:
+        found = self.by_broker.get((broker, slot))
+        if found is None or found.enabled != self.enabled:
+            found = self.by_broker[(broker, slot)] = FetchSession(enabled=self.enabled)
+        return found
+
+
+_SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def round_sessions(client: WireClient) -> RoundSessions:
+    """The fetch sessions of ``client``'s rounds (made on first use; set ``enabled`` on it to opt out). One client
+    is used by one thread (:class:`~mirror_core.kafka_wire.WireClient`), so its rounds never overlap in a session
+    except by a round dropped unread, which the session notices (and then starts afresh)."""
+    found = _SESSIONS.get(client)
+    if found is None:
+        found = _SESSIONS[client] = RoundSessions()
+    return found
 
 
 def fetch_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_bytes: int, max_wait_ms: int,
                 rotation: int = 0, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
-                stats: RoundStats | None = None) -> list[PartitionOutcome]:
+                stats: RoundStats | None = None, sessions: RoundSessions | None = None) -> list[PartitionOutcome]:
     """Fetch every fetcher's partition at its position: one request per leader, all in flight together.
 
     Returns one outcome per fetcher, in the given order. ``rotation`` shifts the partition order inside each
@@ -62,21 +110,39 @@ def fetch_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_
     looks it up again.
     """
     return send_round(client, fetchers, max_bytes=max_bytes, max_wait_ms=max_wait_ms, rotation=rotation,
-                      isolation=isolation, stats=stats).collect()
+                      isolation=isolation, stats=stats, sessions=sessions).collect()
+
+
+class _BrokerRequest:
+    """One broker's request of a round (on one of the client's connections to it, ``slot``): its members (index
+    into the fetchers, leader epoch), the session and the session request it went with, and its future."""
+
+    __slots__ = ("leader", "slot", "members", "session", "request", "future")
+
+    def __init__(self, leader: int, slot: int, members: list[tuple[int, int]], session: FetchSession):
+        self.leader = leader
+        self.slot = slot
+        self.members = members
+        self.session = session
+        self.request: SessionRequest | None = None
+        self.future = None
 
 
 class PendingRound:
     """A fetch round whose requests are sent and whose answers are not taken yet (see :func:`send_round`).
 
     In-flight state only: no fetcher's position has moved; :meth:`collect` hands each partition's part to its
-    fetcher. A round never collected (the caller failed meanwhile) moves nothing, so dropping it skips nothing."""
+    fetcher. A round never collected (the caller failed meanwhile) moves nothing, so dropping it skips nothing (its
+    brokers' sessions notice the unanswered request at their next use and start afresh)."""
 
     def __init__(self, client: WireClient, fetchers: Sequence[RawBatchFetcher], outcomes: list[PartitionOutcome],
-                 in_flight: list):
+                 in_flight: list[_BrokerRequest], send, stats: RoundStats | None):
         self._client = client
         self._fetchers = fetchers
         self._outcomes = outcomes
         self._in_flight = in_flight
+        self._send = send
+        self._stats = stats
         self.collected = False
 
     @property
@@ -89,24 +155,41 @@ class PendingRound:
         if self.collected:
             raise RuntimeError("a fetch round is collected once")
         self.collected = True
-        client, fetchers, outcomes = self._client, self._fetchers, self._outcomes
-        for members, future in self._in_flight:
-            try:
-                wait_fetch(client, future)
-            except Exception as exc:  # noqa: BLE001 - e.g. authentication failing now: this broker's partitions fail
-                for i, _ in members:
-                    _failed(fetchers[i], outcomes[i], exc)
-                continue
-            error = future.exception if future.failed() else None
-            if error is None and future.value.error_code:
-                error = Errors.for_code(future.value.error_code)()
-            if error is not None:
-                for i, _ in members:
-                    _failed(fetchers[i], outcomes[i], error)
-                continue
-            _dispatch(future.value, [(i, fetchers[i]) for i, _ in members], outcomes)
+        for sent in self._in_flight:
+            self._collect_one(sent, resent=False)
         self._in_flight = []
-        return outcomes
+        return self._outcomes
+
+    def _collect_one(self, sent: _BrokerRequest, *, resent: bool) -> None:
+        client, fetchers, outcomes = self._client, self._fetchers, self._outcomes
+        future = sent.future
+        try:
+            wait_fetch(client, future)
+        except Exception as exc:  # noqa: BLE001 - e.g. authentication failing now: this broker's partitions fail
+            sent.session.failed(sent.request)
+            self._fail_all(sent, exc)
+            return
+        if future.failed():
+            sent.session.failed(sent.request)
+            self._fail_all(sent, future.exception)
+            return
+        answer = sent.session.answer(sent.request, future.value)
+        if answer.resend_full and not resent:  # the session was lost: ask again at once, as a full request
+            if self._stats is not None:
+                self._stats.sessions_lost += 1
+            if self._send(sent):
+                self._collect_one(sent, resent=True)
+            return
+        if answer.resend_full or answer.error_code:
+            self._fail_all(sent, Errors.for_code(answer.error_code or future.value.error_code)())
+            return
+        if self._stats is not None:
+            self._stats.answered += len(answer.parts)
+        _hand_out(answer, [(i, fetchers[i]) for i, _ in sent.members], outcomes)
+
+    def _fail_all(self, sent: _BrokerRequest, exc: BaseException) -> None:
+        for i, _ in sent.members:
+            _failed(self._fetchers[i], self._outcomes[i], exc)
 
     def discard(self) -> None:
         """Give the round up without taking its answers; no fetcher moves. Call instead of :meth:`collect`.
@@ -121,8 +204,11 @@ class PendingRound:
         if self.collected:
             return
         self.collected = True
-        for _members, future in self._in_flight:
-            if future.is_done:
+        for sent in self._in_flight:
+            future = sent.future
+            if sent.request is not None:
+                sent.session.failed(sent.request)  # its answer is never read: the session starts afresh
+            if future is None or future.is_done:
                 continue
             conn = getattr(future, "conn", None)
             if conn is not None:
@@ -135,11 +221,15 @@ class PendingRound:
 
 def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_bytes: int, max_wait_ms: int,
                rotation: int = 0, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
-               stats: RoundStats | None = None, connections: int = 1) -> PendingRound:
+               stats: RoundStats | None = None, connections: int = 1,
+               sessions: RoundSessions | None = None) -> PendingRound:
     """Send :func:`fetch_round`'s requests (one per leader) without waiting; the answers are taken by
     :meth:`PendingRound.collect`. Lets a caller write the previous round while this one travels (overlap).
     ``connections`` > 1: a leader's partitions are dealt over that many connections to it (one request each, each
-    with ``max_bytes``), for a link where one connection's window per round trip is below the link rate."""
+    with ``max_bytes``, each in its own fetch session), for a link where one connection's window per round trip is
+    below the link rate. ``sessions``: the fetch sessions to use (default: the client's own,
+    :func:`round_sessions`)."""
+    sessions = round_sessions(client) if sessions is None else sessions
     outcomes = [PartitionOutcome() for _ in fetchers]
     by_leader: dict[int, list[tuple[int, int]]] = {}  # leader → [(index into fetchers, leader epoch)]
     for index, fetcher in enumerate(fetchers):
@@ -149,6 +239,27 @@ def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_b
             _failed(fetcher, outcomes[index], exc)
             continue
         by_leader.setdefault(leader, []).append((index, epoch))
+
+    def send(sent: _BrokerRequest) -> bool:
+        """Build the broker's session request from its members' current positions and send it."""
+        topics = _request_topics([(fetchers[i], epoch) for i, epoch in sent.members])
+        sent.request = sent.session.build(topics)
+        try:
+            sent.future = send_fetch(client, sent.leader, topics, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
+                                     isolation=isolation, session=sent.request,
+                                     **({"slot": sent.slot} if sent.slot else {}))
+        except Exception as exc:  # noqa: BLE001 - e.g. authentication: every partition of this broker fails
+            sent.session.failed(sent.request)
+            for i, _ in sent.members:
+                _failed(fetchers[i], outcomes[i], exc)
+            return False
+        if stats is not None:
+            stats.requests += 1
+            stats.partitions += len(sent.members)
+            stats.named += sent.request.partition_count
+            stats.incremental += not sent.request.full
+        return True
+
     in_flight = []
     for leader, members in by_leader.items():
         if rotation and len(members) > 1:
@@ -159,21 +270,12 @@ def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_b
             share = [m for m in members if fetchers[m[0]].partition % slots == slot] if slots > 1 else members
             if not share:
                 continue
-            topics = _request_topics([(fetchers[i], epoch) for i, epoch in share])
-            try:
-                future = send_fetch(client, leader, topics, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
-                                    isolation=isolation, **({"slot": slot} if slot else {}))
-            except Exception as exc:  # noqa: BLE001 - e.g. authentication: every partition of this broker fails
-                for i, _ in share:
-                    _failed(fetchers[i], outcomes[i], exc)
-                continue
-            in_flight.append((share, future))
-            if stats is not None:
-                stats.requests += 1
-                stats.partitions += len(share)
+            sent = _BrokerRequest(leader, slot, share, sessions.session(leader, slot))
+            if send(sent):
+                in_flight.append(sent)
     if stats is not None:
         stats.rounds += 1
-    return PendingRound(client, fetchers, outcomes, in_flight)
+    return PendingRound(client, fetchers, outcomes, in_flight, send, stats)
 
 
 def _request_topics(members: list[tuple[RawBatchFetcher, int]]) -> list[FetchTopicSpec]:
@@ -185,28 +287,34 @@ def _request_topics(members: list[tuple[RawBatchFetcher, int]]) -> list[FetchTop
     return [FetchTopicSpec(name, topic_id, parts) for name, (topic_id, parts) in topics.items()]
 
 
-def _dispatch(response, members: list[tuple[int, RawBatchFetcher]], outcomes: list[PartitionOutcome]) -> None:
-    """Hand each partition's part of ``response`` to its fetcher; a partition missing from it is retried."""
-    parts = {}  # by (name, partition) up to v12, by (topic id, partition) from v13
-    for topic in response.responses:
-        name, topic_id = getattr(topic, "topic", None), getattr(topic, "topic_id", None)
-        for data in topic.partitions:
-            if name:
-                parts[(name, data.partition_index)] = data
-            if topic_id is not None:
-                parts[(topic_id, data.partition_index)] = data
+def _hand_out(answer: SessionAnswer, members: list[tuple[int, RawBatchFetcher]],
+              outcomes: list[PartitionOutcome]) -> None:
+    """Each partition's part of a broker's answer to its fetcher: data is handled (the position may move), a
+    partition left out of an incremental answer gets a result without batches at its position (nothing new), one
+    missing where the broker had to name it is retried."""
     for i, fetcher in members:
-        data = parts.get((fetcher.topic_id, fetcher.partition)) if fetcher.topic_id is not None else None
-        if data is None:
-            data = parts.get((fetcher.topic, fetcher.partition))
-        if data is None:
+        key = PartitionKey(fetcher.topic, fetcher.topic_id, fetcher.partition)
+        if key in answer.parts:
+            _handle(fetcher, outcomes[i], answer.parts[key])
+        elif key in answer.unchanged:
+            outcomes[i].result = fetcher.unchanged(answer.unchanged[key])
+        else:
             _failed(fetcher, outcomes[i], Errors.KafkaConnectionError(
                 f"fetch response without {fetcher.topic}-{fetcher.partition}"))
-            continue
-        try:
-            outcomes[i].result = fetcher.handle(data)
-        except Exception as exc:  # noqa: BLE001 - kept on this partition's outcome
-            _failed(fetcher, outcomes[i], exc)
+
+
+def _dispatch(response, members: list[tuple[int, RawBatchFetcher]], outcomes: list[PartitionOutcome]) -> None:
+    """:func:`_hand_out` for a sessionless ``response`` to a request for ``members`` (all of them named)."""
+    session = FetchSession(enabled=False)
+    request = session.build(_request_topics([(fetcher, -1) for _, fetcher in members]))
+    _hand_out(session.answer(request, response), members, outcomes)
+
+
+def _handle(fetcher: RawBatchFetcher, outcome: PartitionOutcome, data) -> None:
+    try:
+        outcome.result = fetcher.handle(data)
+    except Exception as exc:  # noqa: BLE001 - kept on this partition's outcome
+        _failed(fetcher, outcome, exc)
 
 
 def _failed(fetcher: RawBatchFetcher, outcome: PartitionOutcome, exc: BaseException) -> None:

@@ -34,10 +34,13 @@ from mirror_core.errors import (
     SourceTruncatedError,
     TopicRecreatedError,
 )
+from mirror_core.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSession, SessionRequest
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable, partition_request_with_retries
 from mirror_core.wire_fastpath import FetchPartitionSpec, FetchTopicSpec
 
 log = logging.getLogger(__name__)
+
+_Ticket = tuple[FetchSession, SessionRequest]   # a request sent in a fetch session, and that session
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,8 @@ class RawBatchFetcher:
     def __init__(self, client: WireClient, topic: str, partition: int, start: int, end: int | None = None, *,
                  max_bytes: int = 8 * 1024 * 1024, max_wait_ms: int = 500,
                  isolation: IsolationLevel = IsolationLevel.READ_COMMITTED, retry_timeout_s: float = 120.0,
-                 topic_id: uuid.UUID | str | None = None, every_batch: bool = False, last_epoch: int | None = None):
+                 topic_id: uuid.UUID | str | None = None, every_batch: bool = False, last_epoch: int | None = None,
+                 fetch_session: bool = False):
         if end is not None and end < start:
             raise ValueError(f"empty range [{start}, {end})")
         self.client = client
@@ -140,7 +144,14 @@ class RawBatchFetcher:
         # ``last_epoch`` move when its answer is taken by :meth:`fetch`, never when it is sent, so a caller that
         # fails meanwhile and drops the fetcher has skipped nothing; an unanswered one is simply never read
         # (responses are matched to their own futures, so a later request on the connection is not confused).
-        self._prefetched: tuple[int, Future] | None = None
+        self._prefetched: tuple[int, Future, _Ticket | None] | None = None
+        # A fetch session (KIP-227) with the leader, for this fetcher's own requests (``fetch_session=True``; off by
+        # default: a one-partition session saves ~100 bytes per round trip but holds one of the broker's session
+        # cache slots, which consumers cannot take back from a live session; the daemon's and ``shoal copy``'s
+        # multi-partition rounds use sessions of their own, :mod:`mirror_core.broker_fetch`). A new leader gets a
+        # new session.
+        self._session: tuple[int, FetchSession] | None = None
+        self.fetch_session = fetch_session
 
     @property
     def done(self) -> bool:
@@ -168,12 +179,10 @@ class RawBatchFetcher:
             return False
         try:
             leader, epoch = self.locate()
-            future = send_fetch(self.client, leader, [FetchTopicSpec(self.topic, self._topic_id,
-                                                                     [self.spec(epoch)])],
-                                max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes, isolation=self.isolation)
+            future, request = self._send(leader, epoch)
         except Errors.KafkaError:
             return False  # fetch() meets the same trouble and retries it
-        self._prefetched = (self.position, future)
+        self._prefetched = (self.position, future, request)
         return True
 
     def discard_prefetch(self) -> bool:
@@ -237,24 +246,54 @@ class RawBatchFetcher:
             [FetchTopicSpec(self.topic, self._topic_id, [self.spec(leader_epoch)])],
             max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes, isolation=self.isolation)
 
-    def _fetch_once(self) -> FetchResult:
+    def _send(self, leader: int, epoch: int) -> tuple[Future, _Ticket | None]:
+        """Send this partition's Fetch at ``position`` to ``leader`` (in this fetcher's session, if it keeps one)."""
+        topics = [FetchTopicSpec(self.topic, self._topic_id, [self.spec(epoch)])]
+        ticket = None
+        if self.fetch_session:
+            if self._session is None or self._session[0] != leader:
+                self._session = (leader, FetchSession())
+            ticket = (self._session[1], self._session[1].build(topics))
+        future = send_fetch(self.client, leader, topics, max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes,
+                            isolation=self.isolation, session=ticket[1] if ticket else None)
+        return future, ticket
+
+    def _fetch_once(self, resent: bool = False) -> FetchResult:
         prefetched, self._prefetched = self._prefetched, None
         if prefetched is not None and prefetched[0] == self.position:
-            future = prefetched[1]
+            future, ticket = prefetched[1], prefetched[2]
         else:  # none outstanding (or asked at another position, which the position's one-way moves rule out)
             leader, epoch = self.locate()
-            future = send_fetch(self.client, leader,
-                                [FetchTopicSpec(self.topic, self._topic_id, [self.spec(epoch)])],
-                                max_wait_ms=self.max_wait_ms, max_bytes=self.max_bytes, isolation=self.isolation)
+            future, ticket = self._send(leader, epoch)
         wait_fetch(self.client, future)
         if future.failed():
+            if ticket is not None:
+                ticket[0].failed(ticket[1])
             raise future.exception
         response = future.value
-        if response.error_code:
-            raise Errors.for_code(response.error_code)()
-        if not response.responses or not response.responses[0].partitions:
-            raise Errors.KafkaConnectionError("fetch response without our partition")
-        return self.handle(response.responses[0].partitions[0])
+        if ticket is None:
+            if response.error_code:
+                raise Errors.for_code(response.error_code)()
+            if not response.responses or not response.responses[0].partitions:
+                raise Errors.KafkaConnectionError("fetch response without our partition")
+            return self.handle(response.responses[0].partitions[0])
+        answer = ticket[0].answer(ticket[1], response)
+        if answer.resend_full and not resent:   # the session was lost: ask again at once, as a full request
+            return self._fetch_once(resent=True)
+        if answer.resend_full or answer.error_code:
+            raise Errors.for_code(answer.error_code or response.error_code)()
+        if answer.parts:
+            return self.handle(next(iter(answer.parts.values())))
+        if answer.unchanged:
+            return self.unchanged(next(iter(answer.unchanged.values())))
+        raise Errors.KafkaConnectionError("fetch response without our partition")
+
+    def unchanged(self, ends) -> FetchResult:
+        """This partition was left out of an incremental fetch session's answer: nothing new (no records, no
+        error, same high watermark and log start as last said). The position stays; ``ends`` are the
+        :class:`~mirror_core.fetch_session.PartitionEnds` the broker last sent."""
+        return FetchResult([], self.position, ends.high_watermark, ends.last_stable_offset, ends.log_start_offset,
+                           self.last_epoch)
 
     def handle(self, data) -> FetchResult:
         """Take this partition's part of a Fetch response (from our own request or a shared one): advance the
@@ -339,43 +378,56 @@ def diverging_epoch(data) -> tuple[int, int] | None:
 
 
 def kafka_python_fetch_request(topics: Sequence[FetchTopicSpec], *, max_wait_ms: int, max_bytes: int,
-                               isolation: IsolationLevel) -> FetchRequest:
-    """kafka-python's FetchRequest for ``topics`` (the fallback route, SSL/SASL clusters; and the reference the
-    hand-encoded request is tested against)."""
-    by_id = all(spec.topic_id is not None for spec in topics)
+                               isolation: IsolationLevel, session: SessionRequest | None = None) -> FetchRequest:
+    """kafka-python's FetchRequest for ``topics`` (the fallback route, clusters reached through a proxy; and the
+    reference the hand-encoded request is tested against). With ``session`` (:mod:`mirror_core.fetch_session`)
+    the request carries its id, epoch, named partitions (``topics`` is then ignored) and forgotten ones; without
+    it the request is sessionless."""
+    if session is not None:
+        topics = session.topics
+    by_id = session.by_id if session is not None else all(spec.topic_id is not None for spec in topics)
     Topic = FetchRequest.FetchTopic
     return FetchRequest(
-        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
-        isolation_level=int(isolation), session_id=0, session_epoch=-1,
+        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=int(isolation),
+        session_id=session.session_id if session is not None else INVALID_SESSION_ID,
+        session_epoch=session.epoch if session is not None else FINAL_EPOCH,
         topics=[Topic(topic=spec.topic, topic_id=spec.topic_id, partitions=[
             Topic.FetchPartition(partition=p.partition, current_leader_epoch=p.current_leader_epoch,
                                  fetch_offset=p.fetch_offset, last_fetched_epoch=p.last_fetched_epoch,
                                  log_start_offset=p.log_start_offset, partition_max_bytes=p.partition_max_bytes)
             for p in spec.partitions]) for spec in topics],
-        forgotten_topics_data=[], rack_id="",
+        forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=gone.topic, topic_id=gone.topic_id,
+                                                           partitions=list(gone.partitions))
+                               for gone in (session.forgotten if session is not None else ())],
+        rack_id="",
         min_version=FetchRequest.min_version_for_isolation_level(isolation),
         max_version=18 if by_id else 12)
 
 
 def send_fetch(client: WireClient, leader: int, topics: Sequence[FetchTopicSpec], *, max_wait_ms: int,
-               max_bytes: int, isolation: IsolationLevel, slot: int = 0) -> Future:
+               max_bytes: int, isolation: IsolationLevel, session: SessionRequest | None = None,
+               slot: int = 0) -> Future:
     """Send one FetchRequest for ``topics`` to ``leader`` and return its future at once (several brokers can be
     asked at the same time); :func:`wait_fetch` reads the answer. Topic ids are used (v13+) when every topic has
-    one. ``slot``: which of the client's connections to the leader (fast path only). The hand-encoded route
-    (:mod:`mirror_core.wire_fastpath`) is taken when the client offers it; transport
-    failures come back on the future as kafka-python's (retriable) errors."""
-    by_id = all(spec.topic_id is not None for spec in topics)
+    one. With ``session`` (a :class:`~mirror_core.fetch_session.SessionRequest`) the request is that session's
+    (its named partitions replace ``topics``). ``slot``: which of the client's connections to the leader (fast
+    path only). The hand-encoded route (:mod:`mirror_core.wire_fastpath`) is taken when the client offers it;
+    transport failures come back on the future as kafka-python's (retriable) errors."""
+    by_id = session.by_id if session is not None else all(spec.topic_id is not None for spec in topics)
     timeout_ms = client.request_timeout_ms + max_wait_ms
     try:
         fast = (client.fast_connection(leader, slot) if slot else client.fast_connection(leader)) \
             if hasattr(client, "fast_connection") else None
         if fast is not None:   # hand-encoded, records as views into the response frame
+            fields = {} if session is None else {
+                "session_id": session.session_id, "session_epoch": session.epoch, "forgotten": session.forgotten}
             return fast.fetch_async(
                 min_version=FetchRequest.min_version_for_isolation_level(isolation),
                 max_version=18 if by_id else 12, request_timeout_ms=timeout_ms, max_wait_ms=max_wait_ms,
-                min_bytes=1, max_bytes=max_bytes, isolation_level=int(isolation), topics=topics)
+                min_bytes=1, max_bytes=max_bytes, isolation_level=int(isolation),
+                topics=session.topics if session is not None else topics, **fields)
         request = kafka_python_fetch_request(topics, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
-                                             isolation=isolation)
+                                             isolation=isolation, session=session)
         if hasattr(client, "send_async"):
             return client.send_async(leader, request, timeout_ms)
         return Future().success(client.send(leader, request))

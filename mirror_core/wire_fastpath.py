@@ -323,13 +323,24 @@ class FetchTopicSpec(NamedTuple):
     partitions: Sequence[FetchPartitionSpec]
 
 
+class ForgottenTopic(NamedTuple):
+    """One topic of a FetchRequest's ForgottenTopicsData (v7+, fetch sessions): partitions leaving the session,
+    by topic name up to v12, by topic id from v13."""
+
+    topic: str
+    topic_id: uuid.UUID | None
+    partitions: Sequence[int]
+
+
 def encode_fetch_request(version: int, correlation_id: int, client_id: str | None, *, max_wait_ms: int,
                          min_bytes: int, max_bytes: int, isolation_level: int, topics: Sequence[FetchTopicSpec],
                          replica_id: int = -1, session_id: int = 0, session_epoch: int = -1,
-                         rack_id: str = "") -> bytes:
+                         forgotten: Sequence[ForgottenTopic] = (), rack_id: str = "") -> bytes:
     """A framed FetchRequest (v4-v18) for any number of topics and partitions, byte-identical to kafka-python's
-    encoding of the same request (no forgotten topics, no cluster id): the fetcher's one-partition request and the
-    daemon's one-request-per-broker fetch (:mod:`mirror_core.broker_fetch`) both go through here."""
+    encoding of the same request (no cluster id): the fetcher's one-partition request and the daemon's
+    one-request-per-broker fetch (:mod:`mirror_core.broker_fetch`) both go through here. ``session_id`` /
+    ``session_epoch`` / ``forgotten`` are a fetch session's (:mod:`mirror_core.fetch_session`; v7+, below that
+    they are not on the wire and the request is sessionless)."""
     if not FETCH_VERSIONS[0] <= version <= FETCH_VERSIONS[1]:
         raise ValueError(f"FetchRequest v{version} is not hand-encoded")
     flexible = version >= FETCH_FLEXIBLE
@@ -364,7 +375,19 @@ def encode_fetch_request(version: int, correlation_id: int, client_id: str | Non
         if flexible:
             body += b"\x00"                      # topic's tagged fields
     if version >= 7:
-        body += _array_len(0, flexible)          # forgotten topics
+        body += _array_len(len(forgotten), flexible)
+        for gone in forgotten:
+            if version >= FETCH_TOPIC_IDS:
+                if gone.topic_id is None:
+                    raise ValueError(f"FetchRequest v{version} needs a topic id (forgotten topic {gone.topic!r})")
+                body += gone.topic_id.bytes
+            else:
+                body += _string(gone.topic, flexible)
+            body += _array_len(len(gone.partitions), flexible)
+            for index in gone.partitions:
+                body += _I32.pack(index)
+            if flexible:
+                body += b"\x00"                  # forgotten topic's tagged fields
     if version >= 11:
         body += _string(rack_id, flexible)
     if flexible:
@@ -562,7 +585,7 @@ class FastConnection:
         self.cluster_name = cluster_name
         self.reauthenticate = reauthenticate     # False only to show what a broker does without it (tests)
         self._correlation_id = 0
-        # (correlation id, future, decoder, flexible response header, deadline) per request, in send order
+        # (correlation id, future, decoder, flexible response header, timeout in s) per request, in send order
         self._in_flight: collections.deque = collections.deque()
         self._throttled_until = 0.0
         self._header = bytearray(4)
@@ -570,6 +593,8 @@ class FastConnection:
         self._salted: dict = {}                  # SCRAM's PBKDF2 result, reused by re-authentications
         self.authentications = 0
         self.session_lifetime_ms = 0
+        self.bytes_sent = 0                      # request bytes handed to the channel (before TLS), all requests
+        self.bytes_received = 0                  # response frames read, size fields included
         self.closed = False
         try:
             self._sock = socket.create_connection(self.address, timeout=connect_timeout_s)
@@ -758,7 +783,8 @@ class FastConnection:
         except (OSError, ssl.SSLError) as exc:
             self._fail(_transport_error(exc, self))
             return future.failure(_transport_error(exc, self))
-        self._in_flight.append((correlation_id, future, decoder, flexible_response, time.monotonic() + timeout_s))
+        self.bytes_sent += sum(memoryview(part).nbytes for part in parts)
+        self._in_flight.append((correlation_id, future, decoder, flexible_response, timeout_s))
         return future
 
     def wait(self, future: Future) -> None:
@@ -770,15 +796,19 @@ class FastConnection:
             self._read_one()
 
     def _read_one(self) -> None:
-        correlation_id, future, decoder, flexible, deadline = self._in_flight[0]
+        """Read the oldest request's response. Its timeout runs from now, when we start waiting for it, not from
+        when it was sent: a request sent ahead (a prefetch while the caller writes, or one queued behind another's
+        long poll) is not failed for our own delay in reading; the clock measures only the broker's silence."""
+        correlation_id, future, decoder, flexible, timeout_s = self._in_flight[0]
         try:
-            self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            self._sock.settimeout(timeout_s)
             self._recv_exact(memoryview(self._header))
             (size,) = _I32.unpack(self._header)
             if not 4 <= size <= _MAX_FRAME:
                 raise Errors.KafkaProtocolError(f"invalid frame length {size}")
             frame = bytearray(size)
             self._recv_exact(memoryview(frame))
+            self.bytes_received += 4 + size
         except (OSError, ssl.SSLError, Errors.KafkaError) as exc:
             self._fail(_transport_error(exc, self))
             return

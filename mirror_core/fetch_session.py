@@ -1,0 +1,285 @@
+"""Fetch sessions (KIP-227, incremental fetch): what one client's requests to one broker leave out, and why.
+
+Without a session every FetchRequest names every partition with its position, and every response names every
+partition with its high watermark, even when nothing changed: a daemon holding 2,000 idle partitions sends and
+receives ~100 bytes per partition per round for nothing. With a session the broker remembers, per session, each
+partition's fetch parameters (fetch offset, leader epoch, last fetched epoch, max bytes) and what it last told us
+(high watermark, log start offset). Then:
+
+- a **full** request (session epoch 0) names every partition; the response names every partition and carries the
+  new session's id (0: the broker made none — sessions disabled with ``max.incremental.fetch.session.cache.slots=0``,
+  the cache full, or a broker older than Fetch v7 — and we keep sending full requests);
+- an **incremental** request (the session's id, epoch 1, 2, …) names only the partitions whose parameters changed
+  or that join the session, and lists the ones that leave it in ``ForgottenTopicsData``;
+- an incremental response names only the partitions with something to say: records, an error, a changed high
+  watermark or log start offset, a diverging epoch. **A partition left out of an incremental response has nothing
+  new**: its fetcher keeps its position, and its high watermark, last stable offset and log start offset are the
+  ones the broker last sent (:class:`PartitionEnds`, kept here). It is never "the end was reached", "stalled" or
+  "done" by itself; callers treat it exactly like a response that carried the partition with no records.
+
+This module is pure (no I/O): :meth:`FetchSession.build` turns the partitions a round wants into the request's
+session fields, partitions and forgotten partitions; :meth:`FetchSession.answer` reads the response (any object
+with kafka-python's FetchResponse field names: ``error_code``, ``session_id``, ``responses[].topic`` /
+``.topic_id`` / ``.partitions[]``) into per-partition data or "unchanged"; :meth:`FetchSession.failed` takes a
+transport failure. The caller (:mod:`mirror_core.broker_fetch`, :mod:`mirror_core.fetcher`) does the I/O.
+
+Session loss: FETCH_SESSION_ID_NOT_FOUND (70; also what eviction from the broker's cache looks like),
+INVALID_FETCH_SESSION_EPOCH (71) and FETCH_SESSION_TOPIC_ID_ERROR (106) carry no partition data. The session is
+dropped and :attr:`SessionAnswer.resend_full` tells the caller to send the same partitions again at once as a full
+request (opening a new session), so callers never see a session error: no position moved, nothing is skipped or
+repeated. A transport failure, an answer that does not fit the session (a partition we did not ask for, a
+partition left out we know nothing about), or a request built while the previous one is still unanswered (a round
+dropped unread) also drop the session; the next request is full and closes the old session (its id with epoch 0).
+
+Invariants (where the state lives: :class:`FetchSession`):
+
+- ``_sent`` is exactly the broker's view of the session: every partition in it was named by a request the broker
+  answered without a session error, with the parameters we last sent; an incremental request names a partition
+  whenever our parameters differ from ``_sent`` (so the broker always fetches at the fetcher's position), and
+  forgets every partition of ``_sent`` the round does not want.
+- At most one request per session is unanswered; its epoch is the session's epoch; the epoch advances only when
+  that request is answered without a session error.
+- ``_ends`` holds, for each partition in the session, the high watermark, last stable offset and log start offset
+  of the last response that named it; a partition is reported "unchanged" only from there.
+- ``enabled=False`` (or a broker that refuses sessions) gives exactly the sessionless request of Kafka < 1.1
+  clients: session id 0, epoch -1, every partition named.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from mirror_core.wire_fastpath import FetchPartitionSpec, FetchTopicSpec, ForgottenTopic
+
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0       # a full request that opens a session (closing the one named by its id, if any)
+FINAL_EPOCH = -1        # a full request without a session (closing the one named by its id, if any)
+
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
+FETCH_SESSION_TOPIC_ID_ERROR = 106
+SESSION_ERRORS = frozenset((FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR))
+
+
+def next_epoch(epoch: int) -> int:
+    """Kafka's JFetchMetadata.nextEpoch: 1, 2, …, 2**31-1, then 1 again (0 and -1 are reserved)."""
+    return 1 if epoch >= 2**31 - 1 or epoch < 0 else epoch + 1
+
+
+class PartitionKey(NamedTuple):
+    topic: str
+    topic_id: uuid.UUID | None
+    partition: int
+
+
+class PartitionEnds(NamedTuple):
+    """What the broker last said about a partition's log: the values an omitted partition keeps."""
+
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+class SessionRequest(NamedTuple):
+    """The session part of one FetchRequest, and what its answer is matched against."""
+
+    session_id: int
+    epoch: int
+    topics: list[FetchTopicSpec]        # the partitions named in the request
+    forgotten: list[ForgottenTopic]     # partitions leaving the session
+    wanted: tuple[PartitionKey, ...]    # every partition whose answer the round expects (named or not)
+    token: int                          # which request of the session this is
+    by_id: bool                         # topics named by id (Fetch v13+), for the session's whole life
+
+    @property
+    def full(self) -> bool:
+        return self.epoch in (INITIAL_EPOCH, FINAL_EPOCH)
+
+    @property
+    def partition_count(self) -> int:
+        return sum(len(t.partitions) for t in self.topics)
+
+
+@dataclass
+class SessionAnswer:
+    """A response read against its request: each wanted partition is in exactly one of ``parts`` (the response's
+    data for it), ``unchanged`` (left out of an incremental response: nothing new, the last known ends) or
+    ``missing`` (the broker said nothing about it where it had to: retried by the caller); or, when the session
+    was lost, nothing at all and ``resend_full``."""
+
+    parts: dict[PartitionKey, object] = field(default_factory=dict)
+    unchanged: dict[PartitionKey, PartitionEnds] = field(default_factory=dict)
+    missing: list[PartitionKey] = field(default_factory=list)
+    resend_full: bool = False
+    error_code: int = 0                 # the response's top-level error (not a session error: those resend)
+
+
+@dataclass
+class SessionStats:
+    full_requests: int = 0
+    incremental_requests: int = 0
+    sessions_lost: int = 0              # session errors, transport failures, answers that did not fit
+
+
+class FetchSession:
+    """One client's fetch session with one broker (see the module docstring for the protocol and invariants)."""
+
+    def __init__(self, *, enabled: bool = True):
+        self.enabled = enabled
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self._sent: dict[PartitionKey, FetchPartitionSpec] = {}
+        self._ends: dict[PartitionKey, PartitionEnds] = {}
+        self._by_id: bool | None = None          # whether the session names topics by id (v13+): never mixed
+        self._outstanding: SessionRequest | None = None
+        self._tokens = 0
+        self.stats = SessionStats()
+
+    @property
+    def active(self) -> bool:
+        """Whether the next request can be incremental."""
+        return self.session_id != INVALID_SESSION_ID and self.epoch not in (INITIAL_EPOCH, FINAL_EPOCH)
+
+    def build(self, topics: Sequence[FetchTopicSpec]) -> SessionRequest:
+        """The request for ``topics`` (every partition the round wants, at its current parameters)."""
+        wanted: dict[PartitionKey, FetchPartitionSpec] = {}
+        for spec in topics:
+            for part in spec.partitions:
+                wanted[PartitionKey(spec.topic, spec.topic_id, part.partition)] = part
+        by_id = all(spec.topic_id is not None for spec in topics)
+        if self._outstanding is not None:        # the last request's answer was never read: state unknown
+            self._lose()
+        if self._by_id is not None and by_id != self._by_id:
+            self._lose()                         # a session keeps to names or to ids (else error 106)
+        self._tokens += 1
+        if not self.enabled:
+            request = SessionRequest(INVALID_SESSION_ID, FINAL_EPOCH, list(topics), [], tuple(wanted), self._tokens,
+                                     by_id)
+        elif not self.active:
+            request = SessionRequest(self.session_id, INITIAL_EPOCH, list(topics), [], tuple(wanted), self._tokens,
+                                     by_id)
+        else:
+            named = [key for key, part in wanted.items() if self._sent.get(key) != part]
+            gone = [key for key in self._sent if key not in wanted]
+            request = SessionRequest(self.session_id, self.epoch, _topics(named, wanted), _forgotten(gone),
+                                     tuple(wanted), self._tokens, by_id)
+        if request.full:
+            self.stats.full_requests += 1
+        else:
+            self.stats.incremental_requests += 1
+        self._by_id = by_id
+        self._outstanding = request if self.enabled else None
+        return request
+
+    def failed(self, request: SessionRequest) -> None:
+        """The request got no answer (transport failure, timeout): the broker may or may not have taken it."""
+        if self._outstanding is not None and request.token == self._outstanding.token:
+            self._outstanding = None
+            self._lose()
+
+    def answer(self, request: SessionRequest, response) -> SessionAnswer:
+        """Read ``response`` (the answer to ``request``) into per-partition outcomes, updating the session."""
+        current = self._outstanding is not None and request.token == self._outstanding.token
+        if current:
+            self._outstanding = None
+        error = getattr(response, "error_code", 0) or 0
+        if error:
+            if current:
+                self._lose(fresh=error == FETCH_SESSION_ID_NOT_FOUND)
+            if error in SESSION_ERRORS:
+                return SessionAnswer(resend_full=True)
+            return SessionAnswer(error_code=error)
+        got = _response_parts(response)
+        result = SessionAnswer()
+        fits = True
+        for key in request.wanted:
+            data = got.pop((key.topic_id, key.partition), None) if key.topic_id is not None else None
+            if data is None:
+                data = got.pop((key.topic, key.partition), None)
+            if data is not None:
+                result.parts[key] = data
+            elif not request.full and key in self._ends:
+                result.unchanged[key] = self._ends[key]
+            else:
+                result.missing.append(key)
+                fits = fits and request.full     # a full response may leave partitions out (KIP-219 throttling)
+        if got:
+            fits = False                         # partitions we did not ask for
+        if not current or not self.enabled:
+            return result
+        if not fits:
+            self._lose()
+            return result
+        self._commit(request, response, result)
+        return result
+
+    # -- state -----------------------------------------------------------------------------------------------
+
+    def _commit(self, request: SessionRequest, response, result: SessionAnswer) -> None:
+        """The broker took ``request``: its view of the session is now ours, plus what the response said."""
+        session_id = getattr(response, "session_id", INVALID_SESSION_ID) or INVALID_SESSION_ID
+        if request.full:
+            self._sent = {}
+            self._ends = {}
+        for spec in request.topics:
+            for part in spec.partitions:
+                key = PartitionKey(spec.topic, spec.topic_id, part.partition)
+                if not request.full or key in result.parts:  # a new session holds what its first answer named
+                    self._sent[key] = part
+        for topic in request.forgotten:
+            for index in topic.partitions:
+                key = PartitionKey(topic.topic, topic.topic_id, index)
+                self._sent.pop(key, None)
+                self._ends.pop(key, None)
+        for key, data in result.parts.items():
+            if data.error_code:
+                self._ends.pop(key, None)        # the broker names it again once the error is gone
+            else:
+                self._ends[key] = PartitionEnds(data.high_watermark, data.last_stable_offset,
+                                                data.log_start_offset)
+        if session_id == INVALID_SESSION_ID:     # none made (full), or closed by the broker (incremental)
+            self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
+            self._sent, self._ends = {}, {}
+        elif request.full:
+            self.session_id, self.epoch = session_id, next_epoch(INITIAL_EPOCH)
+        else:
+            self.epoch = next_epoch(self.epoch)
+
+    def _lose(self, *, fresh: bool = False) -> None:
+        """Drop the session: the next request is full; it closes the old session unless the broker has none."""
+        if self.session_id != INVALID_SESSION_ID or self._sent:
+            self.stats.sessions_lost += 1
+        if fresh:
+            self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self._sent, self._ends = {}, {}
+        self._outstanding = None
+
+
+def _topics(keys: Iterable[PartitionKey], wanted: dict[PartitionKey, FetchPartitionSpec]) -> list[FetchTopicSpec]:
+    grouped: dict[tuple[str, uuid.UUID | None], list[FetchPartitionSpec]] = {}
+    for key in keys:
+        grouped.setdefault((key.topic, key.topic_id), []).append(wanted[key])
+    return [FetchTopicSpec(topic, topic_id, parts) for (topic, topic_id), parts in grouped.items()]
+
+
+def _forgotten(keys: Iterable[PartitionKey]) -> list[ForgottenTopic]:
+    grouped: dict[tuple[str, uuid.UUID | None], list[int]] = {}
+    for key in keys:
+        grouped.setdefault((key.topic, key.topic_id), []).append(key.partition)
+    return [ForgottenTopic(topic, topic_id, parts) for (topic, topic_id), parts in grouped.items()]
+
+
+def _response_parts(response) -> dict[tuple, object]:
+    """The response's partitions by (topic id, partition) from v13, by (name, partition) before."""
+    parts: dict[tuple, object] = {}
+    for topic in getattr(response, "responses", None) or ():
+        name, topic_id = getattr(topic, "topic", None), getattr(topic, "topic_id", None)
+        if topic_id is not None and topic_id == uuid.UUID(int=0):
+            topic_id = None
+        for data in topic.partitions:
+            parts[(topic_id, data.partition_index) if topic_id is not None else (name, data.partition_index)] = data
+    return parts
