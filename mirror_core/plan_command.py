@@ -58,7 +58,9 @@ def retention_deadlines(source: ClusterConfig):
     from mirror_core.retention import CopyCapacity, assess_partition
     from mirror_core.retention_inputs import gather_inputs
 
-    capacity = CopyCapacity.estimate(bandwidth_bytes_per_s=50e6, rtt_s=0.002, fetch_bytes=4 * 1024 * 1024)
+    # a deadline is when the source may delete the unit's oldest record, whatever the copy's speed: no copy
+    # figures enter it (the retention check after planning judges the ETA with the measured ones)
+    capacity = CopyCapacity(float("inf"), how="not used: only the deletion deadline orders the plan")
 
     def deadline_for(topic: str, partition: int, start: int) -> int | None:
         inputs = gather_inputs(source, {topic: [partition]}, {(topic, partition): start})

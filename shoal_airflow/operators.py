@@ -193,7 +193,7 @@ class ShoalRetentionCheckOperator(BaseOperator):
                 return {"statuses": {}, "failing": []}
             verdict = assess_positions(source, topics, positions,
                                        retention_policy(self.retention, self.at_risk_below_s), target=target,
-                                       throttle_bytes_per_s=self._throttle)
+                                       throttle_bytes_per_s=self._throttle, link_bytes_per_s=self._link)
             statuses = verdict.statuses
             self.log.info("retention verdict: copy %s; AT_RISK below %.0f s", verdict.copy.how,
                           verdict.policy.at_risk_below_s)
@@ -216,11 +216,13 @@ class ShoalRetentionCheckOperator(BaseOperator):
         return result
 
     _throttle: float | None = None  # the plan's throttle (bytes/s): part of the ETA
+    _link: float | None = None      # the plan's link rate (bytes/s): the ETA uses it and the fetches sized for it
 
     def _positions(self, source):
         if self.plan_path:
             plan = load_plan(self.plan_path)
             self._throttle = plan.throttle_mb_s * 1e6 if plan.throttle_mb_s else None
+            self._link = plan.link_mb_s * 1e6 if plan.link_mb_s else None
             topics: dict[str, list[int]] = {}
             for u in plan.units:
                 topics.setdefault(u.topic, []).append(u.partition)
