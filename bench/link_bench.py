@@ -62,8 +62,7 @@ KAFKA_VERSION = "4.4.0"
 # legacy broker version) speaks to 4.4 brokers
 MM2_VERSION = "3.9.2"
 PARTITIONS = 4
-MIRRORS = ("shoal-copy", "shoal-copy-1p", "backfill-units", "backfill-units-linked", "daemon", "deep", "mm2",
-           "shoal-copy-before")
+MIRRORS = ("shoal-copy", "shoal-copy-1p", "backfill-units", "daemon", "deep", "mm2", "shoal-copy-before")
 SAMPLE_S = 0.2
 _PROBE_TOPIC = "__consumer_offsets"
 
@@ -372,9 +371,7 @@ def steady_rate(samples: list[tuple[float, int]], expected: int, bytes_per_recor
 # -- the mirrors ----------------------------------------------------------------------------------------------------
 
 def child_backfill(spec: dict) -> None:
-    """What a backfill task runs per unit: CheckpointedCopier.copy of each partition's range, one after another;
-    ``linked``: through the backfill's own lane path (mirror_core.backfill.run_lane) with fetches sized for the
-    link as the Spark driver sizes them (one lane at a time)."""
+    """What a backfill task runs per unit: CheckpointedCopier.copy of each partition's range, one after another."""
     from mirror_core.checkpoint import CheckpointStore
     from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
     from mirror_core.cluster import ClusterConfig
@@ -387,22 +384,6 @@ def child_backfill(spec: dict) -> None:
     ends = {int(p): e for p, e in spec["ends"].items()}
     run_preflight(src, dst, spec["topic"], target_topic=spec["target_topic"],
                   start_offsets=dict.fromkeys(ends, 0)).raise_if_refused()
-    if spec.get("linked"):
-        from mirror_core.backfill import LaneJob, run_lane, unsized_fetch_bytes
-        from mirror_core.backfill_link import measure_backfill_link
-
-        sizing, _ = measure_backfill_link(src, spec["link_MBps"] * 1e6, lanes_at_once=1,
-                                          unsized_fetch_bytes=unsized_fetch_bytes(None))
-        print(f"backfill-units-linked: {sizing.describe()}", flush=True)
-        for p, end in sorted(ends.items()):
-            unit = {"unit_id": f"{spec['topic']}-{p}", "lane": f"{spec['target_topic']}-{p}", "topic": spec["topic"],
-                    "partition": p, "start": 0, "end": end, "target_topic": spec["target_topic"],
-                    "target_partition": p}
-            [row] = run_lane(LaneJob("bench", spec["pipeline"], "exactly-once", False, None, src, dst, (unit,),
-                                     fetch_max_bytes=sizing.fetch_bytes))
-            if row.status == "failed":
-                raise SystemExit(f"unit {row.unit_id} failed: {row.error}")
-        return
     with WireClient.for_cluster(src) as source, WireClient.for_cluster(dst) as target:
         store = CheckpointStore(dst, target)
         store.ensure_topic()
@@ -506,8 +487,7 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
                  target_topic, "--mode", "exactly-once", "--pipeline", f"lb.{tag}", "--link-mbps",
                  f"{ctx['link_MBps']:g}"]
     spec = {"source": ctx["source"], "target": ctx["target"], "topic": ctx["topic"], "target_topic": target_topic,
-            "ends": ctx["facts"]["ends"], "pipeline": f"lb.{tag}", "link_MBps": ctx["link_MBps"],
-            "linked": mirror == "backfill-units-linked"}
+            "ends": ctx["facts"]["ends"], "pipeline": f"lb.{tag}"}
     everything = list(range(PARTITIONS))
     if mirror == "shoal-copy":
         return [py, "-m", "mirror_core.cli", "copy", *copy_args], target_topic, everything, None
@@ -515,11 +495,10 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
         return [py, "-m", "mirror_core.cli", "copy", *copy_args, "--partitions", "0"], target_topic, [0], None
     if mirror == "shoal-copy-before":  # the same command from another tree (--before-tree), without --link-mbps
         return [py, "-m", "mirror_core.cli", "copy", *copy_args[:-2]], target_topic, everything, None
-    if mirror in ("backfill-units", "backfill-units-linked", "deep"):
+    if mirror in ("backfill-units", "deep"):
         if mirror == "deep":
             _create_target(ctx["target"], target_topic)
-        child = "deep" if mirror == "deep" else "backfill-units"
-        return [py, "-m", "bench.link_bench", "--child", child, json.dumps(spec)], target_topic, everything, None
+        return [py, "-m", "bench.link_bench", "--child", mirror, json.dumps(spec)], target_topic, everything, None
     if mirror == "daemon":
         import yaml
 
