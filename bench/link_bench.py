@@ -14,7 +14,11 @@ Mirrors, each its own process, copying the whole topic (4 partitions of ~650-byt
 
 - ``shoal-copy``: ``shoal copy --mode exactly-once --link-mbps 20`` (all partitions concurrently; fetches sized
   for the measured round trip);
+- ``shoal-copy-sasl``: the same over SASL_SSL with SCRAM-SHA-512 on both sides (the far broker's secure listener
+  through the same proxy and link, the sandbox target's secure listener), TLS on Shoal's fast path;
 - ``shoal-copy-1p``: the same, one partition only (its rate is judged against the link too);
+- ``backfill``: ``shoal backfill plan`` + ``shoal backfill run`` (PySpark ``local[2]``, the real job; CPU is the
+  whole process tree: the spark-submit JVM and its Python workers);
 - ``backfill-units``: the code a backfill task runs per unit (:class:`CheckpointedCopier`), units one after
   another in one process (no Spark: a Spark task runs its units the same way);
 - ``daemon``: ``python -m mirror_core.daemon`` catching up the backlog from the earliest offset, stopped (SIGTERM)
@@ -42,6 +46,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import subprocess
@@ -56,13 +61,15 @@ ROOT = Path(__file__).resolve().parents[1]
 NS = "shoal-link"
 HOST_DEV, NS_DEV = "shl-h", "shl-n"
 HOST_IP, NS_IP = "10.77.0.1", "10.77.0.2"
-PORT, CONTROLLER_PORT = 39092, 39093
+PORT, CONTROLLER_PORT, SECURE_PORT = 39092, 39093, 39094
+SECURE_USER = "shoal-bench"
 KAFKA_VERSION = "4.4.0"
 # connect-mirror 4.4.0 could not be resolved from Maven Central here (artifact not found); 3.9.2 (the sandbox's
 # legacy broker version) speaks to 4.4 brokers
 MM2_VERSION = "3.9.2"
 PARTITIONS = 4
-MIRRORS = ("shoal-copy", "shoal-copy-1p", "backfill-units", "daemon", "deep", "mm2", "shoal-copy-before")
+MIRRORS = ("shoal-copy", "shoal-copy-sasl", "shoal-copy-1p", "backfill", "backfill-units", "daemon", "deep", "mm2",
+           "shoal-copy-before")
 SAMPLE_S = 0.2
 _PROBE_TOPIC = "__consumer_offsets"
 
@@ -106,15 +113,16 @@ class DelayProxy:
     """``bench.delay_proxy`` on the host: 127.0.0.1:PORT → the far broker, half the round trip each way."""
 
     def __init__(self, rtt_ms: float):
-        self.proc = subprocess.Popen([sys.executable, "-m", "bench.delay_proxy", "--listen", f"127.0.0.1:{PORT}",
-                                      "--to", f"{NS_IP}:{PORT}", "--one-way-ms", f"{rtt_ms / 2:g}"], cwd=ROOT,
-                                     start_new_session=True)
+        self.procs = [subprocess.Popen([sys.executable, "-m", "bench.delay_proxy", "--listen", f"127.0.0.1:{port}",
+                                        "--to", f"{NS_IP}:{port}", "--one-way-ms", f"{rtt_ms / 2:g}"], cwd=ROOT,
+                                       start_new_session=True) for port in (PORT, SECURE_PORT)]
         time.sleep(1.0)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(10)
 
 
 def link_down() -> None:
@@ -142,27 +150,42 @@ class FarBroker:
     """A private single-node KRaft broker inside the namespace; ``socket.send.buffer.bytes`` pinned by the caller."""
 
     def __init__(self, home: Path, send_buffer: int):
+        import secrets
+
         from mirror_core.sandbox import jars
         from mirror_core.sandbox.broker import LOG_CONFIG
         from mirror_core.sandbox.spec import FAST_TIMERS, SINGLE_NODE, ClusterSpec
+        from mirror_core.sandbox.tls import ensure_tls_material
 
         self.home = home
         self.lib = jars.resolve_classpath(ClusterSpec("link", KAFKA_VERSION, PORT, CONTROLLER_PORT),
                                           Path.home() / ".cache" / "shoal")
         self.log_config = LOG_CONFIG["kafka4"]
         self.props = home / "server.properties"
+        # a SASL_SSL listener beside the PLAINTEXT one (SCRAM-SHA-512, certificate for localhost): the secure copy
+        # runs over the same link; its password lives in this process and the mirror's 0600 settings file only
+        self.tls = ensure_tls_material(home / "tls")
+        self.password = secrets.token_urlsafe(18)
+        secure = "listener.name.secure."
         settings = {
             "process.roles": "broker,controller", "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{CONTROLLER_PORT}", "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             # every address in the namespace; clients on the host reach it through the delay proxy's address
-            "listeners": f"PLAINTEXT://0.0.0.0:{PORT},CONTROLLER://127.0.0.1:{CONTROLLER_PORT}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{PORT}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listeners": f"PLAINTEXT://0.0.0.0:{PORT},CONTROLLER://127.0.0.1:{CONTROLLER_PORT},"
+                         f"SECURE://0.0.0.0:{SECURE_PORT}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{PORT},SECURE://localhost:{SECURE_PORT}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURE:SASL_SSL",
+            f"{secure}sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            f"{secure}scram-sha-512.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+                                                       "required;",
+            f"{secure}ssl.keystore.type": "PKCS12", f"{secure}ssl.keystore.location": self.tls["keystore"],
+            f"{secure}ssl.keystore.password": self.tls["password"], f"{secure}ssl.key.password": self.tls["password"],
             "log.dirs": str(home / "data"), "socket.send.buffer.bytes": str(send_buffer),
             **SINGLE_NODE, **FAST_TIMERS}
         home.mkdir(parents=True, exist_ok=True)
         self.props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        self.props.chmod(0o600)
         self.proc: subprocess.Popen | None = None
 
     def _java(self, main: str, *args: str) -> list[str]:
@@ -185,10 +208,26 @@ class FarBroker:
                 from confluent_kafka.admin import AdminClient
 
                 AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
-                return
+                break
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(1)
-        raise RuntimeError("far broker did not come up")
+        else:
+            raise RuntimeError("far broker did not come up")
+        self._create_user()
+
+    def _create_user(self) -> None:
+        from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+        upsert = UserScramCredentialUpsertion(SECURE_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                              self.password.encode())
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        admin.alter_user_scram_credentials([upsert])[SECURE_USER].result(timeout=30)
+
+    def secure_config(self) -> dict:
+        """librdkafka-style settings for the far broker's SASL_SSL listener (through the delay proxy)."""
+        return {"bootstrap.servers": f"localhost:{SECURE_PORT}", "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": SECURE_USER, "sasl.password": self.password,
+                "ssl.ca.location": self.tls["ca"]}
 
     @property
     def bootstrap(self) -> str:
@@ -287,13 +326,53 @@ class TargetWatch:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a live process so far (all its threads; not its children)."""
+def _stat(pid: int) -> list[str] | None:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICK
-    except (OSError, IndexError, ValueError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            st = _stat(int(entry.name))
+            if st is not None:
+                children.setdefault(int(st[1]), []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(children.get(current, ()))
+    return out
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process so far: all its threads, its live descendants (a backfill's
+    spark-submit JVM and Python workers) and the children they have already reaped."""
+    if _stat(pid) is None:
         return float("nan")
+    total = 0
+    for member in _tree(pid):
+        st = _stat(member)
+        if st is not None:
+            total += int(st[11]) + int(st[12]) + int(st[13]) + int(st[14])
+    return total / _TICK
+
+
+def tree_rss_kib(pid: int) -> int:
+    """Resident memory of ``pid`` and its live descendants now (a peak is the maximum over samples)."""
+    total = 0
+    for member in _tree(pid):
+        try:
+            for line in Path(f"/proc/{member}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
 
 
 def vm_hwm_kib(pid: int) -> int:
@@ -318,7 +397,7 @@ def run_mirror(cmd: list[str], watch: TargetWatch, expected: int, *, done=None, 
     status = None
     while True:
         now = time.monotonic() - started
-        peak = max(peak, vm_hwm_kib(proc.pid))
+        peak = max(peak, vm_hwm_kib(proc.pid), tree_rss_kib(proc.pid))
         samples.append((now, watch.landed(), cpu_s(proc.pid)))
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
@@ -491,6 +570,26 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
     everything = list(range(PARTITIONS))
     if mirror == "shoal-copy":
         return [py, "-m", "mirror_core.cli", "copy", *copy_args], target_topic, everything, None
+    if mirror == "shoal-copy-sasl":  # SASL_SSL/SCRAM-SHA-512 on both sides: the far broker's and the target's
+        far_secure, near_secure = work / "far-secure.yaml", work / "near-secure.yaml"
+        for path, conf in ((far_secure, ctx["source_secure"]), (near_secure, ctx["target_secure"])):
+            path.touch(mode=0o600)
+            path.write_text(json.dumps(conf))
+        secure_args = ["--source", str(far_secure), "--target", str(near_secure), *copy_args[4:]]
+        return [py, "-m", "mirror_core.cli", "copy", *secure_args], target_topic, everything, None
+    if mirror == "backfill":  # the real thing: `shoal backfill plan` + `shoal backfill run` (Spark local[2])
+        clusters = work / f"clusters-{ctx['rtt']:g}.yaml"
+        clusters.touch(mode=0o600)
+        clusters.write_text(json.dumps({"far": {"bootstrap.servers": ctx["source"]}, "target": ctx["target"]}))
+        plan = work / f"plan-{ctx['rtt']:g}.json"
+        shoal = [py, "-m", "mirror_core.cli", "backfill"]
+        plan_cmd = [*shoal, "plan", "--source", str(source_yaml), "--target", "target", "--pipeline", f"lbb.{tag}",
+                    "--include", ctx["topic"].replace(".", "\\."), "--naming", f"map:{ctx['topic']}={target_topic}",
+                    "--mode", "exactly-once", "--no-deadlines", "--out", str(plan), *ctx.get("backfill_plan_args", [])]
+        run_cmd = [*shoal, "run", "--plan", str(plan), "--clusters", str(clusters), "--ledger", str(work / "ledger"),
+                   "--master", "local[2]"]
+        script = " && ".join(shlex.join(c) for c in (plan_cmd, run_cmd))
+        return ["sh", "-c", script], target_topic, everything, None
     if mirror == "shoal-copy-1p":
         return [py, "-m", "mirror_core.cli", "copy", *copy_args, "--partitions", "0"], target_topic, [0], None
     if mirror == "shoal-copy-before":  # the same command from another tree (--before-tree), without --link-mbps
@@ -552,7 +651,9 @@ def run(args) -> dict:
     from mirror_core.sandbox import Sandbox
 
     sandbox_dir = Path(os.environ.get("SHOAL_SANDBOX_DIR", ROOT / ".sandbox"))
-    target_conf = Sandbox(sandbox_dir, Path.home() / ".cache" / "shoal").client_config("target")
+    sandbox = Sandbox(sandbox_dir, Path.home() / ".cache" / "shoal")
+    target_conf = sandbox.client_config("target")
+    target_secure = sandbox.client_config("target", secure=True) if "shoal-copy-sasl" in args.mirrors else None
     run_id = time.strftime("%H%M%S")
     before = subprocess.run(["git", "-C", str(args.before_tree), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
@@ -568,6 +669,9 @@ def run(args) -> dict:
                                           "4194304, --max-inflight-bytes 8388608 capped to commit-bytes) plus "
                                           "--link-mbps <link>: fetches sized for the measured round trip",
                             "daemon": "defaults: fetch_max_bytes 16 MiB per request, partition 4 MiB, commit 4 MiB",
+                            "shoal_copy_sasl": "as shoal_copy, SASL_SSL SCRAM-SHA-512 both sides (TLS 1.3)",
+                            "backfill": "shoal backfill plan (exactly-once, --no-deadlines "
+                                        f"{args.backfill_plan_args}) + shoal backfill run --master local[2]",
                             "deep": "librdkafka defaults consumer (read_committed); producer idempotent acks=all "
                                     "batch.size 1000000 linger.ms 10 compression none",
                             "mm2": f"connect-mirror {MM2_VERSION}, dedicated mode, tasks.max 4, defaults otherwise "
@@ -596,7 +700,9 @@ def run(args) -> dict:
             print(f"-- RTT {rtt} ms (a Metadata round trip through the proxy: {measured:.1f} ms)", flush=True)
             for mirror in args.mirrors:
                 ctx = {"run": run_id, "rtt": rtt, "topic": topic, "source": broker.bootstrap,
-                       "target": target_conf, "facts": facts, "link_MBps": args.rate_mbit / 8}
+                       "target": target_conf, "facts": facts, "link_MBps": args.rate_mbit / 8,
+                       "source_secure": broker.secure_config(), "target_secure": target_secure,
+                       "backfill_plan_args": shlex.split(args.backfill_plan_args)}
                 cmd, target_topic, partitions, done = mirror_command(mirror, ctx, work)
                 if mirror == "shoal-copy-1p":
                     expected = facts["ends"][0]
@@ -652,6 +758,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ns-wmem-max", type=int, default=32 << 20)
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per mirror and round trip")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--backfill-plan-args", default="",
+                        help="extra `shoal backfill plan` arguments for the backfill mirror, one string")
     parser.add_argument("--before-tree", type=Path, default=Path("/work/main"),
                         help="a checkout whose `shoal copy` runs as shoal-copy-before (default /work/main)")
     parser.add_argument("--child", choices=("backfill-units", "deep"), help=argparse.SUPPRESS)
