@@ -205,6 +205,7 @@ def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_in
     """Each lane from its own driver thread, in urgency order (as many at once as the cluster has task slots),
     one Spark job per unit (:func:`mirror_core.backfill.drive_lane`): each unit's ledger row is written the moment
     the unit ends, and a progress thread prints every lane's position from the checkpoints meanwhile."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     from mirror_core.backfill import drive_lane
@@ -212,15 +213,21 @@ def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_in
     from mirror_core.ledger import write_ledger
 
     sc = spark.sparkContext
+    printing = threading.Lock()  # lane threads and the progress thread print whole lines, never interleaved
+
+    def say(line: str) -> None:
+        with printing:
+            print(line, flush=True)
+
     progress = BackfillProgress(run_id, plan["units"])
     reporter = ProgressReporter(progress, checkpoint_reader(jobs[0].target, plan["pipeline"]),
-                                interval_s=progress_interval_s, emit=lambda line: print(line, flush=True)).start()
+                                interval_s=progress_interval_s, emit=say).start()
 
     def record(row) -> None:
         write_ledger(ledger, run_id, [row], part=f"unit-{row.unit_id}")
         progress.finish(row.unit_id)
-        print(f"unit {row.unit_id} {row.status}: {row.records} records, {row.bytes / 1e6:.1f} MB in "
-              f"{row.duration_s:.1f}s" + (f" — {row.error}" if row.error else ""), flush=True)
+        say(f"unit {row.unit_id} {row.status}: {row.records} records, {row.bytes / 1e6:.1f} MB in "
+            f"{row.duration_s:.1f}s" + (f" — {row.error}" if row.error else ""))
 
     def lane(index_job):
         index, job = index_job
