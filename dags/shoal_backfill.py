@@ -5,7 +5,7 @@ Back-fill a bounded offset range of Kafka topics from a source to a target clust
 (no re-compression, exact offset maps), run as a PySpark job.
 
 Trigger it from the UI: the form is validated when the run is triggered (connection ids, topic regexes, naming,
-bounds, mode, throttle). Then:
+bounds, mode, throttle, the source link's rate). Then:
 
 1. **validate** — cross-field checks (unknown connection, end before start, a copy onto itself); never retried.
    It claims the pipeline: a second active backfill of the same pipeline is refused, naming the run that holds it
@@ -15,6 +15,8 @@ bounds, mode, throttle). Then:
 4. **retention_check** — refuses partitions that already lost data (unless *accept_loss*); AT_RISK and LOSING
    partitions are warned about and copied first (the plan is ordered earliest deadline first).
 5. **backfill** — spark-submit of `spark_apps/backfill_job.py`; credentials travel in a 0600 file, never argv.
+   With *link_mb_s* (a far source) the driver measures the round trip to the source once and sizes every lane's
+   fetches so the link stays busy; the task log names the figures.
    While it runs the task log shows each lane's progress (offset, ~records, ~MB, rate, ETA; every
    `shoal_progress_interval_s`, default 10 s) and each unit's ledger row is written as the unit ends.
 6. **verify** — every planned unit accounted for in the ledger; copied ranges compared record by record.
@@ -81,7 +83,8 @@ with DAG(
         task_id="plan", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
         pipeline=P % "pipeline", include=P % "include", exclude=P % "exclude", naming=P % "naming",
         start=P % "start", end=P % "end", mode=P % "mode", exact_bounds=P % "exact_bounds",
-        throttle_mb_s=P % "throttle_mb_s", accept_loss=P % "accept_loss", work_dir=WORK_DIR)
+        throttle_mb_s=P % "throttle_mb_s", accept_loss=P % "accept_loss", link_mb_s=P % "link_mb_s",
+        work_dir=WORK_DIR)
     retention = ShoalRetentionCheckOperator(
         task_id="retention_check", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
         plan_path=PLAN,

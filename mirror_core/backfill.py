@@ -6,14 +6,19 @@ or zombie task for the same lane is fenced by the broker. A unit whose checkpoin
 reported ``skipped`` (a resumed plan skips finished work); a failing unit is reported ``failed`` with its error and
 the lane stops there (later units of the lane would break the lane's order).
 
+The Spark driver runs a lane through :func:`drive_lane`: one Spark job per unit, in the lane's order, so each unit's
+ledger row is recorded the moment that unit ends, and a unit that ended stays ``ok`` whatever a later unit of the
+lane does. Fetch sizes for a long link are decided once by the driver (:mod:`mirror_core.backfill_link`) and
+carried in :attr:`LaneJob.fetch_max_bytes`.
+
 No pyspark here: the same function runs inside Spark tasks, from the CLI, and in tests.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from mirror_core.checkpoint import CheckpointStore
 from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
@@ -39,6 +44,7 @@ class LaneJob:
     target: ClusterConfig
     units: tuple[Mapping, ...]  # WorkUnit dicts of one lane, in plan order
     accept_loss: bool = False  # the plan accepted its recorded losses (a unit may start past its checkpoint)
+    fetch_max_bytes: int | None = None  # sized for the link by the driver (backfill_link); None: the unsized size
 
 
 def lanes_of(units: Iterable[Mapping]) -> list[list[Mapping]]:
@@ -91,11 +97,24 @@ def lane_copy_options(job: LaneJob) -> CopyOptions:
     """The lane's copy options. Throttled, fetches and flushes are cut to ~1/8 s of the lane's rate: the throttle
     runs between a fetch and its write, so a whole 4 MiB fetch (and 4 MiB of pending batches) would otherwise leave
     the source and land on the target in one burst every few seconds, far above the rate in any short window."""
-    chunk = CommitPolicy().commit_bytes
-    if job.throttle_bytes_per_s:
-        chunk = max(MIN_THROTTLED_CHUNK, min(chunk, int(job.throttle_bytes_per_s / 8)))
+    chunk = unsized_chunk_bytes(job.throttle_bytes_per_s)
+    fetch = max(unsized_fetch_bytes(job.throttle_bytes_per_s), job.fetch_max_bytes or 0)
+    # overlap stays on: the prefetch of the next fetch travels while this one is written (budget: 2 fetches + chunk)
     return CopyOptions(exact_bounds=job.exact_bounds, throttle_bytes_per_s=job.throttle_bytes_per_s,
-                       fetch_max_bytes=min(CopyOptions.fetch_max_bytes, chunk), max_inflight_bytes=chunk)
+                       fetch_max_bytes=fetch, max_inflight_bytes=chunk, overlap=True)
+
+
+def unsized_chunk_bytes(throttle_bytes_per_s: float | None) -> int:
+    """The lane's write window: the commit size, or ~1/8 s of a throttled lane's rate."""
+    chunk = CommitPolicy().commit_bytes
+    if throttle_bytes_per_s:
+        chunk = max(MIN_THROTTLED_CHUNK, min(chunk, int(throttle_bytes_per_s / 8)))
+    return chunk
+
+
+def unsized_fetch_bytes(throttle_bytes_per_s: float | None) -> int:
+    """A lane's fetch size before any sizing for the link."""
+    return min(CopyOptions.fetch_max_bytes, unsized_chunk_bytes(throttle_bytes_per_s))
 
 
 def _row(job: LaneJob, unit: Mapping, result, duration: float, status: str, error: str | None) -> LedgerRow:
@@ -111,17 +130,61 @@ def _row(job: LaneJob, unit: Mapping, result, duration: float, status: str, erro
         duration_s=round(duration, 3), status=status, error=error)
 
 
+def lanes_at_once(plan: Mapping, parallelism: int) -> int:
+    """How many lanes run at the same time: the task slots, or fewer lanes."""
+    return max(1, min(parallelism, len(lanes_of(plan["units"]))))
+
+
+def lane_throttle(plan: Mapping, parallelism: int) -> float | None:
+    """Each lane's share (bytes/s) of the run's throttle, split evenly over the lanes that run at once."""
+    throttle = plan.get("throttle_mb_s")
+    return throttle * 1e6 / lanes_at_once(plan, parallelism) if throttle else None
+
+
 def lane_jobs(plan: Mapping, clusters: Mapping[str, Mapping[str, str]], run_id: str, *,
-              parallelism: int) -> list[LaneJob]:
-    """One :class:`LaneJob` per lane; the run's throttle is split evenly over the lanes that run at once."""
+              parallelism: int, fetch_max_bytes: int | None = None) -> list[LaneJob]:
+    """One :class:`LaneJob` per lane; the run's throttle is split evenly over the lanes that run at once;
+    ``fetch_max_bytes`` is the size the driver chose for the link (None: unsized)."""
     source = cluster_from_settings(clusters, plan["source_cluster"])
     target = cluster_from_settings(clusters, plan["target_cluster"])
-    lanes = lanes_of(plan["units"])
-    throttle = plan.get("throttle_mb_s")
-    concurrent = max(1, min(parallelism, len(lanes)))
-    per_task = throttle * 1e6 / concurrent if throttle else None
+    per_task = lane_throttle(plan, parallelism)
     return [LaneJob(run_id, plan["pipeline"], plan["mode"], plan["exact_bounds"], per_task, source, target,
-                    tuple(lane), accept_loss=bool(plan.get("accept_loss"))) for lane in lanes]
+                    tuple(lane), accept_loss=bool(plan.get("accept_loss")), fetch_max_bytes=fetch_max_bytes)
+            for lane in lanes_of(plan["units"])]
+
+
+def drive_lane(job: LaneJob, run_unit: Callable[[LaneJob], list[LedgerRow]],
+               record: Callable[[LedgerRow], None], *, job_failure: Callable[[BaseException], str | None]
+               ) -> list[LedgerRow]:
+    """Run the lane's units one at a time, in order, each through ``run_unit`` (one Spark job: the job of a
+    one-unit :class:`LaneJob`), and ``record`` each row the moment its unit ends.
+
+    ``job_failure(exc)``: the error text when ``exc`` means the unit's job failed (its task retries exhausted, a
+    lost executor, a bug in the task) — the unit is reported failed with it; None when the exception must
+    propagate (the driver itself is gone: nothing can be recorded truthfully). After a failed unit the lane's
+    later units are reported not attempted (running them would break the lane's order); units that ended before
+    keep their rows."""
+    rows: list[LedgerRow] = []
+    for index, unit in enumerate(job.units):
+        started = time.monotonic()
+        try:
+            unit_rows = run_unit(replace(job, units=(unit,)))
+        except Exception as exc:  # noqa: BLE001 - classified by job_failure; the rest propagates
+            error = job_failure(exc)
+            if error is None:
+                raise
+            unit_rows = [_row(job, unit, None, time.monotonic() - started, STATUS_FAILED, error)]
+        for row in unit_rows:
+            record(row)
+        rows.extend(unit_rows)
+        if any(r.status == STATUS_FAILED for r in unit_rows):
+            for later in job.units[index + 1:]:
+                row = _row(job, later, None, 0.0, STATUS_FAILED,
+                           f"not attempted: unit {unit['unit_id']} of the same lane failed before it")
+                record(row)
+                rows.append(row)
+            break
+    return rows
 
 
 def failed_rows(job: LaneJob, error: str) -> list[LedgerRow]:

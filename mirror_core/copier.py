@@ -181,6 +181,11 @@ class FetchedOnce:
         self.last_epoch = -1
         self.done = False
 
+    @property
+    def batches(self) -> list:
+        """The answer's batches, whether or not taken yet (read-only: for reports about a failed share)."""
+        return self._result.batches
+
     def fetch(self) -> FetchResult:
         self.done = True
         if self._result.next_offset > self.position:

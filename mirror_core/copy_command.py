@@ -60,13 +60,21 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
         report.raise_if_refused()
         if cmd.link_bytes_per_s:
             cmd = replace(cmd, options=_sized_for_link(cmd, len(ranges), console))
-        copy = ConcurrentCopy(source, cmd.options, _share_writers(cmd, source, target, ranges), ranges)
+        writers = _share_writers(cmd, source, target, ranges)
+        watch = ShareWatch(writers, ranges) if cmd.mode == "none" else None
+        target_before = _target_ends(target, ranges) if watch is not None else {}
+        copy = ConcurrentCopy(source, cmd.options, writers, ranges)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as bar:
-            tasks = {rng.partition: bar.add_task(f"{rng.topic}-{rng.partition}", total=max(rng.end - rng.start, 1))
-                     for rng in ranges}
-            results = copy.run(progress=lambda g, r: bar.update(
-                tasks[g.partition], completed=max(0, min(r.source_end, g.end) - g.start)))
+        try:
+            with Progress(*columns, console=console, transient=True) as bar:
+                tasks = {rng.partition: bar.add_task(f"{rng.topic}-{rng.partition}",
+                                                     total=max(rng.end - rng.start, 1)) for rng in ranges}
+                results = copy.run(progress=lambda g, r: bar.update(
+                    tasks[g.partition], completed=max(0, min(r.source_end, g.end) - g.start)))
+        except Exception:
+            if watch is not None:  # no checkpoints to resume from: say where each partition got
+                _report_stopped(console, cmd, copy, watch, target, target_before)
+            raise
         _summary(console, cmd, results)
         return results
 
@@ -97,6 +105,46 @@ def _sized_for_link(cmd: CopyCommand, partitions: int, console) -> CopyOptions:
                       highlight=False)
     return replace(cmd.options, fetch_max_bytes=size, fetch_connections=max(connections,
                                                                               cmd.options.fetch_connections))
+
+
+def _report_stopped(console, cmd: CopyCommand, copy: ConcurrentCopy, watch: ShareWatch, target: WireClient,
+                    target_before: dict[int, int]) -> None:
+    """The stopped copy's per-partition report; a failure to report never hides the copy's own error."""
+    from mirror_core.copy_stopped import print_stopped_copy
+
+    try:
+        print_stopped_copy(console, cmd, copy.lanes, watch.writing, target, target_before)
+    except Exception as exc:  # noqa: BLE001 - the copy's error (re-raised by the caller) is what matters
+        console.print(f"(where each partition got could not be reported: {type(exc).__name__}: {exc})",
+                      highlight=False)
+
+
+def _target_ends(target: WireClient, ranges: list[PartitionRange]) -> dict[int, int]:
+    """Each target partition's end before the copy (mode none: what its acknowledged writes add to)."""
+    from mirror_core.fetcher import list_offsets
+
+    return {r.target_partition: list_offsets(target, r.target_topic, r.target_partition, "latest") for r in ranges}
+
+
+class ShareWatch:
+    """Which lane's share was being written when a copy failed, so a ``--mode none`` copy can tell where each
+    partition stopped: ``writing`` maps a partition to the share's ``[start, end)`` and its batches' target spans
+    (:func:`mirror_core.copy_stopped.share_spans`); wraps each writer's ``copy_share``."""
+
+    def __init__(self, writers: list[ShareWriter], ranges: list[PartitionRange]):
+        self.writing: dict[int, tuple[int, int, list[tuple[int, int]] | None]] = {}
+        for writer, rng in zip(writers, ranges, strict=True):
+            writer.copy_share = self._watched(writer.copy_share, rng.partition)
+
+    def _watched(self, copy_share, partition: int):
+        from mirror_core.copy_stopped import share_spans
+
+        def copy(start: int, end: int, fetched, first: bool, pace=None) -> CopyResult:
+            self.writing[partition] = (start, end, share_spans(fetched.batches, start))
+            result = copy_share(start, end, fetched, first, pace)
+            del self.writing[partition]
+            return result
+        return copy
 
 
 def _share_writers(cmd: CopyCommand, source: WireClient, target: WireClient,

@@ -4,7 +4,9 @@ copy needs (model: mirror_core.retention; inputs: mirror_core.retention_inputs).
 Mirror positions come from --positions FILE, JSON {"topic": {"partition": offset}} (what a checkpoint store or a
 plan exports). Without it, or for a partition it does not list, the position is the source's log start: nothing
 mirrored yet, the worst case. Copy throughput per partition is --throughput (measured), or estimated from the round
-trip to the source (and --target, when given), the fetch size and the link bandwidth.
+trip to the source (and --target, when given), the fetch size and the link bandwidth. With --link-mbps (the rate
+the copy declares with its own --link-mbps) the estimate uses that link and the fetch size the copy sizes for it.
+The figures the estimate used (link rate, round trip, fetch size, and where each came from) are printed.
 Exit status: 0, or 3 when a partition is at or beyond --fail-on (for scripts and guards); 2 for bad input.
 """
 from __future__ import annotations
@@ -61,6 +63,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     dl.add_argument("--bandwidth", type=float, metavar="MB/s",
                     help="link bandwidth for the estimate and the ceiling for more streams (default 100)")
     dl.add_argument("--fetch-bytes", type=int, help="fetch size for the estimate (default 4 MiB, the copier's)")
+    dl.add_argument("--link-mbps", type=float, metavar="MB/s",
+                    help="the copy's declared link rate (shoal copy / backfill --link-mbps): the estimate uses it and "
+                         "the fetch size the copy sizes for it at the measured round trip")
     dl.add_argument("--throttle-mb-s", type=float, metavar="MB/s", help="the copy's throttle (shared by the "
                     "partitions being copied): part of the ETA")
     dl.add_argument("--at-risk-below", metavar="DURATION", help="a margin below this is AT_RISK (default 1h)")
@@ -83,7 +88,7 @@ def cli_policy(args: argparse.Namespace) -> RetentionPolicy:
         policy = load_pipeline_config(Path(args.config)).retention
     for name, value in (("--bandwidth", args.bandwidth), ("--fetch-bytes", args.fetch_bytes),
                         ("--throughput", args.throughput), ("--sample-seconds", args.sample_seconds),
-                        ("--throttle-mb-s", args.throttle_mb_s)):
+                        ("--throttle-mb-s", args.throttle_mb_s), ("--link-mbps", args.link_mbps)):
         if value is not None and (value < 0 if name == "--sample-seconds" else value <= 0):
             raise ConfigError(f"{name} must be {'>= 0' if name == '--sample-seconds' else 'positive'}, got {value}")
     return policy.overridden(
@@ -128,19 +133,24 @@ def run(args: argparse.Namespace, sandbox, console) -> int:
     throttle = args.throttle_mb_s * 1e6 if args.throttle_mb_s else None
     with console.status(f"reading {source.name}: configs, offsets, sizes"
                         f"{f', sampling ingest for {policy.ingest_sample_s:g}s' if policy.ingest_sample_s else ''}…"):
-        verdict = assess_positions(source, wanted, positions, policy, target=target, throttle_bytes_per_s=throttle)
+        verdict = assess_positions(source, wanted, positions, policy, target=target, throttle_bytes_per_s=throttle,
+                                   link_bytes_per_s=args.link_mbps * 1e6 if args.link_mbps else None)
     statuses, copy = verdict.statuses, verdict.copy
     for chart in args.chart:
         render = render_chart_png if Path(chart).suffix.lower() == ".png" else render_chart_html
         render(statuses, chart, at_risk_below_s=threshold)
     if args.json:
         console.print_json(json.dumps(report_to_dict(source.name, statuses, at_risk_below_s=threshold,
-                                                     copy_how=copy.how)))
+                                                     copy_how=copy.how, copy=copy)))
     else:
         console.print(render_table(statuses, title=f"retention deadlines on {source.name}"))
         counts = ", ".join(f"{sum(s.status is st for s in statuses)} {st.value}" for st in Status)
         console.print(f"{counts}; copy throughput {copy.bytes_per_s / 1e6:.3g} MB/s per stream ({copy.how}); "
                       f"AT_RISK below {threshold:g}s", highlight=False)
+        if copy.rtt_s is not None:
+            console.print(f"ETA assumes: link {copy.link_bytes_per_s / 1e6:.4g} MB/s, round trip "
+                          f"{copy.rtt_s * 1000:.2f} ms, fetch {copy.fetch_bytes / 1e6:.2f} MB: TP = B·D / (B·RTT + D)",
+                          highlight=False)
         if not args.positions:
             console.print("[dim]no --positions: every partition is taken as not mirrored (position = log start)[/]")
         for chart in args.chart:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mirror_core.errors import ConfigError
-from mirror_core.retention import RetentionStatus, Status, order_by_deadline
+from mirror_core.retention import CopyCapacity, RetentionStatus, Status, order_by_deadline
 
 COLOURS = {Status.SAFE: "#2e7d32", Status.AT_RISK: "#f9a825", Status.LOSING: "#ef6c00", Status.LOST: "#c62828"}
 ETA_COLOUR = "#1a237e"
@@ -86,11 +86,16 @@ def status_to_dict(s: RetentionStatus) -> dict:
 
 
 def report_to_dict(cluster: str, statuses: Sequence[RetentionStatus], *, at_risk_below_s: float,
-                   copy_how: str = "") -> dict:
+                   copy_how: str = "", copy: CopyCapacity | None = None) -> dict:
+    """The report as JSON; ``copy``: the capacity behind the ETAs, whose figures (link rate, round trip, fetch
+    size) are included as ``copy_figures``."""
     ordered = order_by_deadline(statuses)
     counts = {st.value: sum(1 for s in ordered if s.status is st) for st in Status}
-    return {"cluster": cluster, "at_risk_below_s": at_risk_below_s, "copy_throughput": copy_how, "counts": counts,
-            "partitions": [status_to_dict(s) for s in ordered]}
+    out = {"cluster": cluster, "at_risk_below_s": at_risk_below_s, "copy_throughput": copy_how, "counts": counts,
+           "partitions": [status_to_dict(s) for s in ordered]}
+    if copy is not None:
+        out["copy_figures"] = copy.figures()
+    return out
 
 
 # -- table ----------------------------------------------------------------------------------------------------------

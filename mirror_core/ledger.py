@@ -114,6 +114,7 @@ class RunManifest:
     started_ms: int = 0
     ended_ms: int | None = None
     exit_code: int | None = None
+    link: dict | None = None  # the link the fetches were sized for (mirror_core.backfill_link.LinkSizing), if any
 
     def write(self, ledger_dir: Path) -> Path:
         path = run_dir(ledger_dir, self.run_id) / "_run.json"

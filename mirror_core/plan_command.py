@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("exactly-once", "at-least-once"), default="exactly-once")
     parser.add_argument("--exact-bounds", action="store_true")
     parser.add_argument("--throttle-mbps", type=float, help="limit the whole run to this many MB/s")
+    parser.add_argument("--link-mbps", type=float, metavar="MB/s",
+                        help="the source link's rate: the run measures the source's round trip and sizes its "
+                             "fetches to keep the link busy (recorded in the plan)")
     parser.add_argument("--accept-loss", action="store_true",
                         help="plan past data already deleted from the source; the lost ranges are recorded in the plan")
     parser.add_argument("--no-deadlines", action="store_true", help="skip the retention model (order by size only)")
@@ -38,7 +41,8 @@ def run(args: argparse.Namespace, source: ClusterConfig, target: ClusterConfig, 
     request = PlanRequest.parse(
         pipeline=args.pipeline, source_cluster=source.name, target_cluster=target.name, include=args.include,
         exclude=args.exclude, naming=args.naming, start=args.start, end=args.end, mode=args.mode,
-        exact_bounds=args.exact_bounds, throttle_mb_s=args.throttle_mbps, accept_loss=args.accept_loss)
+        exact_bounds=args.exact_bounds, throttle_mb_s=args.throttle_mbps, accept_loss=args.accept_loss,
+        link_mb_s=args.link_mbps)
     deadline_for = None if args.no_deadlines else retention_deadlines(source)
     plan = build_plan(source, target, request, deadline_for=deadline_for)
     dry_run(plan, args.out, console)
@@ -54,7 +58,9 @@ def retention_deadlines(source: ClusterConfig):
     from mirror_core.retention import CopyCapacity, assess_partition
     from mirror_core.retention_inputs import gather_inputs
 
-    capacity = CopyCapacity.estimate(bandwidth_bytes_per_s=50e6, rtt_s=0.002, fetch_bytes=4 * 1024 * 1024)
+    # a deadline is when the source may delete the unit's oldest record, whatever the copy's speed: no copy
+    # figures enter it (the retention check after planning judges the ETA with the measured ones)
+    capacity = CopyCapacity(float("inf"), how="not used: only the deletion deadline orders the plan")
 
     def deadline_for(topic: str, partition: int, start: int) -> int | None:
         inputs = gather_inputs(source, {topic: [partition]}, {(topic, partition): start})

@@ -261,6 +261,7 @@ class PlanRequest:
     exact_bounds: bool = False
     throttle_mb_s: float | None = None
     accept_loss: bool = False
+    link_mb_s: float | None = None  # the source link's rate: the run sizes its fetches for it (backfill_link)
 
     def __post_init__(self) -> None:
         if not self.pipeline or not self.pipeline.strip():
@@ -271,6 +272,8 @@ class PlanRequest:
             raise ConfigError(f"end {self.end} is not allowed; the end is latest, a time or topic:partition=offset")
         if self.throttle_mb_s is not None and not (math.isfinite(self.throttle_mb_s) and self.throttle_mb_s > 0):
             raise ConfigError(f"throttle {self.throttle_mb_s!r} MB/s must be a positive number (or none)")
+        if self.link_mb_s is not None and not (math.isfinite(self.link_mb_s) and self.link_mb_s > 0):
+            raise ConfigError(f"link rate {self.link_mb_s!r} MB/s must be a positive number (or none)")
         if self.start.kind == "timestamp" and self.end.kind == "timestamp" \
                 and self.end.timestamp_ms < self.start.timestamp_ms:
             raise ConfigError(f"end {self.end} is before start {self.start}")
@@ -481,6 +484,7 @@ _UNIT_KEYS = ("unit_id", "topic", "partition", "start", "end", "target_topic", "
               "bytes_estimate", "deadline_ms")
 _PLAN_KEYS = ("version", "plan_id", "pipeline", "created_ms", "source_cluster", "target_cluster", "mode",
               "exact_bounds", "throttle_mb_s", "accept_loss", "units", "losses")
+_OPTIONAL_PLAN_KEYS = {"empty", "request", "summary", "link_mb_s"}  # link_mb_s: plans written before it have none
 
 
 @dataclass(frozen=True)
@@ -503,6 +507,7 @@ class Plan:
     empty: tuple[EmptyRange, ...] = ()
     request: Mapping[str, str | None] | None = None
     version: int = PLAN_VERSION
+    link_mb_s: float | None = None  # the source link's rate: the run sizes its fetches for it (backfill_link)
 
     def __post_init__(self) -> None:
         if self.version != PLAN_VERSION:
@@ -526,7 +531,7 @@ class Plan:
         return {"version": self.version, "plan_id": self.plan_id, "pipeline": self.pipeline,
                 "created_ms": self.created_ms, "source_cluster": self.source_cluster,
                 "target_cluster": self.target_cluster, "mode": self.mode, "exact_bounds": self.exact_bounds,
-                "throttle_mb_s": self.throttle_mb_s, "accept_loss": self.accept_loss,
+                "throttle_mb_s": self.throttle_mb_s, "link_mb_s": self.link_mb_s, "accept_loss": self.accept_loss,
                 "units": [u.to_dict() for u in self.units], "losses": [x.to_dict() for x in self.losses],
                 "empty": [e.to_dict() for e in self.empty],
                 "request": None if self.request is None else dict(self.request), "summary": self.summary()}
@@ -535,16 +540,18 @@ class Plan:
     def from_dict(cls, body: Mapping) -> Plan:
         if not isinstance(body, Mapping):
             raise ConfigError("a plan must be a JSON object")
-        _check_keys(body, _PLAN_KEYS, {"empty", "request", "summary"}, "plan")
-        throttle = body["throttle_mb_s"]
-        if throttle is not None and (isinstance(throttle, bool) or not isinstance(throttle, (int, float))):
-            raise ConfigError(f"plan field 'throttle_mb_s' must be a number or null, got {throttle!r}")
+        _check_keys(body, _PLAN_KEYS, _OPTIONAL_PLAN_KEYS, "plan")
+        throttle, link = body["throttle_mb_s"], body.get("link_mb_s")
+        for key, value in (("throttle_mb_s", throttle), ("link_mb_s", link)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigError(f"plan field {key!r} must be a number or null, got {value!r} (a rate: above 0)")
         return cls(version=_typed(body, "version", int), plan_id=_typed(body, "plan_id", str),
                    pipeline=_typed(body, "pipeline", str), created_ms=_typed(body, "created_ms", int),
                    source_cluster=_typed(body, "source_cluster", str),
                    target_cluster=_typed(body, "target_cluster", str), mode=_typed(body, "mode", str),
                    exact_bounds=_typed(body, "exact_bounds", bool), accept_loss=_typed(body, "accept_loss", bool),
                    throttle_mb_s=None if throttle is None else float(throttle),
+                   link_mb_s=None if link is None else float(link),
                    units=tuple(WorkUnit.from_dict(u) for u in _typed(body, "units", list)),
                    losses=tuple(LossRange.from_dict(x) for x in _typed(body, "losses", list)),
                    empty=tuple(EmptyRange.from_dict(e) for e in body.get("empty", [])),
@@ -625,8 +632,8 @@ def plan_backfill(request: PlanRequest, inputs: PlanInputs, *, deadline_for: Dea
     return Plan(plan_id=plan_id or _new_plan_id(request.pipeline, created_ms), pipeline=request.pipeline,
                 created_ms=created_ms, source_cluster=request.source_cluster, target_cluster=request.target_cluster,
                 mode=request.mode, exact_bounds=request.exact_bounds, throttle_mb_s=request.throttle_mb_s,
-                accept_loss=request.accept_loss, units=tuple(order_units(units)), losses=tuple(losses),
-                empty=tuple(empty), request=request.to_dict())
+                link_mb_s=request.link_mb_s, accept_loss=request.accept_loss, units=tuple(order_units(units)),
+                losses=tuple(losses), empty=tuple(empty), request=request.to_dict())
 
 
 def order_units(units: Iterable[WorkUnit]) -> list[WorkUnit]:
@@ -742,7 +749,8 @@ def render_plan_table(plan: Plan):
     s = plan.summary()
     table = Table(title=f"plan {plan.plan_id}: {plan.pipeline} {plan.source_cluster} → {plan.target_cluster} "
                         f"({plan.mode}{', exact bounds' if plan.exact_bounds else ''}"
-                        f"{f', {plan.throttle_mb_s:g} MB/s' if plan.throttle_mb_s else ''})")
+                        f"{f', {plan.throttle_mb_s:g} MB/s' if plan.throttle_mb_s else ''}"
+                        f"{f', link {plan.link_mb_s:g} MB/s' if plan.link_mb_s else ''})")
     for col in ("#", "unit", "start", "end", "offsets", "bytes (est.)", "deadline", "lane", "from"):
         numeric = col in ("#", "start", "end", "offsets", "bytes (est.)")
         table.add_column(col, justify="right" if numeric else "left", no_wrap=numeric, overflow="fold")

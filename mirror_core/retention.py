@@ -178,11 +178,29 @@ class CopyCapacity:
     bytes_per_s: float
     ceiling_bytes_per_s: float | None = None   # e.g. the link bandwidth; None: unknown, streams scale linearly
     how: str = "measured"
+    # the figures an estimate used (None: not estimated), for reports: link rate, round trip, fetch size
+    link_bytes_per_s: float | None = None
+    rtt_s: float | None = None
+    fetch_bytes: int | None = None
 
     @classmethod
-    def estimate(cls, *, bandwidth_bytes_per_s: float, rtt_s: float, fetch_bytes: int) -> CopyCapacity:
-        how = f"estimated: RTT {rtt_s * 1000:.2f} ms, fetch {fetch_bytes} B, link {bandwidth_bytes_per_s / 1e6:.4g}MB/s"
-        return cls(estimate_copy_throughput(bandwidth_bytes_per_s, rtt_s, fetch_bytes), bandwidth_bytes_per_s, how=how)
+    def estimate(cls, *, bandwidth_bytes_per_s: float, rtt_s: float, fetch_bytes: int, link_how: str = "",
+                 rtt_how: str = "", fetch_how: str = "") -> CopyCapacity:
+        """``TP = B·D / (B·RTT + D)``; the ``*_how`` texts say where each figure came from (shown in ``how``)."""
+        def note(text: str) -> str:
+            return f" ({text})" if text else ""
+
+        how = (f"estimated: RTT {rtt_s * 1000:.2f} ms{note(rtt_how)}, fetch {fetch_bytes} B{note(fetch_how)}, "
+               f"link {bandwidth_bytes_per_s / 1e6:.4g}MB/s{note(link_how)}")
+        return cls(estimate_copy_throughput(bandwidth_bytes_per_s, rtt_s, fetch_bytes), bandwidth_bytes_per_s, how=how,
+                   link_bytes_per_s=bandwidth_bytes_per_s, rtt_s=rtt_s, fetch_bytes=fetch_bytes)
+
+    def figures(self) -> dict:
+        """The estimate's inputs and result, JSON-ready (None where measured rather than estimated)."""
+        return {"bytes_per_s": round(self.bytes_per_s, 3),
+                "link_bytes_per_s": self.link_bytes_per_s,
+                "rtt_ms": None if self.rtt_s is None else round(self.rtt_s * 1000, 3),
+                "fetch_bytes": self.fetch_bytes, "how": self.how}
 
     def with_streams(self, streams: int) -> float:
         rate = self.bytes_per_s * streams

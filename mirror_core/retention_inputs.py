@@ -11,8 +11,10 @@ Positions come from the caller (checkpoint store, plan or a positions file); a p
 not mirrored at all (position = log start); a position past the log end is reported LOST with the cause "truncated
 log" (the source lost what the mirror had copied), not refused. The ingest rate is measured by sampling the log
 end twice ``sample_s`` apart, or, with ``sample_s == 0``, estimated as the retained bytes over the age of the
-oldest retained record. Copy throughput comes from the policy: measured, or estimated from :func:`measure_rtt`.
-:func:`assess_positions` is the one retention verdict every component uses.
+oldest retained record. Copy throughput comes from the policy: measured, or estimated from the round trip the copy
+sees (:func:`copy_round_trip`: the slowest source broker's Kafka round trip, measured the way ``--link-mbps``
+sizing measures it, and the target's). :func:`assess_positions` is the one retention verdict every component
+uses.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsReq
 
 from mirror_core.batch_codec import walk_batches
 from mirror_core.cluster import ClusterConfig
-from mirror_core.errors import ConfigError, FetchError, PartitionUnavailableError
+from mirror_core.errors import ConfigError, FetchError, MirrorError, PartitionUnavailableError
 from mirror_core.fetcher import list_offsets
 from mirror_core.kafka_wire import Backoff, WireClient, is_retriable
 from mirror_core.retention import DEFAULT_CHECK_INTERVAL_MS, PartitionSnapshot, TopicRetention
@@ -270,25 +272,51 @@ class Assessment:
     inputs: RetentionInputs
 
 
+def copy_round_trip(source: ClusterConfig, target: ClusterConfig | None = None) -> tuple[float, str]:
+    """The round trip that paces a copy, and where it came from. The copy overlaps fetch and write (the next
+    fetch travels while the previous one is written), so the slower side paces it: the larger of the source's
+    round trip — the slowest broker's, measured as ``--link-mbps`` sizing measures it
+    (:func:`mirror_core.preflight.measure_links`), or a Metadata round trip when that cannot be done, e.g. over
+    TLS — and the target's."""
+    from mirror_core.preflight import measure_links
+
+    try:
+        rtts = [(link.rtt_s, link.broker) for link in measure_links(source) if link.rtt_s is not None]
+    except MirrorError:
+        rtts = []
+    if rtts:
+        src, broker = max(rtts)
+        src_how = f"measured: source broker {broker} {src * 1000:.2f} ms"
+    else:
+        with WireClient.for_cluster(source) as client:
+            src = measure_rtt(client)
+        src_how = f"measured: source {src * 1000:.2f} ms (Metadata)"
+    if target is None:
+        return src, src_how
+    with WireClient.for_cluster(target) as client:
+        tgt = measure_rtt(client)
+    return max(src, tgt), f"{src_how}, target {tgt * 1000:.2f} ms; the slower paces the copy"
+
+
 def assess_positions(source: ClusterConfig, topics: Mapping[str, Sequence[int] | None],
                      positions: Mapping[tuple[str, int], int] | None, policy=None, *,
-                     target: ClusterConfig | None = None, throttle_bytes_per_s: float | None = None) -> Assessment:
+                     target: ClusterConfig | None = None, throttle_bytes_per_s: float | None = None,
+                     link_bytes_per_s: float | None = None) -> Assessment:
     """The retention verdict every component shares: inputs gathered at ``positions``, copy capacity from
-    ``policy`` (round trips measured to the source and, when given, the target; a throttle shared by the partitions
-    that still have data to copy), statuses from :func:`mirror_core.retention.assess_partitions`."""
+    ``policy`` (the round trip the copy sees, :func:`copy_round_trip`; a throttle shared by the partitions that
+    still have data to copy; ``link_bytes_per_s``: the copy's declared link rate, whose sized fetches the estimate
+    then uses), statuses from :func:`mirror_core.retention.assess_partitions`."""
     from mirror_core.retention import assess_partitions
     from mirror_core.retention_policy import RetentionPolicy
 
     policy = policy or RetentionPolicy()
-    rtt = 0.0
+    rtt, rtt_how = 0.0, ""
     if policy.throughput_bytes_per_s is None:
-        for cluster in (source, target):
-            if cluster is not None:
-                with WireClient.for_cluster(cluster) as client:
-                    rtt += measure_rtt(client)
+        rtt, rtt_how = copy_round_trip(source, target)
     inputs = gather_inputs(source, topics, positions, sample_s=policy.ingest_sample_s)
     streams = sum(1 for s in inputs.snapshots if s.unmirrored_records > 0)
-    copy = policy.capacity(rtt, throttle_bytes_per_s=throttle_bytes_per_s, streams=streams)
+    copy = policy.capacity(rtt, throttle_bytes_per_s=throttle_bytes_per_s, streams=streams,
+                           link_bytes_per_s=link_bytes_per_s, rtt_how=rtt_how)
     statuses = assess_partitions(inputs.snapshots, inputs.topics, copy, at_risk_below_s=policy.at_risk_below_s,
                                  check_interval_ms=inputs.check_interval_ms)
     return Assessment(source.name, statuses, copy, policy, inputs)

@@ -8,6 +8,11 @@ Airflow retention check, sensor and guard, the Shoal UI page — builds its verd
 
 A throttle is part of the ETA: a throttled run shares its rate over the streams copying at once, so each stream is
 capped at ``throttle / streams`` and more streams never beat the throttle (the capacity's ceiling).
+
+A copy with a declared link rate (``shoal copy|backfill --link-mbps``, a plan's ``link_mb_s``) sizes its fetches
+for the measured round trip (:func:`~mirror_core.preflight_rules.fetch_bytes_for_link`); its ETA uses the same
+figures: that link rate, the measured round trip and the fetch size the copy will use
+(:meth:`RetentionPolicy.capacity` with ``link_bytes_per_s``), so the model and the copy agree on a far source.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mirror_core.errors import ConfigError
+from mirror_core.preflight_rules import fetch_bytes_for_link
 from mirror_core.retention import CopyCapacity
 
 DEFAULT_AT_RISK_BELOW_S = 3600.0        # a margin under an hour pages someone
 DEFAULT_LINK_BYTES_PER_S = 100e6        # link bandwidth for the estimate, and the ceiling for more streams
 DEFAULT_FETCH_BYTES = 4 * 1024 * 1024   # the copier's partition fetch size
+MAX_SIZED_FETCH_BYTES = 64 * 1024 * 1024  # a fetch sized for the link stays below this (backfill_link.MAX_ROUND_BYTES)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
@@ -94,20 +101,33 @@ class RetentionPolicy:
         changes = {k: v for k, v in {"at_risk_below_s": at_risk_below_s, **others}.items() if v is not None}
         return replace(self, **changes) if changes else self
 
-    def capacity(self, rtt_s: float, *, throttle_bytes_per_s: float | None = None,
-                 streams: int = 1) -> CopyCapacity:
+    def capacity(self, rtt_s: float, *, throttle_bytes_per_s: float | None = None, streams: int = 1,
+                 link_bytes_per_s: float | None = None, rtt_how: str = "") -> CopyCapacity:
         """One stream's copy throughput; with a throttle shared by ``streams`` streams, capped at its share, and
-        never above the throttle however many streams run."""
+        never above the throttle however many streams run.
+
+        ``link_bytes_per_s``: the copy's declared link rate; the estimate then uses it instead of the policy's
+        link, and the fetch size the copy sizes for it at ``rtt_s`` (one stream alone on the link), never below the
+        policy's ``fetch_bytes``. ``rtt_how`` says where ``rtt_s`` came from (shown with the figures)."""
         if self.throughput_bytes_per_s is not None:
             base = CopyCapacity(self.throughput_bytes_per_s, self.link_bytes_per_s,
                                 how=f"measured {self.throughput_bytes_per_s / 1e6:.4g} MB/s")
+        elif link_bytes_per_s:
+            fetch = fetch_bytes_for_link(link_bytes_per_s=link_bytes_per_s, rtt_s=rtt_s, partitions=1,
+                                         floor=self.fetch_bytes, cap=max(self.fetch_bytes, MAX_SIZED_FETCH_BYTES))
+            base = CopyCapacity.estimate(
+                bandwidth_bytes_per_s=link_bytes_per_s, rtt_s=rtt_s, fetch_bytes=fetch, rtt_how=rtt_how,
+                link_how="declared for the copy",
+                fetch_how="sized for the link" if fetch != self.fetch_bytes else "configured; enough for the link")
         else:
             base = CopyCapacity.estimate(bandwidth_bytes_per_s=self.link_bytes_per_s, rtt_s=rtt_s,
-                                         fetch_bytes=self.fetch_bytes)
+                                         fetch_bytes=self.fetch_bytes, rtt_how=rtt_how,
+                                         link_how="assumed", fetch_how="configured")
         if not throttle_bytes_per_s:
             return base
         share = throttle_bytes_per_s / max(1, streams)
         return CopyCapacity(min(base.bytes_per_s, share), min(base.ceiling_bytes_per_s or throttle_bytes_per_s,
                                                               throttle_bytes_per_s),
                             how=f"{base.how}; throttled to {throttle_bytes_per_s / 1e6:.4g} MB/s over {max(1, streams)}"
-                                f" stream(s)")
+                                f" stream(s)", link_bytes_per_s=base.link_bytes_per_s, rtt_s=base.rtt_s,
+                            fetch_bytes=base.fetch_bytes)

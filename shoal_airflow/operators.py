@@ -112,15 +112,17 @@ class ShoalPlanOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "pipeline", "include", "exclude", "naming",
                                       "start", "end", "mode", "exact_bounds", "throttle_mb_s", "accept_loss",
-                                      "work_dir", "start_without_checkpoints")
+                                      "work_dir", "start_without_checkpoints", "link_mb_s")
 
     def __init__(self, *, source_conn_id: str, target_conn_id: str, pipeline: str, include: str,
                  exclude: str | None = None, naming: str = "identity", start: str = "earliest", end: str = "latest",
                  mode: str = "exactly-once", exact_bounds: bool | str = False, throttle_mb_s: float | None = None,
                  accept_loss: bool | str = False, use_deadlines: bool = True, work_dir: str = DEFAULT_WORK_DIR,
-                 start_without_checkpoints: str | None = None, **kwargs: Any) -> None:
+                 start_without_checkpoints: str | None = None, link_mb_s: float | str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.start_without_checkpoints = start_without_checkpoints
+        self.link_mb_s = link_mb_s  # the source link's rate: the run sizes its fetches for it
         self.source_conn_id, self.target_conn_id, self.pipeline = source_conn_id, target_conn_id, pipeline
         self.include, self.exclude, self.naming, self.start, self.end = include, exclude, naming, start, end
         self.mode, self.exact_bounds, self.throttle_mb_s, self.accept_loss = mode, exact_bounds, throttle_mb_s, \
@@ -136,6 +138,7 @@ class ShoalPlanOperator(BaseOperator):
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
             target = ShoalKafkaHook(self.target_conn_id).get_cluster()
             throttle = None if self.throttle_mb_s in (None, "", "None") else float(self.throttle_mb_s)
+            link = None if self.link_mb_s in (None, "", "None") else float(self.link_mb_s)
             start = self.start
             if start == "checkpoint" and self.start_without_checkpoints:
                 from shoal_airflow.lag import stored_positions
@@ -148,7 +151,7 @@ class ShoalPlanOperator(BaseOperator):
                 pipeline=self.pipeline, source_cluster=source.name, target_cluster=target.name,
                 include=self.include, exclude=self.exclude or None, naming=self.naming, start=start,
                 end=self.end, mode=self.mode, exact_bounds=_flag(self.exact_bounds), throttle_mb_s=throttle,
-                accept_loss=_flag(self.accept_loss))
+                accept_loss=_flag(self.accept_loss), link_mb_s=link)
             plan = build_plan(source, target, request,
                               deadline_for=retention_deadlines(source) if self.use_deadlines else None)
         path = run_dir(self.work_dir, context) / "plan.json"
@@ -190,7 +193,7 @@ class ShoalRetentionCheckOperator(BaseOperator):
                 return {"statuses": {}, "failing": []}
             verdict = assess_positions(source, topics, positions,
                                        retention_policy(self.retention, self.at_risk_below_s), target=target,
-                                       throttle_bytes_per_s=self._throttle)
+                                       throttle_bytes_per_s=self._throttle, link_bytes_per_s=self._link)
             statuses = verdict.statuses
             self.log.info("retention verdict: copy %s; AT_RISK below %.0f s", verdict.copy.how,
                           verdict.policy.at_risk_below_s)
@@ -213,11 +216,13 @@ class ShoalRetentionCheckOperator(BaseOperator):
         return result
 
     _throttle: float | None = None  # the plan's throttle (bytes/s): part of the ETA
+    _link: float | None = None      # the plan's link rate (bytes/s): the ETA uses it and the fetches sized for it
 
     def _positions(self, source):
         if self.plan_path:
             plan = load_plan(self.plan_path)
             self._throttle = plan.throttle_mb_s * 1e6 if plan.throttle_mb_s else None
+            self._link = plan.link_mb_s * 1e6 if plan.link_mb_s else None
             topics: dict[str, list[int]] = {}
             for u in plan.units:
                 topics.setdefault(u.topic, []).append(u.partition)

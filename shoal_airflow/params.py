@@ -38,6 +38,9 @@ def backfill_params() -> dict[str, Any]:
         "exact_bounds": Param(False, type="boolean", description="trim batches that straddle a bound"),
         "throttle_mb_s": Param(None, type=["null", "number"], exclusiveMinimum=0, maximum=10000,
                                description="limit the whole run to this many MB/s"),
+        "link_mb_s": Param(None, type=["null", "number"], exclusiveMinimum=0, maximum=100000,
+                           description="the source link's rate in MB/s: the run measures the round trip to the "
+                                       "source and sizes its fetches to keep the link busy (a far source)"),
         "dry_run": Param(False, type="boolean", description="plan and check only; copy nothing"),
         "accept_loss": Param(False, type="boolean",
                              description="plan past data already deleted from the source, recording the loss"),
@@ -72,7 +75,7 @@ def validate_backfill_request(params: dict[str, Any]) -> dict[str, Any]:
             target_cluster=params["target_conn_id"], include=params["include"], exclude=params.get("exclude"),
             naming=params["naming"], start=params["start"], end=params["end"], mode=params["mode"],
             exact_bounds=bool(params.get("exact_bounds")), throttle_mb_s=params.get("throttle_mb_s"),
-            accept_loss=bool(params.get("accept_loss")))
+            accept_loss=bool(params.get("accept_loss")), link_mb_s=params.get("link_mb_s"))
     except MirrorError as exc:
         problems.append(f"start/end/naming: {exc}")
     else:

@@ -337,7 +337,9 @@ def test_sigkill_spark_submit_mid_copy_then_rerun_exactly_once(source_cluster, t
     assert sum(at_kill) < total, "killed mid-copy"
     assert read_ledger(ledger, "killed") == [], "no unit had ended when the driver was killed"
     [killed] = [m for m in read_runs(ledger) if m.run_id == "killed"]
-    assert killed.in_flight and killed.units, "the killed run's manifest never recorded an end"
+    # the Python driver outlives its JVM for a moment and ends the run as failed; if it was killed first, the run
+    # stays in flight. Never a success.
+    assert killed.units and (killed.in_flight or killed.exit_code == 1), killed
 
     started = time.monotonic()
     done = subprocess.run(job_command(plan_path, clusters_file, ledger, "rerun"), cwd=ROOT, env=submit_env(),
