@@ -4,7 +4,9 @@
 
 Each loop: re-evaluate the topic regex now and then (new topics get their target topic through the same
 preflight as a copy, partitions added on the source are added on the target, and every ``config_sync_interval_s``
-the topic configs that matter are synced to the target), keep leases on a fair share of the eligible lanes, then
+the topic configs that matter are synced to the target), hold the eligible lanes the pipeline's consumer group
+assigned to this process (:mod:`mirror_core.daemon_membership`; or, with ``membership: leases``, leases on a fair
+share of them), then
 one **fetch round**: one Fetch request per source broker carrying every held partition it leads
 (:mod:`mirror_core.broker_fetch`, the Java consumer's way; the request long-polls ``poll_interval_ms``, so an idle
 daemon waits on the brokers, not on a timer), and each
@@ -19,11 +21,20 @@ retries the fetch with a short backoff; an
 unreachable target closes the lane's session and retries with backoff, resuming from the last committed checkpoint
 — nothing is buffered across a failure, so memory stays at one fetch round plus one flush however long the target
 is down; a failed rescan or lease round is logged and retried on the next round, never the end of the process.
-Memory per round is bounded by ``fetch_max_bytes`` per source broker. Leases are renewed between lanes, so a
-backlog never lets a lease lapse. Every daemon also renews a membership heartbeat, so a newcomer that holds no lane
-yet is counted and the others give lanes back down to a fair share.
+Memory per round is bounded by ``fetch_max_bytes`` per source broker.
 
-Shutdown: SIGTERM lets the round in progress finish (it ends with a commit), releases the leases and exits; if that
+Membership (``membership: group``, the default): the daemons of a pipeline are members of one consumer group on the
+source; Kafka detects dead members and balances the partitions; an assigned partition is a lane this process holds
+once it is eligible. A revocation is honoured between lanes: the lane's transaction is finished (every copy ends
+with its commit) or aborted, the lane dropped, and only then the partition given back (the hand-shake and its
+timeout: :mod:`mirror_core.daemon_membership`). With ``lease_compat`` a group daemon also keeps off lanes an older,
+lease-based daemon holds by a live lease, and writes lease records for its own lanes, so both kinds can run side by
+side during an upgrade. With ``membership: leases`` (the previous release's way, kept for the upgrade) leases are
+renewed between lanes, so a backlog never lets a lease lapse, and a membership heartbeat makes a newcomer that
+holds no lane yet count, so the others give lanes back down to a fair share.
+
+Shutdown: SIGTERM lets the round in progress finish (it ends with a commit), leaves the group (and releases the
+leases) and exits; if that
 cannot finish within ``shutdown_grace_s`` (the target is down, say) the process stops without it: the open
 transaction is aborted by the broker and the next start resumes at the last committed checkpoint. SIGKILL loses
 nothing, for the same reason: every committed round carries its checkpoint.
@@ -55,6 +66,7 @@ from mirror_core.checkpointed import (
 )
 from mirror_core.copier import CopyOptions, FetchedOnce
 from mirror_core.daemon_config import PipelineConfig, load_pipeline_config
+from mirror_core.daemon_membership import GroupMembership, apply_group_timeouts, choose_protocol
 from mirror_core.daemon_metrics import DaemonMetrics, serve_metrics
 from mirror_core.daemon_prune import PruneWatch
 from mirror_core.daemon_retention import RetentionWatch
@@ -135,7 +147,8 @@ class DaemonStatus:
 
 class ShallowMirrorDaemon:
     """Mirrors a pipeline continuously. Invariant: a lane is written only through a session opened with its
-    transactional.id after its lease was taken, so at most one live writer per lane (the broker fences the rest)."""
+    transactional.id while this process holds it — its source partition assigned by the group (or its lease
+    taken) — so at most one live writer per lane (the broker fences the rest)."""
 
     def __init__(self, config: PipelineConfig, *, worker_id: str | None = None, metrics: DaemonMetrics | None = None):
         self.config = config
@@ -149,6 +162,8 @@ class ShallowMirrorDaemon:
         self.status = DaemonStatus()
         self._next_rescan = 0.0
         self._next_lease = 0.0
+        self.membership: GroupMembership | None = None  # membership: group (else leases)
+        self._group_changed = threading.Event()  # set by the membership's poll thread: assigned/revoking changed
         self._next_config_sync = 0.0
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
@@ -168,6 +183,8 @@ class ShallowMirrorDaemon:
             self.store = CheckpointStore(cfg.target, target, topic=cfg.checkpoint_topic)
             self.store.ensure_topic()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
+            if cfg.membership == "group":
+                self._join_group()
             self.retention.start()
             self.pruner.start()
             forced = False
@@ -197,10 +214,17 @@ class ShallowMirrorDaemon:
         event("stop", pipeline=cfg.pipeline, worker=self.worker_id)
 
     def _leases_if_due(self) -> None:
+        """Called between lanes: membership work that is due. Group: revocations are answered at once (a lock and
+        a set read when there is none), the assignment is applied when it changed or every ``lease_ttl_s / 3``
+        (the lease records of ``lease_compat`` are renewed then). Leases: the lease round when due."""
+        if self.membership is not None:
+            self._answer_revocations()
         now = time.monotonic()
-        if now >= self._next_lease:
+        if now >= self._next_lease or self._group_changed.is_set():
             self._next_lease = now + self.config.lease_ttl_s / 3
-            self._housekeeping("leases", self._maintain_leases)
+            self._group_changed.clear()
+            self._housekeeping("leases", self._maintain_group if self.membership is not None
+                               else self._maintain_leases)
 
     def _housekeeping(self, what: str, action) -> None:
         """Run a rescan or a lease round; a failure (e.g. the target restarting) is logged and retried on the next
@@ -214,6 +238,9 @@ class ShallowMirrorDaemon:
                   exc_info=not isinstance(exc, MirrorError))
 
     def _shutdown(self) -> None:
+        if self.membership is not None:
+            self._leave_group()
+            return
         for lane in sorted(self.held):
             try:
                 self.leases.release(self.config.pipeline, lane, self.worker_id)
@@ -254,6 +281,8 @@ class ShallowMirrorDaemon:
                 if lane not in self.lanes:
                     self.lanes[lane] = LaneState(topic, p, target_topic, lane, health=self._new_health())
                     event("lane_discovered", topic=topic, partition=p, lane=lane)
+        if self.membership is not None:  # the names Shoal's selection chose, never a broker-side regex
+            self.membership.subscribe(sorted({s.topic for s in self.lanes.values() if s.topic in topics}))
 
     def _sync_configs(self, topic: str, target_topic: str) -> None:
         """Bring the target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp
@@ -387,6 +416,107 @@ class ShallowMirrorDaemon:
             self.leases.release(pipeline, lane, me)
         self.metrics.lanes.set(len(self.held))
         self.status.lanes_held = sorted(self.held)
+
+    # ---- membership through the consumer group (mirror_core.daemon_membership) ---------------------------------
+    def _join_group(self) -> None:
+        cfg = self.config
+        protocol = choose_protocol(cfg.group_protocol, self.source.broker_version)
+        if cfg.group_session_timeout_ms and protocol == "consumer":
+            try:
+                apply_group_timeouts(cfg.source, cfg.pipeline, cfg.group_session_timeout_ms)
+            except MirrorError as exc:  # the group still works, with the broker's default session timeout
+                event("group_timeouts_refused", logging.WARNING, error=exc)
+        self.membership = GroupMembership(
+            cfg.source, cfg.pipeline, self.worker_id, protocol=protocol, revoke_timeout_s=cfg.revoke_timeout_s,
+            classic_session_timeout_ms=cfg.group_session_timeout_ms if protocol == "classic" else None,
+            on_change=self._group_changed.set)
+        self.membership.start()
+        event("group_joining", group=self.membership.group, protocol=protocol, worker=self.worker_id)
+
+    def _lane_of(self, partition: tuple[str, int]) -> str | None:
+        topic, p = partition
+        return next((lane for lane, s in self.lanes.items() if s.topic == topic and s.partition == p), None)
+
+    def _answer_revocations(self) -> None:
+        """The loop's side of the revocation hand-shake: close every held lane whose partition the group is
+        taking back (or has taken: a lost assignment), then tell the membership, whose callback is waiting."""
+        revoking = self.membership.revoking()  # read first: a partition revoked after this read is not in
+        assigned = self.membership.assigned()  # ``assigned`` (closed now) nor in ``revoking`` (released next time)
+        if not revoking and all((self.lanes[lane].topic, self.lanes[lane].partition) in assigned
+                                for lane in self.held):
+            return
+        closed = []
+        for lane in sorted(self.held):
+            state = self.lanes[lane]
+            if (state.topic, state.partition) not in assigned:
+                self._close_lane(state)
+                self._drop(lane, "revoked by the group")
+                closed.append(lane)
+        self.membership.released(revoking)
+        self.metrics.lanes.set(len(self.held))
+        self.status.lanes_held = sorted(self.held)
+        if closed and self.config.lease_compat:
+            self._housekeeping("leases", lambda: [self.leases.release(self.config.pipeline, lane, self.worker_id,
+                                                                      group=True) for lane in closed])
+
+    def _close_lane(self, state: LaneState) -> None:
+        """Before a lane is given up: no transaction of ours may stay open on it. Between lanes every copy has
+        ended with its commit (or its abort, on failure); a transaction a failed abort left open is aborted here,
+        bounded (the next holder's InitProducerId would abort it anyway, and fences this writer)."""
+        writer = getattr(state.session, "writer", None) if state.session is not None else None
+        if writer is not None and getattr(writer, "in_transaction", False):
+            try:
+                writer.abort_transaction(give_up_after_s=2.0)
+            except Exception as exc:  # noqa: BLE001 - the next holder's fencing ends it
+                event("lane_abort_failed", logging.INFO, lane=state.lane, error=f"{type(exc).__name__}: {exc}")
+
+    def _maintain_group(self) -> None:
+        """Hold exactly the eligible lanes whose source partition the group assigned to this process — minus, with
+        ``lease_compat``, lanes an older lease-based daemon holds by a live lease — and renew our lease records."""
+        pipeline, me, now = self.config.pipeline, self.worker_id, now_ms()
+        eligible = self._eligible()
+        assigned = self.membership.assigned()
+        blocked: dict[str, str] = {}
+        if self.config.lease_compat:
+            blocked = {lane: lease.holder for lane, lease in self.leases.read(pipeline).items()
+                       if lease.blocks_group_daemon(me, now)}
+        want = {lane for lane in eligible if (self.lanes[lane].topic, self.lanes[lane].partition) in assigned
+                and lane not in blocked}
+        for lane in sorted(self.held - want):
+            state = self.lanes[lane]
+            self._close_lane(state)
+            self._drop(lane, f"leased by {blocked[lane]}" if lane in blocked else
+                       "not eligible" if lane not in eligible else "not assigned")
+            if self.config.lease_compat:
+                self.leases.release(pipeline, lane, me, group=True)
+        for lane in sorted(want - self.held):
+            self.held.add(lane)
+            event("lane_acquired", lane=lane, worker=me)
+        for lane in sorted(set(blocked) & {ln for ln in eligible
+                                           if (self.lanes[ln].topic, self.lanes[ln].partition) in assigned}):
+            event("lane_waits_for_lease", lane=lane, holder=blocked[lane],
+                  note="assigned by the group, held by a lease-based daemon; taken when that lease ends")
+        if self.config.lease_compat:
+            expires = now + int(self.config.lease_ttl_s * 1000)
+            for lane in sorted(self.held):
+                self.leases.write(Lease(pipeline, lane, me, expires, self._live_health(lane), group=True))
+        self.metrics.lanes.set(len(self.held))
+        self.status.lanes_held = sorted(self.held)
+
+    def _leave_group(self) -> None:
+        """Shutdown (the round in progress has committed): drop every lane, release our lease records, leave."""
+        lanes = sorted(self.held)
+        for lane in lanes:
+            self._close_lane(self.lanes[lane])
+            self._drop(lane, "shutdown")
+        self.membership.released(self.membership.revoking())
+        self.membership.close()
+        if self.config.lease_compat:
+            for lane in lanes:
+                try:
+                    self.leases.release(self.config.pipeline, lane, self.worker_id, group=True)
+                except Exception as exc:  # noqa: BLE001 - best effort: an unreleased lease just expires
+                    event("lease_release_failed", logging.WARNING, lane=lane, error=exc)
 
     def _drop(self, lane: str, why: str) -> None:
         self.held.discard(lane)
