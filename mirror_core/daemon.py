@@ -164,6 +164,7 @@ class ShallowMirrorDaemon:
         self._next_lease = 0.0
         self.membership: GroupMembership | None = None  # membership: group (else leases)
         self._group_changed = threading.Event()  # set by the membership's poll thread: assigned/revoking changed
+        self._waiting_for_lease: set[str] = set()  # assigned lanes an older lease-based daemon still holds
         self._next_config_sync = 0.0
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
@@ -492,10 +493,12 @@ class ShallowMirrorDaemon:
         for lane in sorted(want - self.held):
             self.held.add(lane)
             event("lane_acquired", lane=lane, worker=me)
-        for lane in sorted(set(blocked) & {ln for ln in eligible
-                                           if (self.lanes[ln].topic, self.lanes[ln].partition) in assigned}):
+        waiting = {ln for ln in blocked if ln in eligible
+                   and (self.lanes[ln].topic, self.lanes[ln].partition) in assigned}
+        for lane in sorted(waiting - self._waiting_for_lease):  # logged once per wait
             event("lane_waits_for_lease", lane=lane, holder=blocked[lane],
                   note="assigned by the group, held by a lease-based daemon; taken when that lease ends")
+        self._waiting_for_lease = waiting
         if self.config.lease_compat:
             expires = now + int(self.config.lease_ttl_s * 1000)
             for lane in sorted(self.held):
@@ -864,7 +867,8 @@ def _first_known(*values):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mirror_core.daemon", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="pipeline YAML file")
-    parser.add_argument("--worker-id", help="this process's name in leases (default: random)")
+    parser.add_argument("--worker-id", help="this process's name in the group (its client.id) and in lease records "
+                                            "(default: random)")
     args = parser.parse_args(argv)
     return run_daemon(args.config, args.worker_id)
 

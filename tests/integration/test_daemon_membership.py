@@ -17,8 +17,10 @@ the shared sandbox target.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,6 +31,7 @@ from mirror_core.cli import sandbox_from_environ
 from mirror_core.cluster import ClusterConfig
 from mirror_core.daemon_membership import describe_group
 from mirror_core.errors import MirrorError
+from mirror_core.leases import now_ms
 from mirror_core.sandbox.broker import SandboxBroker
 from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
 from tests.conftest import unavailable
@@ -66,14 +69,25 @@ def group_source(session_sandbox, tmp_path_factory):
         broker.stop()
 
 
-def lease_holders(target_cluster, pipeline: str) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def lease_reader(group_source, target_cluster):
+    """Reads lease records through one open checkpoint store (its cache refreshes with only new records: the
+    shared target's checkpoint topic holds every test's records)."""
+    from mirror_core.checkpoint import CheckpointStore
+    from mirror_core.kafka_wire import WireClient
+    from mirror_core.leases import LeaseStore
+
+    with WireClient.for_cluster(target_cluster.config) as client:
+        yield LeaseStore(CheckpointStore(target_cluster.config, client), target_cluster.config.confluent())
+
+
+def lease_holders(leases, pipeline: str) -> dict[str, str]:
     """Lane → holder of every live lease record (group daemons write one per lane they hold: ``lease_compat``)."""
-    from tests.integration.test_daemon import held_lanes
+    now = now_ms()
+    return {lane: lease.holder for lane, lease in leases.read(pipeline).items() if lease.expires_ms > now}
 
-    return held_lanes(target_cluster, pipeline)
 
-
-def one_holder_each(source: KafkaTestCluster, target_cluster, pipeline: str, topic: str, partitions: int,
+def one_holder_each(source: KafkaTestCluster, leases, pipeline: str, topic: str, partitions: int,
                     live: set[str]) -> dict[int, str] | None:
     """Partition → holder when every partition is assigned by the group to exactly one of the ``live`` workers,
     each of them holds some, the group has exactly those members, and the daemons' own records agree (each lane
@@ -88,7 +102,7 @@ def one_holder_each(source: KafkaTestCluster, target_cluster, pipeline: str, top
     assigned = {p: holders.get((topic, p), []) for p in range(partitions)}
     if any(len(workers) != 1 for workers in assigned.values()):
         return None
-    held = lease_holders(target_cluster, pipeline)
+    held = lease_holders(leases, pipeline)
     lanes = {p: held.get(f"dr.{topic}-{p}") for p in range(partitions)}
     if any(lanes[p] != assigned[p][0] for p in range(partitions)):
         return None
@@ -110,13 +124,18 @@ def acquired_at(daemons, lane: str, *, after: float) -> float:
     return min(times)
 
 
+def shoal(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mirror_core.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "250"})
+
+
 def group_pipeline(path: Path, sandbox, source: KafkaTestCluster, pipeline: str, prefix: str, **overrides) -> Path:
     return write_pipeline(path, sandbox, pipeline, include_prefix(prefix), source=dict(source.config.settings),
                           membership="group", group_session_timeout_ms=SESSION_MS, **overrides)
 
 
 def test_three_daemons_one_killed_one_added_each_partition_held_once(
-        sandbox, group_source, target_cluster, unique_name, tmp_path, daemon_factory):  # noqa: F811
+        sandbox, group_source, target_cluster, lease_reader, unique_name, tmp_path, daemon_factory):  # noqa: F811
     prefix = unique_name()
     topic, partitions = f"{prefix}.t", 6
     group_source.create_topic(topic, partitions=partitions)
@@ -125,7 +144,7 @@ def test_three_daemons_one_killed_one_added_each_partition_held_once(
     a, b, c = (daemon_factory(config, f"grp-{n}").start() for n in "abc")
     load = LoadProducer(group_source, [topic], rate=600, seed=71)
     load.start()
-    split = wait_for(lambda: one_holder_each(group_source, target_cluster, pipeline, topic, partitions,
+    split = wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions,
                                              {"grp-a", "grp-b", "grp-c"}), 60, "each of 3 daemons holding lanes",
                      daemons=(a, b, c))
     assert sorted(Counter(split.values()).values()) == [2, 2, 2], split
@@ -133,7 +152,7 @@ def test_three_daemons_one_killed_one_added_each_partition_held_once(
 
     b.kill()
     killed = time.time()
-    after_kill = wait_for(lambda: one_holder_each(group_source, target_cluster, pipeline, topic, partitions,
+    after_kill = wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions,
                                                   {"grp-a", "grp-c"}), 40, "a and c holding every lane",
                           daemons=(a, c))
     assert set(after_kill.values()) == {"grp-a", "grp-c"}
@@ -144,10 +163,19 @@ def test_three_daemons_one_killed_one_added_each_partition_held_once(
     assert takeover_s < SESSION_MS / 1000 + 5, f"lanes of the killed daemon held again after {takeover_s:.1f}s"
 
     d = daemon_factory(config, "grp-d").start()
-    added = wait_for(lambda: one_holder_each(group_source, target_cluster, pipeline, topic, partitions,
+    added = wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions,
                                              {"grp-a", "grp-c", "grp-d"}), 40, "d sharing the lanes",
                      daemons=(a, c, d))
     assert "grp-d" in added.values()
+    # `shoal mirror status` shows the same from the clusters alone: members, holder and lag per lane
+    shown = shoal("mirror", "status", "--config", str(config))
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"daemon group shoal.{pipeline}.daemons" in shown.stdout and "3 member(s)" in shown.stdout, shown.stdout
+    for worker in ("grp-a", "grp-c", "grp-d"):
+        assert f"  {worker} (" in shown.stdout, shown.stdout
+    rows = json.loads(shoal("mirror", "status", "--config", str(config), "--json").stdout)
+    assert {r["partition"]: r["holder"] for r in rows} == added
+    assert all(isinstance(r["lag"], int) and r["lag"] >= 0 for r in rows), rows
     time.sleep(2)
     load.stop()
     wait_caught_up(group_source, target_cluster, pipeline, {topic: partitions}, daemons=(a, c, d))
@@ -198,7 +226,8 @@ class OldDaemon:
         return self.proc.wait(30)
 
 
-def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_cluster, unique_name, tmp_path,
+def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_cluster, lease_reader, unique_name,
+                                                  tmp_path,
                                                   daemon_factory, lease_release_checkout):  # noqa: F811
     prefix = unique_name()
     topic, partitions = f"{prefix}.t", 4
@@ -210,8 +239,8 @@ def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_
     load = LoadProducer(group_source, [topic], rate=600, seed=72)
     load.start()
     try:
-        wait_for(lambda: set(lease_holders(target_cluster, pipeline).values()) == {"old-1"}
-                 and len(lease_holders(target_cluster, pipeline)) == partitions
+        wait_for(lambda: set(lease_holders(lease_reader, pipeline).values()) == {"old-1"}
+                 and len(lease_holders(lease_reader, pipeline)) == partitions
                  and "event=copied" in old.log_text(), 60, "the old daemon holding and copying every lane",
                  daemons=(old,))
         new = daemon_factory(group_pipeline(tmp_path / "new.yaml", sandbox, group_source, pipeline, prefix),
@@ -222,10 +251,10 @@ def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_
         time.sleep(3)
         assert "event=lane_acquired" not in new.log_text() and "event=lane_opened" not in new.log_text(), \
             new.tail()
-        assert set(lease_holders(target_cluster, pipeline).values()) == {"old-1"}
+        assert set(lease_holders(lease_reader, pipeline).values()) == {"old-1"}
         assert old.stop() == 0, old.tail()
-        wait_for(lambda: set(lease_holders(target_cluster, pipeline).values()) == {"new-1"}
-                 and len(lease_holders(target_cluster, pipeline)) == partitions, 30,
+        wait_for(lambda: set(lease_holders(lease_reader, pipeline).values()) == {"new-1"}
+                 and len(lease_holders(lease_reader, pipeline)) == partitions, 30,
                  "the new daemon holding every lane", daemons=(new,))
         time.sleep(2)
         load.stop()
@@ -240,3 +269,36 @@ def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_
         if load.is_alive():
             load.stop()
         old.stop()
+
+
+def test_classic_protocol_on_a_kafka_3_source(sandbox, legacy_cluster, target_cluster, lease_reader, unique_name,
+                                              tmp_path, daemon_factory):  # noqa: F811
+    """Kafka 3.9 does not run KIP-848 groups by default: the daemons fall back to the classic protocol with the
+    cooperative-sticky assignor (session timeout set by the client); two split the lanes, the survivor of a SIGKILL
+    takes them all, the target is exact."""
+    prefix = unique_name()
+    topic, partitions = f"{prefix}.t", 4
+    legacy_cluster.create_topic(topic, partitions=partitions)
+    pipeline = f"classic-{prefix.rsplit('.', 1)[-1]}"
+    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix),
+                            source=dict(legacy_cluster.config.settings), membership="group",
+                            group_session_timeout_ms=6000)
+    a, b = (daemon_factory(config, f"cls-{n}").start() for n in "ab")
+    load = LoadProducer(legacy_cluster, [topic], rate=400, seed=73)
+    load.start()
+    split = wait_for(lambda: one_holder_each(legacy_cluster, lease_reader, pipeline, topic, partitions,
+                                             {"cls-a", "cls-b"}), 60, "a 2 + 2 split", daemons=(a, b))
+    assert describe_group(legacy_cluster.config, pipeline).protocol == "classic"
+    assert "protocol=classic" in a.log_text()
+    b.kill()
+    killed = time.time()
+    wait_for(lambda: one_holder_each(legacy_cluster, lease_reader, pipeline, topic, partitions, {"cls-a"}), 40,
+             "a holding every lane", daemons=(a,))
+    takeover_s = max(acquired_at((a,), f"dr.{topic}-{p}", after=killed) for p, h in split.items() if h == "cls-b") \
+        - killed
+    assert takeover_s < 6 + 5, f"lanes of the killed daemon held again after {takeover_s:.1f}s"
+    load.stop()
+    wait_caught_up(legacy_cluster, target_cluster, pipeline, {topic: partitions}, daemons=(a,))
+    assert_exact(legacy_cluster, target_cluster, topic, f"dr.{topic}")
+    rc, _ = a.terminate()
+    assert rc == 0, a.tail()
