@@ -165,6 +165,7 @@ class ShallowMirrorDaemon:
         self.membership: GroupMembership | None = None  # membership: group (else leases)
         self._group_changed = threading.Event()  # set by the membership's poll thread: assigned/revoking changed
         self._waiting_for_lease: set[str] = set()  # assigned lanes an older lease-based daemon still holds
+        self._group_topics: list[str] | None = None  # the subscription, as of the last rescan
         self._next_config_sync = 0.0
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
@@ -220,12 +221,18 @@ class ShallowMirrorDaemon:
         (the lease records of ``lease_compat`` are renewed then). Leases: the lease round when due."""
         if self.membership is not None:
             self._answer_revocations()
+            if not self.membership.alive:  # its thread died (logged there): nothing is assigned any more
+                self.metrics.errors.labels("membership").inc()
+                event("group_rejoining", logging.WARNING, error=self.membership.error)
+                self._join_group()
         now = time.monotonic()
         if now >= self._next_lease or self._group_changed.is_set():
             self._next_lease = now + self.config.lease_ttl_s / 3
             self._group_changed.clear()
             self._housekeeping("leases", self._maintain_group if self.membership is not None
                                else self._maintain_leases)
+            if self.membership is not None:  # a revocation that began during that round: before any lane opens
+                self._answer_revocations()
 
     def _housekeeping(self, what: str, action) -> None:
         """Run a rescan or a lease round; a failure (e.g. the target restarting) is logged and retried on the next
@@ -283,7 +290,8 @@ class ShallowMirrorDaemon:
                     self.lanes[lane] = LaneState(topic, p, target_topic, lane, health=self._new_health())
                     event("lane_discovered", topic=topic, partition=p, lane=lane)
         if self.membership is not None:  # the names Shoal's selection chose, never a broker-side regex
-            self.membership.subscribe(sorted({s.topic for s in self.lanes.values() if s.topic in topics}))
+            self._group_topics = sorted({s.topic for s in self.lanes.values() if s.topic in topics})
+            self.membership.subscribe(self._group_topics)
 
     def _sync_configs(self, topic: str, target_topic: str) -> None:
         """Bring the target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp
@@ -431,12 +439,10 @@ class ShallowMirrorDaemon:
             cfg.source, cfg.pipeline, self.worker_id, protocol=protocol, revoke_timeout_s=cfg.revoke_timeout_s,
             classic_session_timeout_ms=cfg.group_session_timeout_ms if protocol == "classic" else None,
             on_change=self._group_changed.set)
+        if self._group_topics is not None:
+            self.membership.subscribe(self._group_topics)
         self.membership.start()
         event("group_joining", group=self.membership.group, protocol=protocol, worker=self.worker_id)
-
-    def _lane_of(self, partition: tuple[str, int]) -> str | None:
-        topic, p = partition
-        return next((lane for lane, s in self.lanes.items() if s.topic == topic and s.partition == p), None)
 
     def _answer_revocations(self) -> None:
         """The loop's side of the revocation hand-shake: close every held lane whose partition the group is
@@ -457,8 +463,17 @@ class ShallowMirrorDaemon:
         self.metrics.lanes.set(len(self.held))
         self.status.lanes_held = sorted(self.held)
         if closed and self.config.lease_compat:
-            self._housekeeping("leases", lambda: [self.leases.release(self.config.pipeline, lane, self.worker_id,
-                                                                      group=True) for lane in closed])
+            self._housekeeping("leases", lambda: self._release_own_leases(closed))
+
+    def _release_own_leases(self, lanes: list[str], records: dict[str, Lease] | None = None) -> None:
+        """Release our lease records of ``lanes`` — only those still ours: a record an older daemon wrote since
+        (it took the lane after ours expired) is its live lease and must stay."""
+        if records is None:
+            records = self.leases.read(self.config.pipeline)
+        for lane in lanes:
+            record = records.get(lane)
+            if record is not None and record.holder == self.worker_id:
+                self.leases.release(self.config.pipeline, lane, self.worker_id, group=True)
 
     def _close_lane(self, state: LaneState) -> None:
         """Before a lane is given up: no transaction of ours may stay open on it. Between lanes every copy has
@@ -477,19 +492,17 @@ class ShallowMirrorDaemon:
         pipeline, me, now = self.config.pipeline, self.worker_id, now_ms()
         eligible = self._eligible()
         assigned = self.membership.assigned()
-        blocked: dict[str, str] = {}
-        if self.config.lease_compat:
-            blocked = {lane: lease.holder for lane, lease in self.leases.read(pipeline).items()
-                       if lease.blocks_group_daemon(me, now)}
+        records = self.leases.read(pipeline) if self.config.lease_compat else {}
+        blocked = {lane: lease.holder for lane, lease in records.items() if lease.blocks_group_daemon(me, now)}
         want = {lane for lane in eligible if (self.lanes[lane].topic, self.lanes[lane].partition) in assigned
                 and lane not in blocked}
-        for lane in sorted(self.held - want):
-            state = self.lanes[lane]
-            self._close_lane(state)
+        dropped = sorted(self.held - want)
+        for lane in dropped:
+            self._close_lane(self.lanes[lane])
             self._drop(lane, f"leased by {blocked[lane]}" if lane in blocked else
                        "not eligible" if lane not in eligible else "not assigned")
-            if self.config.lease_compat:
-                self.leases.release(pipeline, lane, me, group=True)
+        if dropped and self.config.lease_compat:
+            self._release_own_leases(dropped, records)
         for lane in sorted(want - self.held):
             self.held.add(lane)
             event("lane_acquired", lane=lane, worker=me)
@@ -514,12 +527,11 @@ class ShallowMirrorDaemon:
             self._drop(lane, "shutdown")
         self.membership.released(self.membership.revoking())
         self.membership.close()
-        if self.config.lease_compat:
-            for lane in lanes:
-                try:
-                    self.leases.release(self.config.pipeline, lane, self.worker_id, group=True)
-                except Exception as exc:  # noqa: BLE001 - best effort: an unreleased lease just expires
-                    event("lease_release_failed", logging.WARNING, lane=lane, error=exc)
+        if lanes and self.config.lease_compat:
+            try:
+                self._release_own_leases(lanes)
+            except Exception as exc:  # noqa: BLE001 - best effort: an unreleased lease just expires
+                event("lease_release_failed", logging.WARNING, lanes=",".join(lanes), error=exc)
 
     def _drop(self, lane: str, why: str) -> None:
         self.held.discard(lane)

@@ -145,6 +145,11 @@ class GroupMembership:
         with self._lock:
             self._subscription = sorted(set(topics))
 
+    @property
+    def alive(self) -> bool:
+        """False once the poll thread ended without :meth:`close` (an unexpected error: see ``error``)."""
+        return self._thread is None or self._thread.is_alive() or self._stop.is_set()
+
     def assigned(self) -> frozenset[Partition]:
         """Partitions this process may hold as lanes now: assigned and not being revoked."""
         with self._lock:

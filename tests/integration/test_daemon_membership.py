@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -302,3 +303,38 @@ def test_classic_protocol_on_a_kafka_3_source(sandbox, legacy_cluster, target_cl
     assert_exact(legacy_cluster, target_cluster, topic, f"dr.{topic}")
     rc, _ = a.terminate()
     assert rc == 0, a.tail()
+
+
+def test_a_paused_daemon_past_its_session_is_fenced_and_rejoins(
+        sandbox, group_source, target_cluster, lease_reader, unique_name, tmp_path, daemon_factory):  # noqa: F811
+    """A daemon frozen (SIGSTOP: a GC pause, a VM freeze) longer than the session timeout loses its partitions to
+    the other one while its own revocation callback never ran; resumed, it finds its writers fenced or its
+    assignment lost, drops those lanes, rejoins, and the target is still exact — safety is the lanes'
+    transactional.id, not the callback."""
+    prefix = unique_name()
+    topic, partitions = f"{prefix}.t", 4
+    group_source.create_topic(topic, partitions=partitions)
+    pipeline = f"pause-{prefix.rsplit('.', 1)[-1]}"
+    config = group_pipeline(tmp_path / "p.yaml", sandbox, group_source, pipeline, prefix)
+    a, b = (daemon_factory(config, f"pz-{n}").start() for n in "ab")
+    load = LoadProducer(group_source, [topic], rate=600, seed=74)
+    load.start()
+    wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions, {"pz-a", "pz-b"}),
+             60, "a 2 + 2 split", daemons=(a, b))
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions, {"pz-b"}), 40,
+                 "b holding every lane while a is frozen", daemons=(b,))
+        time.sleep(2)
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions, {"pz-a", "pz-b"}),
+             60, "a back in the group with a share", daemons=(a, b))
+    log_a = a.log_text()
+    assert "event=group_assignment_lost" in log_a or "reason=fenced" in log_a, a.tail()
+    load.stop()
+    wait_caught_up(group_source, target_cluster, pipeline, {topic: partitions}, daemons=(a, b))
+    assert_exact(group_source, target_cluster, topic, f"dr.{topic}")
+    for daemon in (a, b):
+        rc, _ = daemon.terminate()
+        assert rc == 0, daemon.tail()
