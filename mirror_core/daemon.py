@@ -207,6 +207,8 @@ class ShallowMirrorDaemon:
                 event("shutdown_forced", logging.WARNING, lanes=",".join(sorted(self.held)),
                       note="the grace period ran out; open transactions are aborted by the broker, the next start "
                            "resumes at the last committed checkpoints")
+                if self.membership is not None:  # leave (the source is not the target): the lanes move now, and
+                    self.membership.close(timeout_s=2.0)  # their next holder's InitProducerId fences what we left
                 raise
             finally:
                 self.retention.stop()  # no join: an assessment stuck on a slow source must not eat the grace
