@@ -166,6 +166,8 @@ class ShallowMirrorDaemon:
         self._group_changed = threading.Event()  # set by the membership's poll thread: assigned/revoking changed
         self._waiting_for_lease: set[str] = set()  # assigned lanes an older lease-based daemon still holds
         self._group_topics: list[str] | None = None  # the subscription, as of the last rescan
+        self._answered_generation = -1  # the membership generation _answer_revocations last looked at
+        self._held_since_answer = False  # lanes acquired since then (from an assignment read before a revocation)
         self._next_config_sync = 0.0
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
@@ -441,6 +443,7 @@ class ShallowMirrorDaemon:
             cfg.source, cfg.pipeline, self.worker_id, protocol=protocol, revoke_timeout_s=cfg.revoke_timeout_s,
             classic_session_timeout_ms=cfg.group_session_timeout_ms if protocol == "classic" else None,
             on_change=self._group_changed.set)
+        self._answered_generation = -1  # a new membership counts its generations anew
         if self._group_topics is not None:
             self.membership.subscribe(self._group_topics)
         self.membership.start()
@@ -449,23 +452,41 @@ class ShallowMirrorDaemon:
     def _answer_revocations(self) -> None:
         """The loop's side of the revocation hand-shake: close every held lane whose partition the group is
         taking back (or has taken: a lost assignment), then tell the membership, whose callback is waiting."""
+        generation = self.membership.generation
+        if generation == self._answered_generation and not self._held_since_answer:
+            return  # nothing changed since the last answer: O(1) between lanes, however many lanes are held
         revoking = self.membership.revoking()  # read first: a partition revoked after this read is not in
         assigned = self.membership.assigned()  # ``assigned`` (closed now) nor in ``revoking`` (released next time)
-        if not revoking and all((self.lanes[lane].topic, self.lanes[lane].partition) in assigned
-                                for lane in self.held):
-            return
-        closed = []
-        for lane in sorted(self.held):
+        self._answered_generation, self._held_since_answer = generation, False
+        closed = [lane for lane in sorted(self.held)
+                  if (self.lanes[lane].topic, self.lanes[lane].partition) not in assigned]
+        gone = self._topics_missing_on_source({self.lanes[lane].topic for lane in closed})
+        for lane in closed:
             state = self.lanes[lane]
-            if (state.topic, state.partition) not in assigned:
-                self._close_lane(state)
-                self._drop(lane, "revoked by the group")
-                closed.append(lane)
+            self._close_lane(state)
+            # a deleted source topic's partitions leave the group before the lane's fetch reports it: the lane
+            # halts (or retires) as it would have while held, naming what was never copied
+            if state.topic in gone and self._source_deleted(state):
+                continue
+            self._drop(lane, "revoked by the group")
         self.membership.released(revoking)
         self.metrics.lanes.set(len(self.held))
         self.status.lanes_held = sorted(self.held)
         if closed and self.config.lease_compat:
             self._housekeeping("leases", lambda: self._release_own_leases(closed))
+
+    def _topics_missing_on_source(self, topics: set[str]) -> set[str]:
+        """Of ``topics``, those the source's metadata does not know (one request; an error: none)."""
+        import kafka.errors as errors
+
+        if not topics:
+            return set()
+        try:
+            meta = self.source.metadata(sorted(topics))
+        except Exception:  # noqa: BLE001 - cannot tell: treat as present (the fetch path still detects it)
+            return set()
+        return {t for t in topics if meta.get(t) is None
+                or meta[t].error_code == errors.UnknownTopicOrPartitionError.errno}
 
     def _release_own_leases(self, lanes: list[str], records: dict[str, Lease] | None = None) -> None:
         """Release our lease records of ``lanes`` — only those still ours: a record an older daemon wrote since
@@ -507,6 +528,7 @@ class ShallowMirrorDaemon:
             self._release_own_leases(dropped, records)
         for lane in sorted(want - self.held):
             self.held.add(lane)
+            self._held_since_answer = True
             event("lane_acquired", lane=lane, worker=me)
         waiting = {ln for ln in blocked if ln in eligible
                    and (self.lanes[ln].topic, self.lanes[ln].partition) in assigned}

@@ -128,6 +128,7 @@ class GroupMembership:
         self._released: set[Partition] = set()
         self._leaving = False       # shutdown: the loop holds no lane any more, revocations need no wait
         self._joined = False
+        self._generation = 0        # bumped on every change of _assigned or _revoking (a cheap "anything new?")
         self._subscription: list[str] | None = None   # wanted (set by the loop)
         self._subscribed: list[str] | None = None     # applied (by the poll thread)
         self._stop = threading.Event()
@@ -149,6 +150,11 @@ class GroupMembership:
     def alive(self) -> bool:
         """False once the poll thread ended without :meth:`close` (an unexpected error: see ``error``)."""
         return self._thread is None or self._thread.is_alive() or self._stop.is_set()
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever the assignment or the revocations change: the loop skips its checks while it does not."""
+        return self._generation
 
     def assigned(self) -> frozenset[Partition]:
         """Partitions this process may hold as lanes now: assigned and not being revoked."""
@@ -205,6 +211,7 @@ class GroupMembership:
                 self._assigned.clear()
                 self._revoking.clear()
                 self._released.clear()
+                self._generation += 1
             self._changed()
 
     def _apply_subscription(self, consumer) -> None:
@@ -232,6 +239,7 @@ class GroupMembership:
         with self._lock:
             self._assigned |= {(tp.topic, tp.partition) for tp in partitions}
             self._joined = True
+            self._generation += 1
         if partitions:
             log.info("event=group_assigned group=%s worker=%s partitions=%s", self.group, self.worker_id,
                      _names(partitions))
@@ -250,6 +258,7 @@ class GroupMembership:
         parts = {(tp.topic, tp.partition) for tp in partitions}
         with self._lock:
             self._revoking |= parts & self._assigned
+            self._generation += 1
         self._changed()
         deadline = time.monotonic() + self.revoke_timeout_s
         with self._lock:
@@ -268,6 +277,7 @@ class GroupMembership:
             self._assigned -= parts
             self._revoking -= parts
             self._released -= parts
+            self._generation += 1
         if partitions:
             log.info("event=group_revoked group=%s worker=%s partitions=%s", self.group, self.worker_id,
                      _names(partitions))
