@@ -8,7 +8,7 @@ with the ``cooperative-sticky`` assignor on older ones. The group is used for me
 
 - assigned partitions are ``incremental_assign``-ed and paused in the same callback, so the consumer never fetches
   (the daemon's own fetch rounds read the source); no offset is ever committed through the group (so lag tools show
-  the group with members and no committed offsets: see docs/operations.md);
+  the group with members and no committed offsets: see docs/daemon-membership.md);
 - ``poll()`` runs on its own thread every :data:`POLL_S`, whatever the daemon loop is doing (a long target outage
   stalls copying, never membership): membership lives as long as the process;
 - an assigned source partition is a lane this process may hold; the daemon loop reads :meth:`GroupMembership.assigned`.
