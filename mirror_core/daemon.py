@@ -167,6 +167,7 @@ class ShallowMirrorDaemon:
         self._waiting_for_lease: set[str] = set()  # assigned lanes an older lease-based daemon still holds
         self._group_topics: list[str] | None = None  # the subscription, as of the last rescan
         self._answered_generation = -1  # the membership generation _answer_revocations last looked at
+        self._lanes_idle = True  # no lane work runs on another thread now (see _leases_if_due)
         self._held_since_answer = False  # lanes acquired since then (from an assignment read before a revocation)
         self._next_config_sync = 0.0
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
@@ -219,11 +220,16 @@ class ShallowMirrorDaemon:
                     self._shutdown()
         event("stop", pipeline=cfg.pipeline, worker=self.worker_id)
 
-    def _leases_if_due(self) -> None:
+    def _leases_if_due(self, *, lanes_idle: bool = True) -> None:
         """Called between lanes: membership work that is due. Group: revocations are answered at once (a lock and
         a set read when there is none), the assignment is applied when it changed or every ``lease_ttl_s / 3``
-        (the lease records of ``lease_compat`` are renewed then). Leases: the lease round when due."""
-        if self.membership is not None:
+        (the lease records of ``lease_compat`` are renewed then). Leases: the lease round when due.
+
+        ``lanes_idle=False``: lane work may be running on other threads right now (a pool's progress tick): then
+        no lane's writer is touched here and revocations are answered only once that work has returned (the next
+        call with lanes idle, at most one round later), so a revoked lane's last commit still comes first."""
+        self._lanes_idle = lanes_idle
+        if self.membership is not None and lanes_idle:
             self._answer_revocations()
             if not self.membership.alive:  # its thread died (logged there): nothing is assigned any more
                 self.metrics.errors.labels("membership").inc()
@@ -235,8 +241,8 @@ class ShallowMirrorDaemon:
             self._group_changed.clear()
             self._housekeeping("leases", self._maintain_group if self.membership is not None
                                else self._maintain_leases)
-            if self.membership is not None:  # a revocation that began during that round: before any lane opens
-                self._answer_revocations()
+            if self.membership is not None and lanes_idle:  # a revocation begun during that round: answered
+                self._answer_revocations()                   # before any lane opens
 
     def _housekeeping(self, what: str, action) -> None:
         """Run a rescan or a lease round; a failure (e.g. the target restarting) is logged and retried on the next
@@ -503,6 +509,8 @@ class ShallowMirrorDaemon:
         ended with its commit (or its abort, on failure); a transaction a failed abort left open is aborted here,
         bounded (the next holder's InitProducerId would abort it anyway, and fences this writer)."""
         writer = getattr(state.session, "writer", None) if state.session is not None else None
+        if not self._lanes_idle:  # its work may be running on another thread: never touch its writer from here
+            return
         if writer is not None and getattr(writer, "in_transaction", False):
             try:
                 writer.abort_transaction(give_up_after_s=2.0)
