@@ -106,9 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     mirror_run = mirror_sub.add_parser("run", help="run the daemon in the foreground (SIGTERM stops it cleanly)")
     mirror_run.add_argument("--config", required=True, type=Path,
                             help="pipeline YAML (see mirror_core/daemon_config.py)")
-    mirror_run.add_argument("--worker-id", help="this process's name in leases (default: random)")
-    mirror_status = mirror_sub.add_parser("status", help="each lane's state: what the daemon persisted on the "
-                                                         "target, and live states from its /readyz when it runs")
+    mirror_run.add_argument("--worker-id", help="this process's name in the group (its client.id) and in lease "
+                                                "records (default: random)")
+    mirror_status = mirror_sub.add_parser("status", help="the daemon group's members, who holds which lane, each "
+                                                         "lane's state and lag (from the clusters, any machine)")
     mirror_status.add_argument("--config", required=True, type=Path, help="pipeline YAML")
     mirror_status.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -375,15 +376,17 @@ def _lanes(args: argparse.Namespace, sandbox, console) -> int:
 
 
 def _mirror_status(args: argparse.Namespace, console) -> int:
-    """Persisted lane states merged with the running daemon's /readyz (when its metrics port answers)."""
+    """The daemon group's members and who holds which lane (from the source), each lane's state and lag (from the
+    checkpoints and the source), merged with the live states of a daemon whose /readyz answers on this machine."""
     import urllib.error
     import urllib.request
 
     from mirror_core.daemon_config import load_pipeline_config
-    from mirror_core.lane_control import lane_states
+    from mirror_core.mirror_status import gather_mirror_status
 
     config = load_pipeline_config(args.config)
-    rows = {row["lane"]: row for row in lane_states(config.target, config.pipeline)}
+    status = gather_mirror_status(config)
+    rows = {row["lane"]: row for row in status.lanes}
     if config.metrics_port:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{config.metrics_port}/readyz", timeout=5) as resp:
@@ -396,11 +399,27 @@ def _mirror_status(args: argparse.Namespace, console) -> int:
             row = rows.setdefault(lane["lane"], {"lane": lane["lane"]})
             row.update({k: lane[k] for k in ("topic", "partition", "state", "reason", "message", "since_ms",
                                               "position", "range_end", "attempts")})
-    return _print_lanes(console, sorted(rows.values(), key=lambda r: r["lane"]), args.json)
+    if not args.json:
+        _print_group(console, config, status)
+    return _print_lanes(console, sorted(rows.values(), key=lambda r: r["lane"]), args.json, extra=not args.json)
 
 
-def _print_lanes(console, rows: list[dict], as_json: bool) -> int:
-    """Exit code 1 when a lane is halted or stalled, so scripts can alert."""
+def _print_group(console, config, status) -> None:
+    group = status.group
+    if group is None:
+        console.print(f"daemon group of pipeline {config.pipeline!r}: not readable: {status.group_error}",
+                      highlight=False, soft_wrap=True)
+        return
+    console.print(f"daemon group {group.group} on cluster {config.source.name!r}: protocol {group.protocol}, "
+                  f"state {group.state}, {len(group.members)} member(s)", highlight=False, soft_wrap=True)
+    for member in group.members:
+        console.print(f"  {member.worker} ({member.host}): {len(member.partitions)} partition(s) "
+                      f"{', '.join(f'{t}-{p}' for t, p in member.partitions) or '-'}", highlight=False,
+                      soft_wrap=True)
+
+
+def _print_lanes(console, rows: list[dict], as_json: bool, *, extra: bool = False) -> int:
+    """Exit code 1 when a lane is halted or stalled, so scripts can alert. ``extra``: holder and lag columns."""
     from rich.table import Table
 
     from mirror_core.lane_status import NOT_READY
@@ -409,12 +428,18 @@ def _print_lanes(console, rows: list[dict], as_json: bool) -> int:
         console.print_json(json.dumps(rows))
     else:
         table = Table(title="Shoal lanes")
-        for col in ("lane", "source partition", "state", "reason", "position", "range end", "attempts", "detail"):
+        columns = ["lane", "source partition", "state", "reason", "position", "range end", "attempts", "detail"]
+        if extra:
+            columns[3:3] = ["holder", "lag"]
+        for col in columns:
             table.add_column(col)
         for r in rows:
-            table.add_row(r["lane"], f"{r.get('topic')}-{r.get('partition')}", r.get("state", "-"),
-                          r.get("reason", "-"), str(r.get("position")), str(r.get("range_end") or "-"),
-                          str(r.get("attempts", "-")), r.get("message") or "")
+            cells = [r["lane"], f"{r.get('topic')}-{r.get('partition')}", r.get("state", "-"), r.get("reason", "-"),
+                     str(r.get("position")), str(r.get("range_end") or "-"), str(r.get("attempts", "-")),
+                     r.get("message") or ""]
+            if extra:
+                cells[3:3] = [r.get("holder") or "-", "-" if r.get("lag") is None else str(r["lag"])]
+            table.add_row(*cells)
         console.print(table)
     return 1 if any(r.get("state") in NOT_READY for r in rows) else 0
 

@@ -4,7 +4,9 @@
 
 Each loop: re-evaluate the topic regex now and then (new topics get their target topic through the same
 preflight as a copy, partitions added on the source are added on the target, and every ``config_sync_interval_s``
-the topic configs that matter are synced to the target), keep leases on a fair share of the eligible lanes, then
+the topic configs that matter are synced to the target), hold the eligible lanes the pipeline's consumer group
+assigned to this process (:mod:`mirror_core.daemon_membership`; or, with ``membership: leases``, leases on a fair
+share of them), then
 one **fetch round**: one Fetch request per source broker carrying every held partition it leads
 (:mod:`mirror_core.broker_fetch`, the Java consumer's way; the request long-polls ``poll_interval_ms``, so an idle
 daemon waits on the brokers, not on a timer), and each
@@ -23,11 +25,20 @@ retries the fetch with a short backoff; an
 unreachable target closes the lane's session and retries with backoff, resuming from the last committed checkpoint
 — nothing is buffered across a failure, so memory stays at one fetch round plus one flush however long the target
 is down; a failed rescan or lease round is logged and retried on the next round, never the end of the process.
-Memory per round is bounded by ``fetch_max_bytes`` per source broker. Leases are renewed between lanes, so a
-backlog never lets a lease lapse. Every daemon also renews a membership heartbeat, so a newcomer that holds no lane
-yet is counted and the others give lanes back down to a fair share.
+Memory per round is bounded by ``fetch_max_bytes`` per source broker.
 
-Shutdown: SIGTERM lets the round in progress finish (it ends with a commit), releases the leases and exits; if that
+Membership (``membership: group``, the default): the daemons of a pipeline are members of one consumer group on the
+source; Kafka detects dead members and balances the partitions; an assigned partition is a lane this process holds
+once it is eligible. A revocation is honoured between lanes: the lane's transaction is finished (every copy ends
+with its commit) or aborted, the lane dropped, and only then the partition given back (the hand-shake and its
+timeout: :mod:`mirror_core.daemon_membership`). With ``lease_compat`` a group daemon also keeps off lanes an older,
+lease-based daemon holds by a live lease, and writes lease records for its own lanes, so both kinds can run side by
+side during an upgrade. With ``membership: leases`` (the previous release's way, kept for the upgrade) leases are
+renewed between lanes, so a backlog never lets a lease lapse, and a membership heartbeat makes a newcomer that
+holds no lane yet count, so the others give lanes back down to a fair share.
+
+Shutdown: SIGTERM lets the round in progress finish (it ends with a commit), leaves the group (and releases the
+leases) and exits; if that
 cannot finish within ``shutdown_grace_s`` (the target is down, say) the process stops without it: the open
 transaction is aborted by the broker and the next start resumes at the last committed checkpoint. SIGKILL loses
 nothing, for the same reason: every committed round carries its checkpoint.
@@ -60,6 +71,7 @@ from mirror_core.checkpointed import (
 )
 from mirror_core.copier import CopyOptions, FetchedOnce
 from mirror_core.daemon_config import PipelineConfig, load_pipeline_config
+from mirror_core.daemon_membership import GroupMembership, apply_group_timeouts, choose_protocol
 from mirror_core.daemon_metrics import DaemonMetrics, serve_metrics
 from mirror_core.daemon_prune import PruneWatch
 from mirror_core.daemon_retention import RetentionWatch
@@ -141,7 +153,8 @@ class DaemonStatus:
 
 class ShallowMirrorDaemon:
     """Mirrors a pipeline continuously. Invariant: a lane is written only through a session opened with its
-    transactional.id after its lease was taken, so at most one live writer per lane (the broker fences the rest)."""
+    transactional.id while this process holds it — its source partition assigned by the group (or its lease
+    taken) — so at most one live writer per lane (the broker fences the rest)."""
 
     def __init__(self, config: PipelineConfig, *, worker_id: str | None = None, metrics: DaemonMetrics | None = None):
         self.config = config
@@ -155,6 +168,13 @@ class ShallowMirrorDaemon:
         self.status = DaemonStatus()
         self._next_rescan = 0.0
         self._next_lease = 0.0
+        self.membership: GroupMembership | None = None  # membership: group (else leases)
+        self._group_changed = threading.Event()  # set by the membership's poll thread: assigned/revoking changed
+        self._waiting_for_lease: set[str] = set()  # assigned lanes an older lease-based daemon still holds
+        self._group_topics: list[str] | None = None  # the subscription, as of the last rescan
+        self._answered_generation = -1  # the membership generation _answer_revocations last looked at
+        self._lanes_idle = True  # no lane work runs on another thread now (see _leases_if_due)
+        self._held_since_answer = False  # lanes acquired since then (from an assignment read before a revocation)
         self._next_config_sync = 0.0
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
@@ -179,6 +199,8 @@ class ShallowMirrorDaemon:
             self.store.ensure_topic()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
             self.workers = LaneWorkerPool(cfg.commit_workers, self._worker_clients)
+            if cfg.membership == "group":
+                self._join_group()
             self.retention.start()
             self.pruner.start()
             forced = False
@@ -199,6 +221,8 @@ class ShallowMirrorDaemon:
                 event("shutdown_forced", logging.WARNING, lanes=",".join(sorted(self.held)),
                       note="the grace period ran out; open transactions are aborted by the broker, the next start "
                            "resumes at the last committed checkpoints")
+                if self.membership is not None:  # leave (the source is not the target): the lanes move now, and
+                    self.membership.close(timeout_s=2.0)  # their next holder's InitProducerId fences what we left
                 raise
             finally:
                 self.retention.stop()  # no join: an assessment stuck on a slow source must not eat the grace
@@ -219,11 +243,33 @@ class ShallowMirrorDaemon:
             raise
         return LaneClients(source, target, CheckpointStore(cfg.target, target, topic=cfg.checkpoint_topic))
 
-    def _leases_if_due(self) -> None:
+    def _leases_if_due(self, *, lanes_idle: bool = True) -> None:
+        """Called between lanes: membership work that is due. Group: revocations are answered at once (a lock and
+        a set read when there is none), the assignment is applied when it changed or every ``lease_ttl_s / 3``
+        (the lease records of ``lease_compat`` are renewed then). Leases: the lease round when due.
+
+        ``lanes_idle=False``: lane work may be running on other threads right now (a pool's progress tick): then
+        no lane's writer is touched here and revocations are answered only once that work has returned (the next
+        call with lanes idle, at most one round later), so a revoked lane's last commit still comes first."""
+        self._lanes_idle = lanes_idle
+        if self.membership is not None and lanes_idle:
+            self._answer_revocations()
+            if not self.membership.alive:  # its thread died (logged there): nothing is assigned any more
+                self.metrics.errors.labels("membership").inc()
+                event("group_rejoining", logging.WARNING, error=self.membership.error)
+                self._join_group()
         now = time.monotonic()
-        if now >= self._next_lease:
+        if now >= self._next_lease or self._group_changed.is_set():
             self._next_lease = now + self.config.lease_ttl_s / 3
-            self._housekeeping("leases", self._maintain_leases)
+            self._group_changed.clear()
+            self._housekeeping("leases", self._maintain_group if self.membership is not None
+                               else self._maintain_leases)
+            if self.membership is not None and lanes_idle:  # a revocation begun during that round: answered
+                self._answer_revocations()                   # before any lane opens
+
+    def _leases_busy(self) -> None:
+        """The lane pool's progress tick: membership work while lanes run on worker threads (no writer touched)."""
+        self._leases_if_due(lanes_idle=False)
 
     def _housekeeping(self, what: str, action) -> None:
         """Run a rescan or a lease round; a failure (e.g. the target restarting) is logged and retried on the next
@@ -237,6 +283,9 @@ class ShallowMirrorDaemon:
                   exc_info=not isinstance(exc, MirrorError))
 
     def _shutdown(self) -> None:
+        if self.membership is not None:
+            self._leave_group()
+            return
         for lane in sorted(self.held):
             try:
                 self.leases.release(self.config.pipeline, lane, self.worker_id)
@@ -277,6 +326,9 @@ class ShallowMirrorDaemon:
                 if lane not in self.lanes:
                     self.lanes[lane] = LaneState(topic, p, target_topic, lane, health=self._new_health())
                     event("lane_discovered", topic=topic, partition=p, lane=lane)
+        if self.membership is not None:  # the names Shoal's selection chose, never a broker-side regex
+            self._group_topics = sorted({s.topic for s in self.lanes.values() if s.topic in topics})
+            self.membership.subscribe(self._group_topics)
 
     def _sync_configs(self, topic: str, target_topic: str) -> None:
         """Bring the target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp
@@ -411,6 +463,135 @@ class ShallowMirrorDaemon:
         self.metrics.lanes.set(len(self.held))
         self.status.lanes_held = sorted(self.held)
 
+    # ---- membership through the consumer group (mirror_core.daemon_membership) ---------------------------------
+    def _join_group(self) -> None:
+        cfg = self.config
+        protocol = choose_protocol(cfg.group_protocol, self.source.broker_version)
+        if cfg.group_session_timeout_ms and protocol == "consumer":
+            try:
+                apply_group_timeouts(cfg.source, cfg.pipeline, cfg.group_session_timeout_ms)
+            except MirrorError as exc:  # the group still works, with the broker's default session timeout
+                event("group_timeouts_refused", logging.WARNING, error=exc)
+        self.membership = GroupMembership(
+            cfg.source, cfg.pipeline, self.worker_id, protocol=protocol, revoke_timeout_s=cfg.revoke_timeout_s,
+            classic_session_timeout_ms=cfg.group_session_timeout_ms if protocol == "classic" else None,
+            on_change=self._group_changed.set)
+        self._answered_generation = -1  # a new membership counts its generations anew
+        if self._group_topics is not None:
+            self.membership.subscribe(self._group_topics)
+        self.membership.start()
+        event("group_joining", group=self.membership.group, protocol=protocol, worker=self.worker_id)
+
+    def _answer_revocations(self) -> None:
+        """The loop's side of the revocation hand-shake: close every held lane whose partition the group is
+        taking back (or has taken: a lost assignment), then tell the membership, whose callback is waiting."""
+        generation = self.membership.generation
+        if generation == self._answered_generation and not self._held_since_answer:
+            return  # nothing changed since the last answer: O(1) between lanes, however many lanes are held
+        revoking = self.membership.revoking()  # read first: a partition revoked after this read is not in
+        assigned = self.membership.assigned()  # ``assigned`` (closed now) nor in ``revoking`` (released next time)
+        self._answered_generation, self._held_since_answer = generation, False
+        closed = [lane for lane in sorted(self.held)
+                  if (self.lanes[lane].topic, self.lanes[lane].partition) not in assigned]
+        gone = self._topics_missing_on_source({self.lanes[lane].topic for lane in closed})
+        for lane in closed:
+            state = self.lanes[lane]
+            self._close_lane(state)
+            # a deleted source topic's partitions leave the group before the lane's fetch reports it: the lane
+            # halts (or retires) as it would have while held, naming what was never copied
+            if state.topic in gone and self._source_deleted(state):
+                continue
+            self._drop(lane, "revoked by the group")
+        self.membership.released(revoking)
+        self.metrics.lanes.set(len(self.held))
+        self.status.lanes_held = sorted(self.held)
+        if closed and self.config.lease_compat:
+            self._housekeeping("leases", lambda: self._release_own_leases(closed))
+
+    def _topics_missing_on_source(self, topics: set[str]) -> set[str]:
+        """Of ``topics``, those the source's metadata does not know (one request; an error: none)."""
+        import kafka.errors as errors
+
+        if not topics:
+            return set()
+        try:
+            meta = self.source.metadata(sorted(topics))
+        except Exception:  # noqa: BLE001 - cannot tell: treat as present (the fetch path still detects it)
+            return set()
+        return {t for t in topics if meta.get(t) is None
+                or meta[t].error_code == errors.UnknownTopicOrPartitionError.errno}
+
+    def _release_own_leases(self, lanes: list[str], records: dict[str, Lease] | None = None) -> None:
+        """Release our lease records of ``lanes`` — only those still ours: a record an older daemon wrote since
+        (it took the lane after ours expired) is its live lease and must stay."""
+        if records is None:
+            records = self.leases.read(self.config.pipeline)
+        for lane in lanes:
+            record = records.get(lane)
+            if record is not None and record.holder == self.worker_id:
+                self.leases.release(self.config.pipeline, lane, self.worker_id, group=True)
+
+    def _close_lane(self, state: LaneState) -> None:
+        """Before a lane is given up: no transaction of ours may stay open on it. Between lanes every copy has
+        ended with its commit (or its abort, on failure); a transaction a failed abort left open is aborted here,
+        bounded (the next holder's InitProducerId would abort it anyway, and fences this writer)."""
+        writer = getattr(state.session, "writer", None) if state.session is not None else None
+        if not self._lanes_idle:  # its work may be running on another thread: never touch its writer from here
+            return
+        if writer is not None and getattr(writer, "in_transaction", False):
+            try:
+                writer.abort_transaction(give_up_after_s=2.0)
+            except Exception as exc:  # noqa: BLE001 - the next holder's fencing ends it
+                event("lane_abort_failed", logging.INFO, lane=state.lane, error=f"{type(exc).__name__}: {exc}")
+
+    def _maintain_group(self) -> None:
+        """Hold exactly the eligible lanes whose source partition the group assigned to this process — minus, with
+        ``lease_compat``, lanes an older lease-based daemon holds by a live lease — and renew our lease records."""
+        pipeline, me, now = self.config.pipeline, self.worker_id, now_ms()
+        eligible = self._eligible()
+        assigned = self.membership.assigned()
+        records = self.leases.read(pipeline) if self.config.lease_compat else {}
+        blocked = {lane: lease.holder for lane, lease in records.items() if lease.blocks_group_daemon(me, now)}
+        want = {lane for lane in eligible if (self.lanes[lane].topic, self.lanes[lane].partition) in assigned
+                and lane not in blocked}
+        dropped = sorted(self.held - want)
+        for lane in dropped:
+            self._close_lane(self.lanes[lane])
+            self._drop(lane, f"leased by {blocked[lane]}" if lane in blocked else
+                       "not eligible" if lane not in eligible else "not assigned")
+        if dropped and self.config.lease_compat:
+            self._release_own_leases(dropped, records)
+        for lane in sorted(want - self.held):
+            self.held.add(lane)
+            self._held_since_answer = True
+            event("lane_acquired", lane=lane, worker=me)
+        waiting = {ln for ln in blocked if ln in eligible
+                   and (self.lanes[ln].topic, self.lanes[ln].partition) in assigned}
+        for lane in sorted(waiting - self._waiting_for_lease):  # logged once per wait
+            event("lane_waits_for_lease", lane=lane, holder=blocked[lane],
+                  note="assigned by the group, held by a lease-based daemon; taken when that lease ends")
+        self._waiting_for_lease = waiting
+        if self.config.lease_compat:
+            expires = now + int(self.config.lease_ttl_s * 1000)
+            for lane in sorted(self.held):
+                self.leases.write(Lease(pipeline, lane, me, expires, self._live_health(lane), group=True))
+        self.metrics.lanes.set(len(self.held))
+        self.status.lanes_held = sorted(self.held)
+
+    def _leave_group(self) -> None:
+        """Shutdown (the round in progress has committed): drop every lane, release our lease records, leave."""
+        lanes = sorted(self.held)
+        for lane in lanes:
+            self._close_lane(self.lanes[lane])
+            self._drop(lane, "shutdown")
+        self.membership.released(self.membership.revoking())
+        self.membership.close()
+        if lanes and self.config.lease_compat:
+            try:
+                self._release_own_leases(lanes)
+            except Exception as exc:  # noqa: BLE001 - best effort: an unreleased lease just expires
+                event("lease_release_failed", logging.WARNING, lanes=",".join(lanes), error=exc)
+
     def _drop(self, lane: str, why: str) -> None:
         self.held.discard(lane)
         state = self.lanes.get(lane)
@@ -432,7 +613,7 @@ class ShallowMirrorDaemon:
         if not due:
             return
         outcomes = self.workers.run([(state.lane, _call(state.session.renew_fence_if_due)) for state in due],
-                                    tick=self._leases_if_due)
+                                    tick=self._leases_busy)
         for state, outcome in zip(due, outcomes, strict=True):
             if not outcome.ok:  # classified like any lane error (fenced → dropped)
                 self._failed(state, outcome.error)
@@ -508,7 +689,7 @@ class ShallowMirrorDaemon:
         closed = [state for state in candidates if state.session is None or state.fetcher is None]
         if closed:
             outcomes = self.workers.run([(state.lane, functools.partial(self._open, state)) for state in closed],
-                                        tick=self._leases_if_due)  # many opens must not let our leases lapse
+                                        tick=self._leases_busy)  # many opens must not let our leases lapse
             for state, outcome in zip(closed, outcomes, strict=True):
                 if not outcome.ok:
                     self._failed(state, outcome.error)
@@ -542,7 +723,7 @@ class ShallowMirrorDaemon:
         # another daemon takes them and the two keep fencing each other
         outcomes = self.workers.run(
             [(state.lane, _call(session.copy, start, state.fetcher.position, fetcher=FetchedOnce(fetched, start)))
-             for state, session, start, fetched in work], tick=self._leases_if_due)
+             for state, session, start, fetched in work], tick=self._leases_busy)
         copied = 0
         for (state, session, _start, fetched), outcome in zip(work, outcomes, strict=True):
             if state.session is not session:  # dropped meanwhile (a lease round): its books are not ours any more
@@ -794,7 +975,8 @@ def _first_known(*values):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mirror_core.daemon", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="pipeline YAML file")
-    parser.add_argument("--worker-id", help="this process's name in leases (default: random)")
+    parser.add_argument("--worker-id", help="this process's name in the group (its client.id) and in lease records "
+                                            "(default: random)")
     args = parser.parse_args(argv)
     return run_daemon(args.config, args.worker_id)
 

@@ -16,6 +16,18 @@
     rescan_interval_s: 10                              # topic regex re-evaluated this often
     config_sync_interval_s: 60                         # topic configs that matter synced to the target this often
     retention_interval_s: 60                           # retention margin of the held partitions assessed this often
+    membership: group                                  # group: a consumer group on the source assigns lanes
+                                                       # (mirror_core/daemon_membership.py); leases: the old
+                                                       # lease records (kept only for the upgrade, see below)
+    group_protocol: auto                               # auto | consumer (KIP-848, Kafka 4) | classic (older)
+    group_session_timeout_ms: null                     # a dead daemon's lanes move after this; null: the
+                                                       # broker's default (KIP-848: set as a group config,
+                                                       # within the broker's group.consumer.min/max bounds)
+    revoke_timeout_s: 30                               # a revocation waits this long for the lane's last commit
+    lease_compat: true                                 # group daemons honour live leases of lease-based daemons
+                                                       # and write lease records for the lanes they hold (so an
+                                                       # older daemon keeps off them, and the handoff wait and
+                                                       # the Shoal page see the holder): upgrade without a stop
     lease_ttl_s: 15
     metrics_port: 9308                                 # 0: no HTTP endpoint
     metrics_host: 127.0.0.1                            # 0.0.0.0 in a container, so probes and Prometheus reach it
@@ -64,6 +76,11 @@ class PipelineConfig:
     rescan_interval_s: float = 10.0
     config_sync_interval_s: float = 60.0
     retention_interval_s: float = 60.0
+    membership: str = "group"
+    group_protocol: str = "auto"
+    group_session_timeout_ms: int | None = None
+    revoke_timeout_s: float = 30.0
+    lease_compat: bool = True
     lease_ttl_s: float = 15.0
     metrics_port: int = 9308
     metrics_host: str = "127.0.0.1"
@@ -80,6 +97,16 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("exactly-once", "at-least-once"):
             raise ConfigError(f"pipeline {self.pipeline!r}: mode {self.mode!r} is not exactly-once or at-least-once")
+        if self.membership not in ("group", "leases"):
+            raise ConfigError(f"pipeline {self.pipeline!r}: membership {self.membership!r} is not group or leases")
+        if self.group_protocol not in ("auto", "consumer", "classic"):
+            raise ConfigError(f"pipeline {self.pipeline!r}: group_protocol {self.group_protocol!r} is not auto, "
+                              "consumer or classic")
+        if self.group_session_timeout_ms is not None and self.group_session_timeout_ms <= 0:
+            raise ConfigError(f"pipeline {self.pipeline!r}: group_session_timeout_ms must be positive")
+        if not 0 < self.revoke_timeout_s <= 120:
+            raise ConfigError(f"pipeline {self.pipeline!r}: revoke_timeout_s must be in (0, 120] (a revocation "
+                              "must end well within the group's rebalance timeout of 300 s)")
         if self.new_partitions not in ("earliest", "latest"):
             raise ConfigError(f"pipeline {self.pipeline!r}: new_partitions must be earliest or latest")
         for name in ("commit_interval_ms", "commit_bytes", "poll_interval_ms", "rescan_interval_s", "lease_ttl_s",

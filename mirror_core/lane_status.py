@@ -173,18 +173,23 @@ def observed_state(persisted_state: str | None, *, lag: int, lease_live: bool, o
 
 def lease_health(leases, now_ms: int) -> list[str]:
     """One sentence per lease holder of a pipeline (lanes held, how fresh the leases are), or that no daemon has
-    taken a lane. ``leases``: lane -> lease with ``holder`` and ``expires_ms``."""
+    taken a lane. ``leases``: lane -> lease with ``holder`` and ``expires_ms`` (and ``group``: written by a daemon
+    whose lanes the consumer group assigns; the others are lease-based daemons of an older release)."""
     if not leases:
         return ["no daemon lease: no daemon has taken a lane of this pipeline"]
     holders: dict[str, list[int]] = {}
+    grouped: set[str] = set()
     for lease in leases.values():
         holders.setdefault(lease.holder, []).append(lease.expires_ms)
+        if getattr(lease, "group", False):
+            grouped.add(lease.holder)
     out = []
     for holder, expiries in sorted(holders.items()):
         live = sum(1 for exp in expiries if exp > now_ms)
         expired = len(expiries) - live
         oldest = min(expiries)
-        out.append(f"{holder}: holds {live} lane(s)" + (
+        kind = " (group member)" if holder in grouped else " (lease-based)" if grouped else ""
+        out.append(f"{holder}{kind}: holds {live} lane(s)" + (
             f", {expired} lease(s) EXPIRED (oldest {max(0, now_ms - oldest) / 1000:.0f}s ago): that daemon is gone "
             "or stuck" if expired else f", leases renewed (next expiry in {(oldest - now_ms) / 1000:.0f}s)"))
     return out

@@ -10,6 +10,12 @@ write after that). Clocks only decide when a lease looks expired; a wrong clock 
 Membership: every daemon also keeps a heartbeat record (lane ``__member__:<worker>``) renewed with its leases, so a
 daemon that holds no lane yet (a newcomer) is counted when the others compute their fair share and give lanes back.
 Membership records are never returned as lanes; a clean shutdown deletes its own (tombstone).
+
+Since daemons share lanes through a consumer group (:mod:`mirror_core.daemon_membership`), lease records stay only
+for the upgrade (``lease_compat``): a group daemon writes a lease marked ``"group": true`` for each lane it holds, so
+a lease-based daemon of an older release counts it and keeps off its lanes, and it skips every lane an older
+daemon holds by a live lease (no ``group`` mark) until that lease is released or expires. Group daemons ignore each
+other's lease records: the group's assignment decides among them. Older readers ignore the extra field.
 """
 
 from __future__ import annotations
@@ -39,9 +45,14 @@ class Lease:
     holder: str
     expires_ms: int
     health: dict | None = None
+    group: bool = False  # written by a group-membership daemon (see the module docstring)
 
     def held_by_other(self, holder: str, now_ms: int) -> bool:
         return self.holder != holder and self.expires_ms > now_ms
+
+    def blocks_group_daemon(self, holder: str, now_ms: int) -> bool:
+        """A live lease of a lease-based (older) daemon: a group daemon must not write the lane yet."""
+        return not self.group and self.held_by_other(holder, now_ms)
 
 
 def lease_key(pipeline: str, lane: str) -> bytes:
@@ -71,7 +82,7 @@ class LeaseStore:
                 continue
             body = json.loads(value)
             leases[decoded["lease"]] = Lease(pipeline, decoded["lease"], body["holder"], body["expires_ms"],
-                                             body.get("health"))
+                                             body.get("health"), bool(body.get("group", False)))
         lanes = {lane: lease for lane, lease in leases.items() if not lane.startswith(MEMBER_PREFIX)}
         members = {lease.holder: lease for lane, lease in leases.items() if lane.startswith(MEMBER_PREFIX)}
         return lanes, members
@@ -81,6 +92,8 @@ class LeaseStore:
         body = {"holder": lease.holder, "expires_ms": lease.expires_ms}
         if lease.health:
             body["health"] = lease.health
+        if lease.group:
+            body["group"] = True
         self._produce(lease.pipeline, lease.lane, json.dumps(body).encode())
 
     def heartbeat(self, pipeline: str, holder: str, expires_ms: int) -> None:
@@ -110,8 +123,8 @@ class LeaseStore:
 
             raise MirrorError(f"could not write the lease of lane {lane!r}: {errors or 'timed out'}")
 
-    def release(self, pipeline: str, lane: str, holder: str) -> None:
-        self.write(Lease(pipeline, lane, holder, 0))
+    def release(self, pipeline: str, lane: str, holder: str, *, group: bool = False) -> None:
+        self.write(Lease(pipeline, lane, holder, 0, group=group))
 
 
 def now_ms() -> int:

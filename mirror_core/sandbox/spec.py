@@ -27,6 +27,11 @@ FAST_TIMERS = {
     "transaction.state.log.num.partitions": "4",
     "group.initial.rebalance.delay.ms": "0",
     "auto.create.topics.enable": "false",
+    # KIP-848 groups take their session timeout and heartbeat interval from the broker (defaults 45 s / 5 s, and
+    # nothing below these minimums is accepted): lowered, so a pipeline's daemon group (`group_session_timeout_ms`,
+    # set as a group config) can detect a dead daemon in seconds in tests. Defaults stay Kafka's.
+    "group.consumer.min.session.timeout.ms": "2000",
+    "group.consumer.min.heartbeat.interval.ms": "250",
 }
 SINGLE_NODE = {
     "num.partitions": "1",

@@ -15,6 +15,7 @@ import signal
 import time
 
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+    LEASE_MEMBERSHIP,
     LoadProducer,
     contents,
     daemon_factory,
@@ -65,7 +66,7 @@ def test_two_at_least_once_daemons_contending_for_a_lane_never_interleave(
     source_cluster.create_topic(topic)
     pipeline = f"alo-{prefix.rsplit('.', 1)[-1]}"
     config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), mode="at-least-once",
-                            commit_bytes=COMMIT_BYTES, lease_ttl_s=2)
+                            commit_bytes=COMMIT_BYTES, lease_ttl_s=2, **LEASE_MEMBERSHIP)  # paused past the lease
     load = LoadProducer(source_cluster, [topic], rate=400, txn_every_s=1.0, seed=44, value_bytes=(50, 200))
     load.start()
     # both daemons start together: their first runs race before the lane has any checkpoint (each writes a

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+    LEASE_MEMBERSHIP,
     checkpoints,
     contents,
     daemon_factory,
@@ -27,7 +28,8 @@ def test_a_daemon_stopped_before_its_first_copy_resumes_where_it_started_not_at_
     source_cluster.create_topic(topic)
     source_cluster.produce(topic, [(b"old", b"before-%d" % i) for i in range(10)])  # "latest": not copied
     pipeline = f"first-{prefix.rsplit('.', 1)[-1]}"
-    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), new_partitions="latest")
+    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), new_partitions="latest",
+                            **LEASE_MEMBERSHIP)  # killed and restarted
     first = daemon_factory(config, "first").start()
     wait_for(lambda: "event=lane_opened" in first.log_text(), 60, "the lane opened", daemons=(first,))
     time.sleep(1.0)  # a round or two with nothing to copy

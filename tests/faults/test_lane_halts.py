@@ -19,6 +19,7 @@ from mirror_core.ledger import read_ledger
 from mirror_core.topic_config_sync import ConfigChange, apply_config_changes
 from mirror_core.topics import TopicAdmin
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+    LEASE_MEMBERSHIP,
     ROOT,
     assert_exact,
     daemon_factory,
@@ -76,7 +77,7 @@ def test_a_refusal_sync_cannot_repair_halts_the_lane_until_the_operator_resumes_
     pipeline = f"halt-{prefix.rsplit('.', 1)[-1]}"
     port = free_port()
     config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), metrics_port=port,
-                            config_sync_interval_s=3600, stall_after_s=30)
+                            config_sync_interval_s=3600, stall_after_s=30, **LEASE_MEMBERSHIP)  # killed, restarted
     daemon = daemon_factory(config, "halt-1", port).start()
 
     # halted: reason and offsets in /readyz, /metrics and the log

@@ -51,6 +51,13 @@ def write_pipeline(path: Path, sandbox, pipeline: str, include: str, **overrides
     return path
 
 
+# Tests that kill or stop a daemon and need its lanes back within seconds run the lease path: the shared sandbox
+# source may predate its lowered KIP-848 minimum session timeout (45 s by default, a broker setting), so a killed
+# group member would hold its partitions that long there. The group path's takeover is tested on a private broker
+# with the lowered settings (test_daemon_membership.py).
+LEASE_MEMBERSHIP = {"membership": "leases"}
+
+
 def include_prefix(prefix: str) -> str:
     """A regex for every topic named ``<prefix>.<anything>``."""
     return re.escape(prefix) + r"\..+"
@@ -362,7 +369,7 @@ def test_sigkill_and_sigterm_mid_stream(sandbox, source_cluster, target_cluster,
     topic = f"{prefix}.t"
     source_cluster.create_topic(topic, partitions=2)
     pipeline = f"kill-{prefix.rsplit('.', 1)[-1]}"
-    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix))
+    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), **LEASE_MEMBERSHIP)
     daemon = daemon_factory(config, "kill-1")
     load = LoadProducer(source_cluster, [topic], rate=1000, seed=22)
     load.start()
@@ -410,7 +417,7 @@ def test_two_daemons_one_killed_other_takes_over(sandbox, source_cluster, target
     topic = f"{prefix}.t"
     source_cluster.create_topic(topic, partitions=4)
     pipeline = f"pair-{prefix.rsplit('.', 1)[-1]}"
-    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix))
+    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), **LEASE_MEMBERSHIP)
     a = daemon_factory(config, "pair-a").start()
     b = daemon_factory(config, "pair-b").start()
     load = LoadProducer(source_cluster, [topic], rate=800, seed=33)

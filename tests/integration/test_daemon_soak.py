@@ -18,6 +18,7 @@ import time
 import pytest
 
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+    LEASE_MEMBERSHIP,
     LoadProducer,
     assert_exact,
     daemon_factory,
@@ -44,7 +45,7 @@ def test_daemon_soak_two_workers_with_chaos(sandbox, source_cluster, target_clus
     for name in ("soak-a", "soak-b"):
         port = free_port()
         config = write_pipeline(tmp_path / f"{name}.yaml", sandbox, pipeline, include_prefix(prefix),
-                                metrics_port=port, commit_interval_ms=500)
+                                metrics_port=port, commit_interval_ms=500, **LEASE_MEMBERSHIP)  # chaos: kills
         daemons.append(daemon_factory(config, name, port).start())
     load = LoadProducer(source_cluster, list(topics), rate=1500, txn_every_s=2.0, seed=99)
     load.start()

@@ -36,3 +36,11 @@ def test_lease_health_names_each_holder_and_expired_leases():
         "w1: holds 1 lane(s), leases renewed (next expiry in 5s)",
         "w2: holds 0 lane(s), 1 lease(s) EXPIRED (oldest 30s ago): that daemon is gone or stuck"]
     assert "no daemon has taken a lane" in lease_health({}, NOW)[0]
+
+
+def test_lease_health_tells_group_members_from_lease_based_daemons_during_an_upgrade():
+    leases = {"a": SimpleNamespace(holder="new-1", expires_ms=NOW + 5_000, group=True),
+              "b": SimpleNamespace(holder="old-1", expires_ms=NOW + 5_000, group=False)}
+    assert lease_health(leases, NOW) == [
+        "new-1 (group member): holds 1 lane(s), leases renewed (next expiry in 5s)",
+        "old-1 (lease-based): holds 1 lane(s), leases renewed (next expiry in 5s)"]

@@ -1,0 +1,374 @@
+"""Which daemon process holds which lane: membership and assignment through a Kafka consumer group on the source.
+
+The daemons of one pipeline join one consumer group on the SOURCE cluster (``shoal.<pipeline>.daemons``), subscribed
+to the explicit topic names Shoal's own selection computed (never a broker-side regex: one regex dialect, Shoal's).
+Kafka does what the group protocol is for — membership, failure detection, balanced incremental assignment — with
+the ``consumer`` protocol (KIP-848: the broker computes the assignment) on Kafka 4 brokers and the classic protocol
+with the ``cooperative-sticky`` assignor on older ones. The group is used for membership only:
+
+- assigned partitions are ``incremental_assign``-ed and paused in the same callback, so the consumer never fetches
+  (the daemon's own fetch rounds read the source); no offset is ever committed through the group (so lag tools show
+  the group with members and no committed offsets: see docs/daemon-membership.md);
+- ``poll()`` runs on its own thread every :data:`POLL_S`, whatever the daemon loop is doing (a long target outage
+  stalls copying, never membership): membership lives as long as the process;
+- an assigned source partition is a lane this process may hold; the daemon loop reads :meth:`GroupMembership.assigned`.
+
+Revocation hand-shake (the rule this module owns): the revocation callback runs on the poll thread. It marks the
+partitions *revoking* (:meth:`GroupMembership.revoking`), and blocks until the daemon loop has closed those lanes —
+their open transaction finished or aborted, the lane dropped — and said so with :meth:`GroupMembership.released`,
+or until ``revoke_timeout_s`` passes. Only then does it ``incremental_unassign`` and return, so the partition goes
+to its next holder after our last commit. The loop looks at the revocations between lanes (a flag read, no I/O), so
+the wait is at most one lane's copy, usually milliseconds.
+
+If the timeout passes (the loop is stuck in one lane's write retries, say), the callback gives the partitions up
+anyway and logs ``event=revoke_timeout``: it must return well within the group's rebalance timeout
+(``max.poll.interval.ms``) or the broker would expel this member and take all its lanes. Safety never depends on
+the callback: the next holder opens the lane with the lane's transactional.id, which fences this process's writer
+(its open transaction is aborted, its next write fails as fenced and the loop drops the lane), and it resumes from
+the checkpoint committed with the data, read only after that fencing. A lost assignment (this member's session
+expired: the group already gave the partitions to others) is dropped without waiting, for the same reason.
+
+Invariants: ``_assigned`` is exactly what was ``incremental_assign``-ed and not yet unassigned; ``_revoking`` ⊆
+``_assigned``; ``_released`` holds partitions the loop closed while they were revoking (cleared at unassign). Every
+consumer call happens on the poll thread (subscribe requests are handed to it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mirror_core.cluster import ClusterConfig
+from mirror_core.errors import ConfigError, MirrorError
+
+log = logging.getLogger("shoal.daemon.membership")
+
+POLL_S = 0.5                    # the poll thread's cadence (the group's liveness is librdkafka's, this only serves
+MAX_POLL_INTERVAL_MS = 300_000  # callbacks); the rebalance timeout the revocation wait must stay far below
+PROTOCOLS = ("auto", "consumer", "classic")
+
+Partition = tuple[str, int]
+
+
+def group_id(pipeline: str) -> str:
+    """The consumer group of a pipeline's daemons (on the source cluster)."""
+    return f"shoal.{pipeline}.daemons"
+
+
+def choose_protocol(requested: str, broker_version: tuple[int, ...] | None) -> str:
+    """``consumer`` (KIP-848) on Kafka 4+ brokers, ``classic`` (cooperative-sticky) before; an explicit choice wins.
+    (Kafka 3.7–3.9 advertise the KIP-848 API but do not enable it by default, so the version decides, not the API
+    list.)"""
+    if requested not in PROTOCOLS:
+        raise ConfigError(f"group_protocol {requested!r} is not one of {', '.join(PROTOCOLS)}")
+    if requested != "auto":
+        return requested
+    return "consumer" if broker_version is not None and broker_version >= (4, 0) else "classic"
+
+
+def consumer_settings(source: ClusterConfig, pipeline: str, worker_id: str, protocol: str, *,
+                      classic_session_timeout_ms: int | None = None) -> dict:
+    """librdkafka settings of the membership consumer: never commits, never fetches (everything it is assigned is
+    paused), client.id = the worker id (what `shoal mirror status` and lag tools show)."""
+    settings = {
+        "group.id": group_id(pipeline),
+        "client.id": worker_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "latest",
+        "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
+        "fetch.wait.max.ms": 500,
+        "queued.max.messages.kbytes": 64,  # should a fetch ever slip in before the pause: little memory
+        "log_level": 3,
+    }
+    if protocol == "consumer":
+        settings["group.protocol"] = "consumer"  # session and heartbeat are the broker's (group configs)
+    else:
+        settings["group.protocol"] = "classic"
+        settings["partition.assignment.strategy"] = "cooperative-sticky"
+        if classic_session_timeout_ms:
+            settings["session.timeout.ms"] = classic_session_timeout_ms
+            settings["heartbeat.interval.ms"] = max(100, classic_session_timeout_ms // 5)
+    return source.confluent(**settings)
+
+
+@dataclass(frozen=True)
+class MembershipView:
+    """What the loop and ``/readyz``-style reporting need to know of this member."""
+
+    protocol: str
+    group: str
+    joined: bool            # at least one assignment (possibly empty) received since the last subscribe
+    assigned: frozenset[Partition]
+    revoking: frozenset[Partition]
+    last_poll_age_s: float
+
+
+class GroupMembership:
+    """One daemon process's membership of its pipeline's group (see the module docstring for the hand-shake)."""
+
+    def __init__(self, source: ClusterConfig, pipeline: str, worker_id: str, *, protocol: str,
+                 revoke_timeout_s: float = 30.0, classic_session_timeout_ms: int | None = None,
+                 on_change=None):
+        if revoke_timeout_s * 1000 >= MAX_POLL_INTERVAL_MS / 2:
+            raise ConfigError(f"revoke_timeout_s {revoke_timeout_s:g} must stay well below the group's rebalance "
+                              f"timeout ({MAX_POLL_INTERVAL_MS / 1000:g}s)")
+        self.pipeline, self.worker_id, self.protocol = pipeline, worker_id, protocol
+        self.group = group_id(pipeline)
+        self.revoke_timeout_s = revoke_timeout_s
+        self._settings = consumer_settings(source, pipeline, worker_id, protocol,
+                                           classic_session_timeout_ms=classic_session_timeout_ms)
+        self._on_change = on_change  # called (no arguments, on the poll thread) when assigned/revoking changed
+        self._lock = threading.Condition()
+        self._assigned: set[Partition] = set()
+        self._revoking: set[Partition] = set()
+        self._released: set[Partition] = set()
+        self._leaving = False       # shutdown: the loop holds no lane any more, revocations need no wait
+        self._joined = False
+        self._generation = 0        # bumped on every change of _assigned or _revoking (a cheap "anything new?")
+        self._subscription: list[str] | None = None   # wanted (set by the loop)
+        self._subscribed: list[str] | None = None     # applied (by the poll thread)
+        self._stop = threading.Event()
+        self._last_poll = time.monotonic()
+        self._thread: threading.Thread | None = None
+        self.error: str | None = None  # the last consumer error (shown in logs and status)
+
+    # ---- the daemon loop's side --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"shoal-membership-{self.worker_id}", daemon=True)
+        self._thread.start()
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Subscribe to exactly these topic names (the poll thread applies it; an unchanged list is a no-op)."""
+        with self._lock:
+            self._subscription = sorted(set(topics))
+
+    @property
+    def alive(self) -> bool:
+        """False once the poll thread ended without :meth:`close` (an unexpected error: see ``error``)."""
+        return self._thread is None or self._thread.is_alive() or self._stop.is_set()
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever the assignment or the revocations change: the loop skips its checks while it does not."""
+        return self._generation
+
+    def assigned(self) -> frozenset[Partition]:
+        """Partitions this process may hold as lanes now: assigned and not being revoked."""
+        with self._lock:
+            return frozenset(self._assigned - self._revoking)
+
+    def revoking(self) -> frozenset[Partition]:
+        """Partitions the group is taking back: the loop closes their lanes, then calls :meth:`released`."""
+        with self._lock:
+            return frozenset(self._revoking - self._released)
+
+    def released(self, partitions: Iterable[Partition]) -> None:
+        """The loop closed these lanes (no open transaction, dropped): a waiting revocation may complete."""
+        with self._lock:
+            self._released |= set(partitions) & self._revoking
+            self._lock.notify_all()
+
+    def view(self) -> MembershipView:
+        with self._lock:
+            return MembershipView(self.protocol, self.group, self._joined, frozenset(self._assigned),
+                                  frozenset(self._revoking), time.monotonic() - self._last_poll)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Leave the group: call only when the loop holds no lane (a revocation then needs no wait)."""
+        with self._lock:
+            self._leaving = True
+            self._lock.notify_all()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    # ---- the poll thread ---------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({**self._settings, "error_cb": self._on_error})
+        try:
+            while not self._stop.is_set():
+                self._apply_subscription(consumer)
+                msg = consumer.poll(POLL_S)
+                self._last_poll = time.monotonic()
+                if msg is not None and msg.error() is not None:
+                    self._on_error(msg.error())
+        except Exception as exc:  # noqa: BLE001 - logged; the loop sees no assignment any more
+            log.error("event=membership_failed group=%s error=%s", self.group, f"{type(exc).__name__}: {exc}",
+                      exc_info=True)
+            self.error = str(exc)
+        finally:
+            try:
+                consumer.close()  # leaves the group; its revocation callback finds _leaving set and does not wait
+            except Exception as exc:  # noqa: BLE001 - the broker expires the member after its session timeout
+                log.warning("event=membership_leave_failed group=%s error=%s", self.group, exc)
+            with self._lock:
+                self._assigned.clear()
+                self._revoking.clear()
+                self._released.clear()
+                self._generation += 1
+            self._changed()
+
+    def _apply_subscription(self, consumer) -> None:
+        with self._lock:
+            wanted = self._subscription
+        if wanted is None or wanted == self._subscribed:
+            return
+        if wanted:
+            consumer.subscribe(wanted, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                               on_lost=self._on_lost)
+        else:
+            consumer.unsubscribe()
+        self._subscribed = wanted
+        log.info("event=group_subscribed group=%s protocol=%s topics=%d", self.group, self.protocol, len(wanted))
+
+    def _on_assign(self, consumer, partitions) -> None:
+        from confluent_kafka import OFFSET_END, TopicPartition
+
+        # an explicit logical offset skips the committed-offset look-up (nothing is ever committed here); the
+        # pause right after keeps the consumer from fetching at all
+        tps = [TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in partitions]
+        if tps:
+            consumer.incremental_assign(tps)
+            consumer.pause(tps)
+        with self._lock:
+            self._assigned |= {(tp.topic, tp.partition) for tp in partitions}
+            self._joined = True
+            self._generation += 1
+        if partitions:
+            log.info("event=group_assigned group=%s worker=%s partitions=%s", self.group, self.worker_id,
+                     _names(partitions))
+        self._changed()
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        self._give_up(consumer, partitions, wait=True)
+
+    def _on_lost(self, consumer, partitions) -> None:
+        log.warning("event=group_assignment_lost group=%s worker=%s partitions=%s note=%s", self.group,
+                    self.worker_id, _names(partitions), "our session expired; the group gave them to others, "
+                    "whose transactional.id fences any write of ours still in flight")
+        self._give_up(consumer, partitions, wait=False)
+
+    def _give_up(self, consumer, partitions, *, wait: bool) -> None:
+        parts = {(tp.topic, tp.partition) for tp in partitions}
+        with self._lock:
+            self._revoking |= parts & self._assigned
+            self._generation += 1
+        self._changed()
+        deadline = time.monotonic() + self.revoke_timeout_s
+        with self._lock:
+            while wait and not self._leaving and not (parts & self._revoking) <= self._released:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("event=revoke_timeout group=%s worker=%s partitions=%s waited_s=%g note=%s",
+                                self.group, self.worker_id, _names(partitions), self.revoke_timeout_s,
+                                "given up without the loop's release; the next holder's transactional.id fences "
+                                "this process's writer of those lanes")
+                    break
+                self._lock.wait(min(left, 1.0))
+        if partitions:
+            consumer.incremental_unassign(list(partitions))
+        with self._lock:
+            self._assigned -= parts
+            self._revoking -= parts
+            self._released -= parts
+            self._generation += 1
+        if partitions:
+            log.info("event=group_revoked group=%s worker=%s partitions=%s", self.group, self.worker_id,
+                     _names(partitions))
+        self._changed()
+
+    def _on_error(self, error) -> None:
+        self.error = str(error)
+        log.warning("event=membership_error group=%s error=%s", self.group, error)
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
+
+def _names(partitions) -> str:
+    return ",".join(f"{tp.topic}-{tp.partition}" for tp in partitions) or "-"
+
+
+def apply_group_timeouts(source: ClusterConfig, pipeline: str, session_timeout_ms: int, *,
+                         timeout_s: float = 15.0) -> None:
+    """KIP-848: a group's session timeout and heartbeat interval are broker-side; set them as configs of this
+    pipeline's group (``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms`` = a quarter of it).
+    The broker refuses values outside its ``group.consumer.min/max.session.timeout.ms`` and
+    ``group.consumer.min.heartbeat.interval.ms``: a :class:`ConfigError` names them."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    group = group_id(pipeline)
+    heartbeat_ms = max(100, session_timeout_ms // 4)
+    entries = [ConfigEntry("consumer.session.timeout.ms", str(session_timeout_ms),
+                           incremental_operation=AlterConfigOpType.SET),
+               ConfigEntry("consumer.heartbeat.interval.ms", str(heartbeat_ms),
+                           incremental_operation=AlterConfigOpType.SET)]
+    admin = AdminClient(source.confluent(log_level=3))
+    futures = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group,
+                                                              incremental_configs=entries)])
+    for future in futures.values():
+        try:
+            future.result(timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - turned into a sentence an operator can act on
+            raise ConfigError(
+                f"cluster {source.name!r} refused the session timeout {session_timeout_ms} ms (heartbeat "
+                f"{heartbeat_ms} ms) for group {group!r}: {exc}; the broker bounds them with "
+                "group.consumer.min.session.timeout.ms / group.consumer.max.session.timeout.ms and "
+                "group.consumer.min.heartbeat.interval.ms (defaults 45 s / 60 s / 5 s)") from None
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    worker: str          # the daemon's worker id (its client.id)
+    member_id: str
+    host: str
+    partitions: tuple[Partition, ...]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group: str
+    protocol: str        # consumer | classic | unknown
+    state: str
+    members: tuple[GroupMember, ...]
+
+    def holders(self) -> dict[Partition, list[str]]:
+        """Partition → the workers the group assigned it to (more than one only mid-rebalance, never for long)."""
+        out: dict[Partition, list[str]] = {}
+        for member in self.members:
+            for part in member.partitions:
+                out.setdefault(part, []).append(member.worker)
+        return out
+
+
+def describe_group(source: ClusterConfig, pipeline: str, *, timeout_s: float = 15.0) -> GroupDescription:
+    """The pipeline's daemon group as the source's group coordinator sees it (works from any machine that reaches
+    the source; needs Describe on the group)."""
+    from confluent_kafka.admin import AdminClient
+
+    group = group_id(pipeline)
+    admin = AdminClient(source.confluent(log_level=3))
+    try:
+        described = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(
+            timeout=timeout_s + 5)
+    except Exception as exc:  # noqa: BLE001 - one sentence naming the cluster and the group
+        error = MirrorError(f"cluster {source.name!r}: could not describe the daemon group {group!r} of pipeline "
+                            f"{pipeline!r}: {type(exc).__name__}: {exc or 'no answer'} (the source must be reachable "
+                            "and grant Describe on the group)")
+        error.retriable = True
+        raise error from None
+    members = tuple(sorted(
+        (GroupMember(m.client_id, m.member_id, m.host,
+                     tuple(sorted((tp.topic, tp.partition) for tp in (m.assignment.topic_partitions
+                                                                       if m.assignment else []))))
+         for m in described.members), key=lambda m: (m.worker, m.member_id)))
+    kind = getattr(getattr(described, "type", None), "name", "UNKNOWN").lower()
+    state = getattr(described.state, "name", str(described.state)).lower()
+    return GroupDescription(group, kind, state, members)

@@ -1,0 +1,340 @@
+"""Daemon membership through the pipeline's consumer group (mirror_core/daemon_membership.py), on real brokers.
+
+- Three daemon processes share a pipeline through a KIP-848 group; one is SIGKILLed, one added later: every source
+  partition is held by exactly one live process within the lowered session timeout, and the target stays exact
+  under live load (independent reader).
+- The upgrade: a lease-based daemon of the previous release (run from a git worktree of it) holds the lanes; a new
+  group daemon joins under live load and writes none of them while the old one's leases live; the old one stops
+  (SIGTERM) and the new one takes every lane; nobody was fenced, the target is exact.
+- The classic protocol (cooperative-sticky) on the Kafka 3.9 broker: two members split the lanes, the survivor of a
+  SIGKILL takes them all.
+
+KIP-848 session timeouts are broker settings (minimum 45 s by default): the source here is a private single-node
+broker of this module started with the sandbox's lowered ``group.consumer.min.*`` settings (the shared brokers may
+predate them), and the pipeline sets its group's session timeout through ``group_session_timeout_ms``. The target is
+the shared sandbox target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mirror_core.cli import sandbox_from_environ
+from mirror_core.cluster import ClusterConfig
+from mirror_core.daemon_membership import describe_group
+from mirror_core.errors import MirrorError
+from mirror_core.leases import now_ms
+from mirror_core.sandbox.broker import SandboxBroker
+from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
+from tests.conftest import unavailable
+from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+    ROOT,
+    LoadProducer,
+    assert_exact,
+    daemon_factory,
+    free_port,
+    include_prefix,
+    wait_caught_up,
+    wait_for,
+    write_pipeline,
+)
+from tests.kafka_helpers import KafkaTestCluster
+
+pytestmark = pytest.mark.timeout(240)
+
+SESSION_MS = 4000
+# the lease-based release the upgrade test starts from (main before the group membership)
+LEASE_RELEASE = "18af6cc"
+
+
+@pytest.fixture(scope="module")
+def group_source(session_sandbox, tmp_path_factory):
+    """A private Kafka 4 source broker with the sandbox's broker settings (lowered KIP-848 minimums included)."""
+    session_sandbox.ensure("target")
+    sandbox = sandbox_from_environ(os.environ)
+    spec = ClusterSpec("membership-source", DEFAULT_KAFKA_VERSION, free_port(), free_port())
+    broker = SandboxBroker(spec, tmp_path_factory.mktemp("membership-source"), sandbox.cache_dir)
+    broker.start(timeout=120)
+    try:
+        yield KafkaTestCluster(ClusterConfig("membership-source", {"bootstrap.servers": spec.bootstrap}))
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def lease_reader(group_source, target_cluster):
+    """Reads lease records through one open checkpoint store (its cache refreshes with only new records: the
+    shared target's checkpoint topic holds every test's records)."""
+    from mirror_core.checkpoint import CheckpointStore
+    from mirror_core.kafka_wire import WireClient
+    from mirror_core.leases import LeaseStore
+
+    with WireClient.for_cluster(target_cluster.config) as client:
+        yield LeaseStore(CheckpointStore(target_cluster.config, client), target_cluster.config.confluent())
+
+
+def lease_holders(leases, pipeline: str) -> dict[str, str]:
+    """Lane → holder of every live lease record (group daemons write one per lane they hold: ``lease_compat``)."""
+    now = now_ms()
+    return {lane: lease.holder for lane, lease in leases.read(pipeline).items() if lease.expires_ms > now}
+
+
+def one_holder_each(source: KafkaTestCluster, leases, pipeline: str, topic: str, partitions: int,
+                    live: set[str]) -> dict[int, str] | None:
+    """Partition → holder when every partition is assigned by the group to exactly one of the ``live`` workers,
+    each of them holds some, the group has exactly those members, and the daemons' own records agree (each lane
+    held by that worker)."""
+    try:
+        group = describe_group(source.config, pipeline)
+    except MirrorError:  # the coordinator is still starting (a fresh broker): not yet
+        return None
+    if {m.worker for m in group.members} != live:
+        return None
+    holders = group.holders()
+    assigned = {p: holders.get((topic, p), []) for p in range(partitions)}
+    if any(len(workers) != 1 for workers in assigned.values()):
+        return None
+    held = lease_holders(leases, pipeline)
+    lanes = {p: held.get(f"dr.{topic}-{p}") for p in range(partitions)}
+    if any(lanes[p] != assigned[p][0] for p in range(partitions)):
+        return None
+    if {workers[0] for workers in assigned.values()} != live:  # a newcomer not given its share yet
+        return None
+    return {p: workers[0] for p, workers in assigned.items()}
+
+
+def acquired_at(daemons, lane: str, *, after: float) -> float:
+    """The wall-clock time a daemon first logged ``lane_acquired`` for ``lane`` after ``after``."""
+    times = []
+    for daemon in daemons:
+        for line in daemon.log_text().splitlines():
+            if f"event=lane_acquired lane={lane} " in line:
+                stamp = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + int(line[20:23]) / 1000
+                if stamp >= after:
+                    times.append(stamp)
+    assert times, f"nobody acquired {lane} after the kill"
+    return min(times)
+
+
+def shoal(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mirror_core.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "250"})
+
+
+def group_pipeline(path: Path, sandbox, source: KafkaTestCluster, pipeline: str, prefix: str, **overrides) -> Path:
+    return write_pipeline(path, sandbox, pipeline, include_prefix(prefix), source=dict(source.config.settings),
+                          membership="group", group_session_timeout_ms=SESSION_MS, **overrides)
+
+
+def test_three_daemons_one_killed_one_added_each_partition_held_once(
+        sandbox, group_source, target_cluster, lease_reader, unique_name, tmp_path, daemon_factory):  # noqa: F811
+    prefix = unique_name()
+    topic, partitions = f"{prefix}.t", 6
+    group_source.create_topic(topic, partitions=partitions)
+    pipeline = f"group-{prefix.rsplit('.', 1)[-1]}"
+    config = group_pipeline(tmp_path / "p.yaml", sandbox, group_source, pipeline, prefix)
+    a, b, c = (daemon_factory(config, f"grp-{n}").start() for n in "abc")
+    load = LoadProducer(group_source, [topic], rate=600, seed=71)
+    load.start()
+    split = wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions,
+                                             {"grp-a", "grp-b", "grp-c"}), 60, "each of 3 daemons holding lanes",
+                     daemons=(a, b, c))
+    assert sorted(Counter(split.values()).values()) == [2, 2, 2], split
+    time.sleep(2)
+
+    b.kill()
+    killed = time.time()
+    after_kill = wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions,
+                                                  {"grp-a", "grp-c"}), 40, "a and c holding every lane",
+                          daemons=(a, c))
+    assert set(after_kill.values()) == {"grp-a", "grp-c"}
+    # when the survivors took b's lanes, from their own logs (the polls above read slower than that)
+    orphans = [p for p, holder in split.items() if holder == "grp-b"]
+    takeover_s = max(acquired_at((a, c), f"dr.{topic}-{p}", after=killed) for p in orphans) - killed
+    # detection is the broker's session timeout; then a heartbeat to learn the new assignment
+    assert takeover_s < SESSION_MS / 1000 + 5, f"lanes of the killed daemon held again after {takeover_s:.1f}s"
+
+    d = daemon_factory(config, "grp-d").start()
+    added = wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions,
+                                             {"grp-a", "grp-c", "grp-d"}), 40, "d sharing the lanes",
+                     daemons=(a, c, d))
+    assert "grp-d" in added.values()
+    # `shoal mirror status` shows the same from the clusters alone: members, holder and lag per lane
+    shown = shoal("mirror", "status", "--config", str(config))
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"daemon group shoal.{pipeline}.daemons" in shown.stdout and "3 member(s)" in shown.stdout, shown.stdout
+    for worker in ("grp-a", "grp-c", "grp-d"):
+        assert f"  {worker} (" in shown.stdout, shown.stdout
+    rows = json.loads(shoal("mirror", "status", "--config", str(config), "--json").stdout)
+    assert {r["partition"]: r["holder"] for r in rows} == added
+    assert all(isinstance(r["lag"], int) and r["lag"] >= 0 for r in rows), rows
+    time.sleep(2)
+    load.stop()
+    wait_caught_up(group_source, target_cluster, pipeline, {topic: partitions}, daemons=(a, c, d))
+    assert_exact(group_source, target_cluster, topic, f"dr.{topic}")
+    for daemon in (a, c, d):
+        rc, seconds = daemon.terminate()
+        assert rc == 0 and seconds < 10, (daemon.worker_id, rc, seconds, daemon.tail())
+    assert describe_group(group_source.config, pipeline).members == (), "every daemon left the group at SIGTERM"
+    print(f"killed daemon's lanes held again after {takeover_s:.1f}s (session timeout {SESSION_MS} ms)")
+
+
+@pytest.fixture
+def lease_release_checkout(tmp_path):
+    """A git worktree of the lease-based release, to run its daemon as an operator's old process would be."""
+    path = tmp_path / "shoal-old"
+    made = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), LEASE_RELEASE],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        unavailable(f"cannot check out the lease-based release {LEASE_RELEASE}: {made.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], capture_output=True)
+
+
+class OldDaemon:
+    """The previous release's daemon, from its own checkout (its own modules first on the path)."""
+
+    def __init__(self, checkout: Path, config: Path, log: Path, worker_id: str):
+        self.worker_id, self.log_path = worker_id, log
+        from tests.integration.test_daemon import PYTHON
+
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen([PYTHON, "-m", "mirror_core.daemon", "--config", str(config),
+                                          "--worker-id", worker_id], cwd=checkout, stdout=out,
+                                         stderr=subprocess.STDOUT,
+                                         env={**os.environ, "PYTHONPATH": str(checkout), "PYTHONUNBUFFERED": "1"})
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        return self.proc.wait(30)
+
+
+def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_cluster, lease_reader, unique_name,
+                                                  tmp_path,
+                                                  daemon_factory, lease_release_checkout):  # noqa: F811
+    prefix = unique_name()
+    topic, partitions = f"{prefix}.t", 4
+    group_source.create_topic(topic, partitions=partitions)
+    pipeline = f"upgrade-{prefix.rsplit('.', 1)[-1]}"
+    old_config = write_pipeline(tmp_path / "old.yaml", sandbox, pipeline, include_prefix(prefix),
+                                source=dict(group_source.config.settings))
+    old = OldDaemon(lease_release_checkout, old_config, tmp_path / "old.log", "old-1")
+    load = LoadProducer(group_source, [topic], rate=600, seed=72)
+    load.start()
+    try:
+        wait_for(lambda: set(lease_holders(lease_reader, pipeline).values()) == {"old-1"}
+                 and len(lease_holders(lease_reader, pipeline)) == partitions
+                 and "event=copied" in old.log_text(), 60, "the old daemon holding and copying every lane",
+                 daemons=(old,))
+        new = daemon_factory(group_pipeline(tmp_path / "new.yaml", sandbox, group_source, pipeline, prefix),
+                             "new-1").start()
+        # the group assigns every partition to the only member; it waits for the old daemon's leases
+        wait_for(lambda: new.log_text().count("event=lane_waits_for_lease") >= partitions, 40,
+                 "the new daemon waiting for the old one's leases", daemons=(new, old))
+        time.sleep(3)
+        assert "event=lane_acquired" not in new.log_text() and "event=lane_opened" not in new.log_text(), \
+            new.tail()
+        assert set(lease_holders(lease_reader, pipeline).values()) == {"old-1"}
+        assert old.stop() == 0, old.tail()
+        wait_for(lambda: set(lease_holders(lease_reader, pipeline).values()) == {"new-1"}
+                 and len(lease_holders(lease_reader, pipeline)) == partitions, 30,
+                 "the new daemon holding every lane", daemons=(new,))
+        time.sleep(2)
+        load.stop()
+        wait_caught_up(group_source, target_cluster, pipeline, {topic: partitions}, daemons=(new,))
+        assert_exact(group_source, target_cluster, topic, f"dr.{topic}")
+        # nobody wrote a lane the other held: neither writer was ever fenced
+        assert "reason=fenced" not in old.log_text(), old.tail()
+        assert "reason=fenced" not in new.log_text(), new.tail()
+        rc, _ = new.terminate()
+        assert rc == 0
+    finally:
+        if load.is_alive():
+            load.stop()
+        old.stop()
+
+
+def test_classic_protocol_on_a_kafka_3_source(sandbox, legacy_cluster, target_cluster, lease_reader, unique_name,
+                                              tmp_path, daemon_factory):  # noqa: F811
+    """Kafka 3.9 does not run KIP-848 groups by default: the daemons fall back to the classic protocol with the
+    cooperative-sticky assignor (session timeout set by the client); two split the lanes, the survivor of a SIGKILL
+    takes them all, the target is exact."""
+    prefix = unique_name()
+    topic, partitions = f"{prefix}.t", 4
+    legacy_cluster.create_topic(topic, partitions=partitions)
+    pipeline = f"classic-{prefix.rsplit('.', 1)[-1]}"
+    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix),
+                            source=dict(legacy_cluster.config.settings), membership="group",
+                            group_session_timeout_ms=6000)
+    a, b = (daemon_factory(config, f"cls-{n}").start() for n in "ab")
+    load = LoadProducer(legacy_cluster, [topic], rate=400, seed=73)
+    load.start()
+    split = wait_for(lambda: one_holder_each(legacy_cluster, lease_reader, pipeline, topic, partitions,
+                                             {"cls-a", "cls-b"}), 60, "a 2 + 2 split", daemons=(a, b))
+    assert describe_group(legacy_cluster.config, pipeline).protocol == "classic"
+    assert "protocol=classic" in a.log_text()
+    b.kill()
+    killed = time.time()
+    wait_for(lambda: one_holder_each(legacy_cluster, lease_reader, pipeline, topic, partitions, {"cls-a"}), 40,
+             "a holding every lane", daemons=(a,))
+    takeover_s = max(acquired_at((a,), f"dr.{topic}-{p}", after=killed) for p, h in split.items() if h == "cls-b") \
+        - killed
+    assert takeover_s < 6 + 5, f"lanes of the killed daemon held again after {takeover_s:.1f}s"
+    load.stop()
+    wait_caught_up(legacy_cluster, target_cluster, pipeline, {topic: partitions}, daemons=(a,))
+    assert_exact(legacy_cluster, target_cluster, topic, f"dr.{topic}")
+    rc, _ = a.terminate()
+    assert rc == 0, a.tail()
+
+
+def test_a_paused_daemon_past_its_session_is_fenced_and_rejoins(
+        sandbox, group_source, target_cluster, lease_reader, unique_name, tmp_path, daemon_factory):  # noqa: F811
+    """A daemon frozen (SIGSTOP: a GC pause, a VM freeze) longer than the session timeout loses its partitions to
+    the other one while its own revocation callback never ran; resumed, it finds its writers fenced or its
+    assignment lost, drops those lanes, rejoins, and the target is still exact — safety is the lanes'
+    transactional.id, not the callback."""
+    prefix = unique_name()
+    topic, partitions = f"{prefix}.t", 4
+    group_source.create_topic(topic, partitions=partitions)
+    pipeline = f"pause-{prefix.rsplit('.', 1)[-1]}"
+    config = group_pipeline(tmp_path / "p.yaml", sandbox, group_source, pipeline, prefix)
+    a, b = (daemon_factory(config, f"pz-{n}").start() for n in "ab")
+    load = LoadProducer(group_source, [topic], rate=600, seed=74)
+    load.start()
+    wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions, {"pz-a", "pz-b"}),
+             60, "a 2 + 2 split", daemons=(a, b))
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions, {"pz-b"}), 40,
+                 "b holding every lane while a is frozen", daemons=(b,))
+        time.sleep(2)
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions, {"pz-a", "pz-b"}),
+             60, "a back in the group with a share", daemons=(a, b))
+    log_a = a.log_text()
+    assert "event=group_assignment_lost" in log_a or "reason=fenced" in log_a, a.tail()
+    load.stop()
+    wait_caught_up(group_source, target_cluster, pipeline, {topic: partitions}, daemons=(a, b))
+    assert_exact(group_source, target_cluster, topic, f"dr.{topic}")
+    for daemon in (a, b):
+        rc, _ = daemon.terminate()
+        assert rc == 0, daemon.tail()
