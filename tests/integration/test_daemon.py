@@ -54,7 +54,7 @@ def write_pipeline(path: Path, sandbox, pipeline: str, include: str, **overrides
 # Tests that kill or stop a daemon and need its lanes back within seconds run the lease path: the shared sandbox
 # source may predate its lowered KIP-848 minimum session timeout (45 s by default, a broker setting), so a killed
 # group member would hold its partitions that long there. The group path's takeover is tested on a private broker
-# with the lowered settings (test_daemon_membership.py).
+# with the lowered settings (tests/integration/test_daemon_group.py).
 LEASE_MEMBERSHIP = {"membership": "leases"}
 
 

@@ -1,5 +1,5 @@
 """The membership's decisions and its revocation hand-shake, without a broker (the group itself is exercised on
-real brokers in tests/integration/test_daemon_membership.py). The hand-shake is driven through its callbacks with a
+real brokers in tests/integration/test_daemon_group.py). The hand-shake is driven through its callbacks with a
 recording stand-in for the consumer: what matters here is *when* the partitions are given up."""
 
 from __future__ import annotations
