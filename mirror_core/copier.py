@@ -14,6 +14,8 @@ offsets whose batches need no copy; a failed write drops the outstanding fetch u
 checkpoint: nothing skipped, nothing committed twice). Memory is bounded by ``CopyOptions.buffer_budget_bytes``
 (DESIGN §3.8): a prefetch is sent only while the answer being processed, the batches waiting to be written and
 one more full answer fit in it (:func:`may_prefetch`); by default ``2 × fetch_max_bytes + max_inflight_bytes``.
+Answers count whole (:attr:`FetchResult.frame_bytes`: aborted transactions, markers and a cut-off tail included),
+and so does an answer kept alive by batches waiting in place (re-stamped in its buffer, not copied).
 
 Range bounds: by default whole batches are copied, so a batch that straddles ``end`` is copied whole and the
 actual end (the next offset after it) is reported; the next range or the daemon starts there. With
@@ -102,6 +104,15 @@ class CopyOptions:
         if self.buffer_budget_bytes is not None:
             return self.buffer_budget_bytes
         return 2 * self.fetch_max_bytes + self.max_inflight_bytes
+
+
+def answer_size(fetched: FetchResult, kept_bytes: int) -> int:
+    """Bytes a fetch answer's batches keep alive: its records section as the fetcher measured it, else the buffers
+    its views are over (never less than the kept batches themselves)."""
+    if fetched.frame_bytes is not None:
+        return max(fetched.frame_bytes, kept_bytes)
+    buffers = {id(view.buffer.obj): view.buffer.obj for view in fetched.batches}
+    return max(sum(memoryview(buffer).nbytes for buffer in buffers.values()), kept_bytes)
 
 
 def may_prefetch(*, held_bytes: int, fetch_max_bytes: int, budget_bytes: int) -> bool:
@@ -244,18 +255,23 @@ class RangeCopier:
         last_progress = time.monotonic()
         while not fetcher.done:
             fetched = fetcher.fetch()
+            kept_bytes = sum(view.size for view in fetched.batches)
+            answer_bytes = answer_size(fetched, kept_bytes)
             if prefetch is not None and may_prefetch(
-                    held_bytes=pending_bytes + sum(view.size for view in fetched.batches),
+                    held_bytes=pending_bytes + answer_bytes,
                     fetch_max_bytes=opts.fetch_max_bytes, budget_bytes=opts.budget_bytes):
                 prefetch()  # travels while this answer is prepared, written and committed
             if self.throttle is not None and fetched.batches:
-                self.throttle.consume(sum(view.size for view in fetched.batches))
-            in_place = True
+                self.throttle.consume(kept_bytes)
+            # In place (no copy): the answer is this copy's own and its source bytes are not read again. A batch
+            # re-stamped in place keeps the whole answer alive until it is written (a slice of its buffer: the
+            # aborted transactions, markers, cut-off tail and batches past the range end in it too), so: only
+            # for an answer mostly made of kept batches (else copying them costs little and frees the answer),
+            # only until a flush inside the answer (the batches after it are copied), and an answer still held
+            # by pending batches when the next one is taken counts whole in ``pending_bytes`` (DESIGN §3.8)
+            in_place = 2 * kept_bytes >= answer_bytes
+            held_in_place = 0  # bytes of this answer's batches pending in place (0: the answer is not held)
             for view in fetched.batches:
-                # in place (no copy): the answer is this copy's own and its source bytes are not read again. Only
-                # until a flush inside this answer: the batches after it are copied, so a pending batch keeps an
-                # answer alive only while all of that answer's batches are pending, and what a copy holds stays the
-                # pending bytes plus the answer being processed (what may_prefetch counts)
                 prepared = prepare_for_target(view, preserve_log_append_time=opts.preserve_log_append_time,
                                               exact_bounds=bounds, in_place=in_place)
                 if prepared is None:
@@ -267,10 +283,18 @@ class RangeCopier:
                     result.newest_timestamp_ms = view.max_timestamp
                 pending.append(prepared)
                 pending_bytes += len(prepared.data)
+                if isinstance(prepared.data, memoryview):
+                    held_in_place += len(prepared.data)
                 if pending_bytes >= opts.max_inflight_bytes:
                     self._flush(rng, pending, result, session)
                     pending, pending_bytes = [], 0
-                    in_place = False
+                    in_place, held_in_place = False, 0
+            if held_in_place:
+                # the rest of this answer stays alive behind its pending batches: count it as held
+                pending_bytes += max(answer_bytes - held_in_place, 0)
+                if pending_bytes >= opts.max_inflight_bytes:
+                    self._flush(rng, pending, result, session)
+                    pending, pending_bytes = [], 0
             if fetched.batches or fetcher.position > result.source_end:
                 last_progress = time.monotonic()
             elif fetched.last_stable_offset <= fetcher.position and \
@@ -286,8 +310,8 @@ class RangeCopier:
             if progress is not None:
                 progress(result)
             # drop this response's views before the next fetch is taken: besides the prefetched answer, only answers
-            # all of whose batches are pending stay alive (re-stamped in place instead of copied): as before, the
-            # pending bytes plus this answer and the prefetched one (bounded by may_prefetch)
+            # held by batches pending in place stay alive, and those are counted whole in pending_bytes: what is
+            # held is the pending bytes plus this answer and the prefetched one (bounded by may_prefetch)
             fetched = view = None
         if pending:
             self._flush(rng, pending, result, session)

@@ -103,6 +103,10 @@ class FetchResult:
     last_stable_offset: int
     log_start_offset: int
     last_epoch: int = -1         # leader epoch of the batch just below next_offset (-1: unknown)
+    # bytes of the partition's records section in the response, which any view in ``batches`` keeps alive: the
+    # kept batches plus what was dropped (aborted transactions, markers, a cut-off last batch, batches past the
+    # range end). None: unknown (the copier then measures the buffers the views are over)
+    frame_bytes: int | None = None
 
 
 class RawBatchFetcher:
@@ -293,7 +297,7 @@ class RawBatchFetcher:
         error, same high watermark and log start as last said). The position stays; ``ends`` are the
         :class:`~mirror_core.fetch_session.PartitionEnds` the broker last sent."""
         return FetchResult([], self.position, ends.high_watermark, ends.last_stable_offset, ends.log_start_offset,
-                           self.last_epoch)
+                           self.last_epoch, frame_bytes=0)
 
     def handle(self, data) -> FetchResult:
         """Take this partition's part of a Fetch response (from our own request or a shared one): advance the
@@ -319,7 +323,8 @@ class RawBatchFetcher:
             raise exc.located(self.client.cluster_name, self.topic, self.partition) from None
 
     def _accept(self, data) -> FetchResult:
-        batches, tail = walk_batches(data.records or b"")
+        section = memoryview(data.records or b"")
+        batches, tail = walk_batches(section)
         if not batches and tail:
             raise FetchError(self.client.cluster_name, self.topic, self.partition, self.position,
                              f"a batch larger than max_bytes={self.max_bytes} could not be fetched whole")
@@ -337,7 +342,7 @@ class RawBatchFetcher:
         self.position = max(self.position, reached)
         kept = [b for b in committed if start < b.next_offset <= reached]
         return FetchResult(kept, self.position, data.high_watermark, data.last_stable_offset,
-                           data.log_start_offset, self.last_epoch)
+                           data.log_start_offset, self.last_epoch, frame_bytes=section.nbytes)
 
     def _raise_diverged(self, epoch: int, end_offset: int) -> None:
         """The leader says our last fetched epoch ends at ``end_offset`` on its log (``epoch``: the largest one it

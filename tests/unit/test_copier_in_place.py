@@ -5,13 +5,15 @@ stays alive only while all of its batches wait to be written (DESIGN §3.8; what
 from __future__ import annotations
 
 import struct
+import tracemalloc
+from types import SimpleNamespace
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from mirror_core.batch_codec import parse_batch, prepare_for_target, records_digest, walk_batches
 from mirror_core.copier import CopyOptions, FetchedOnce, PartitionRange, RangeCopier
-from mirror_core.fetcher import FetchResult
+from mirror_core.fetcher import FetchResult, RawBatchFetcher
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 
@@ -81,3 +83,96 @@ def test_an_answer_without_a_flush_inside_is_written_without_copies():
     copier.copy(PartitionRange("src", 0, 100, views[-1].next_offset, "dst", 0), fetcher=FetchedOnce(result, 100))
     assert len(writer.written) == 6
     assert all(isinstance(b, memoryview) and b.obj is frame for _, b in writer.written)
+
+
+# ---- memory: what pending in-place batches keep alive is counted (DESIGN §3.8; review of issue 14) ----------------
+
+ABORTING_PRODUCER = 42
+
+
+def _one_record_batch(offset: int, value_size: int, *, aborted: bool = False) -> bytearray:
+    producer = ABORTING_PRODUCER if aborted else -1
+    builder = DefaultRecordBatchBuilder(2, 0, aborted, producer, 0 if aborted else -1, offset if aborted else -1,
+                                        1 << 30)
+    builder.append(0, 1_700_000_000_000, None, b"x" * value_size, [])
+    batch = builder.build()
+    struct.pack_into(">q", batch, 0, offset)
+    return batch
+
+
+class _FramedFetcher(RawBatchFetcher):
+    """The real fetcher's answer handling (READ_COMMITTED filtering, position, ``frame_bytes``) over answers built
+    here, each a fresh writable frame as the fast path gives them: ``aborted`` batches of one aborted transaction
+    of ``big`` bytes each, then ``kept`` committed batches of ``small`` bytes each, then a cut-off batch head of
+    ``tail`` bytes."""
+
+    def __init__(self, answers: int, *, aborted: int, big: int, kept: int, small: int, tail: int = 0):
+        self.per_answer = aborted + kept
+        super().__init__(_Cluster(), "src", 0, 0, answers * self.per_answer)
+        self.shape = (aborted, big, kept, small, tail)
+
+    def _fetch_once(self, resent: bool = False):
+        aborted, big, kept, small, tail = self.shape
+        frame, first = bytearray(), self.position
+        for i in range(aborted):
+            frame += _one_record_batch(first + i, big, aborted=True)
+        for i in range(aborted, aborted + kept):
+            frame += _one_record_batch(first + i, small)
+        frame += _one_record_batch(first + self.per_answer, big)[:tail]
+        end = first + self.per_answer
+        txns = [SimpleNamespace(producer_id=ABORTING_PRODUCER, first_offset=first)] if aborted else []
+        return self.handle(SimpleNamespace(
+            error_code=0, records=memoryview(frame), aborted_transactions=txns, high_watermark=end,
+            last_stable_offset=end, log_start_offset=0, diverging_epoch=None))
+
+
+class _CountingWriter:
+    """Acknowledges densely; keeps only what the assertions need (so it holds no memory of its own)."""
+
+    def __init__(self):
+        self.next, self.batches, self.in_place = 0, 0, 0
+
+    def write(self, outgoing):
+        bases = []
+        for batch in outgoing:
+            assert DefaultRecordBatch(bytes(batch.data)).validate_crc()
+            self.batches += 1
+            self.in_place += isinstance(batch.data, memoryview)
+            bases.append(self.next)
+            self.next += parse_batch(batch.data).records_count
+        return bases
+
+
+def _peak_copy(fetcher: _FramedFetcher, opts: CopyOptions):
+    writer = _CountingWriter()
+    copier = RangeCopier(_Cluster(), _Cluster(), writer, opts)
+    tracemalloc.start()
+    try:
+        result = copier.copy(PartitionRange("src", 0, 0, fetcher.end, "dst", 0), fetcher=fetcher)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, writer, peak
+
+
+def test_answers_mostly_dropped_do_not_pile_up_behind_pending_batches():
+    """The reviewer's case: each ~1 MiB answer is an aborted transaction plus one ~100-byte committed batch. Before
+    the fix every answer stayed alive behind its one pending in-place batch (only 100 bytes counted): peak ~42 MiB
+    against a 10 MiB budget."""
+    opts = CopyOptions(fetch_max_bytes=1 << 20, max_inflight_bytes=8 << 20, overlap=False)  # no broker to prefetch from
+    fetcher = _FramedFetcher(40, aborted=9, big=110_000, kept=1, small=100)
+    result, writer, peak = _peak_copy(fetcher, opts)
+    assert result.records == 40 and writer.batches == 40 and result.source_end == fetcher.end
+    assert peak <= opts.budget_bytes, f"peak {peak / 2**20:.1f} MiB > budget {opts.budget_bytes / 2**20:.1f} MiB"
+
+
+def test_answers_half_kept_are_written_in_place_and_counted_whole():
+    """Answers half kept (5 committed batches, then aborted data and a cut-off tail): still re-stamped in place
+    (the CPU win), but each counts whole while pending, so the held answers stay within the write window. Before
+    the fix only the kept half was counted: twice the window's answers were held (peak above the budget)."""
+    opts = CopyOptions(fetch_max_bytes=1 << 20, max_inflight_bytes=4 << 20, overlap=False)
+    fetcher = _FramedFetcher(24, aborted=4, big=100_000, kept=5, small=100_000, tail=100_000)
+    result, writer, peak = _peak_copy(fetcher, opts)
+    assert result.records == 24 * 5 and result.source_end == fetcher.end
+    assert writer.in_place >= writer.batches // 2, "half-kept answers should still be written without copies"
+    assert peak <= opts.budget_bytes, f"peak {peak / 2**20:.1f} MiB > budget {opts.budget_bytes / 2**20:.1f} MiB"
