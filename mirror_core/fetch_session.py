@@ -15,7 +15,10 @@ partition's fetch parameters (fetch offset, leader epoch, last fetched epoch, ma
   watermark or log start offset, a diverging epoch. **A partition left out of an incremental response has nothing
   new**: its fetcher keeps its position, and its high watermark, last stable offset and log start offset are the
   ones the broker last sent (:class:`PartitionEnds`, kept here). It is never "the end was reached", "stalled" or
-  "done" by itself; callers treat it exactly like a response that carried the partition with no records.
+  "done" by itself; callers treat it exactly like a response that carried the partition with no records. (The
+  broker does not name a partition for a changed last stable offset alone, so the kept one may be older than the
+  broker's: harmless, since it is only left out while the broker has no records at our position — any record below
+  the real LSO would make the broker name it.)
 
 This module is pure (no I/O): :meth:`FetchSession.build` turns the partitions a round wants into the request's
 session fields, partitions and forgotten partitions; :meth:`FetchSession.answer` reads the response (any object
@@ -208,10 +211,19 @@ class FetchSession:
                 fits = fits and request.full     # a full response may leave partitions out (KIP-219 throttling)
         if got:
             fits = False                         # partitions we did not ask for
-        if not current or not self.enabled:
+        if not self.enabled:
             return result
-        if not fits:
-            self._lose()
+        if not current or not fits:
+            # An answer that is not to our latest request, or names what we did not ask for: our view of the
+            # session and the broker's differ, so a partition's data may come from an offset the broker keeps, not
+            # from its fetcher's position — taking it could skip. Nothing of it is handed out (the Java client
+            # drops such a response too): those partitions are asked again, by a full request. A partition left out
+            # stays where it is (no data taken: nothing to skip).
+            if current:
+                self._lose()
+            if not request.full or not current:
+                result.missing.extend(result.parts)
+                result.parts = {}
             return result
         self._commit(request, response, result)
         return result

@@ -340,3 +340,20 @@ def test_session_fields_and_forgotten_topics_are_byte_identical_to_kafka_pythons
                                    isolation_level=1, topics=topics, session_id=session_id, session_epoch=epoch,
                                    forgotten=gone)
     assert ours == bytes(theirs.encode(framed=True, header=True))
+
+
+def test_data_in_an_answer_that_does_not_fit_the_session_is_not_handed_out():
+    """Review finding: an incremental answer that names a partition we never asked for means the broker's view of
+    the session differs from ours; the data it carries for our partitions may come from an offset the broker keeps,
+    not from the fetcher's position. None of it is taken (the partitions are asked again, by a full request)."""
+    session = FetchSession()
+    broker = ModelBroker({key: _Log(1) for key in KEYS})
+    positions = {key: 0 for key in KEYS}
+    _one_round(session, broker, positions, KEYS[:2])
+    request = session.build(_specs(positions, KEYS[:2]))
+    assert not request.full
+    ours = broker._data(KEYS[0], FetchPartitionSpec(KEYS[0].partition, 0, 0, 1 << 20))
+    stranger = broker._data(KEYS[4], FetchPartitionSpec(KEYS[4].partition, 0, 0, 1))
+    answer = session.answer(request, broker._response(100, [(KEYS[0], ours), (KEYS[4], stranger)]))
+    assert not answer.parts and KEYS[0] in answer.missing
+    assert session.build(_specs(positions, KEYS[:2])).full
