@@ -135,6 +135,13 @@ class ConcurrentCopy:
         self.stats = RoundStats()  # requests and partitions per round (one request per source broker)
 
     def run(self, progress: Callable[[PartitionRange, CopyResult], None] | None = None) -> list[CopyResult]:
+        try:
+            return self._run(progress)
+        finally:
+            if self.shared is not None:
+                self.shared.close()  # the lane threads live for the copy's run
+
+    def _run(self, progress) -> list[CopyResult]:
         started = time.monotonic()
         pending: PendingRound | None = None
         asked: list[tuple[_Lane, int]] = []  # the lanes of ``pending`` and where each one's fetch starts
@@ -165,7 +172,8 @@ class ConcurrentCopy:
 
     def _write_round(self, shares, progress) -> None:
         """Write a round's shares: lane by lane, or (shared produce) as lane tasks whose writes go out together;
-        the first failed lane's error is raised once every lane of the round has finished."""
+        once every lane of the round has finished, each failed lane's error is logged and the most severe one
+        raised (:func:`most_severe`: a data loss on one lane never hides behind another lane's retriable error)."""
         if self.shared is None:
             for (lane, start), outcome in shares:
                 self._write_share(lane, start, outcome)
@@ -175,11 +183,18 @@ class ConcurrentCopy:
         tasks = [lambda lane=lane, start=start, outcome=outcome: self._write_share(lane, start, outcome)
                  for (lane, start), outcome in shares]
         done = self.shared.run(tasks)
+        failed = []
         for ((lane, _), _), (_, error) in zip(shares, done, strict=True):
             if error is not None:
-                raise error
-            if progress is not None:
+                failed.append((lane.range, error))
+            elif progress is not None:
                 progress(lane.range, lane.result)
+        if failed:
+            worst = most_severe([error for _, error in failed])
+            for rng, error in failed:
+                log.error("copy %s-%d: %s: %s%s", rng.topic, rng.partition, type(error).__name__, error,
+                          "" if error is worst else " (another lane's error is raised)")
+            raise worst
 
     def _send(self) -> tuple[PendingRound | None, list[tuple[_Lane, int]]]:
         lanes = plan_round(self.lanes, time.monotonic())
@@ -236,6 +251,19 @@ class ConcurrentCopy:
                 f"the partition's last stable offset is {fetched.last_stable_offset} (high watermark "
                 f"{fetched.high_watermark}) and nothing arrived for {self.options.stall_timeout_s:.0f}s; plan the "
                 "range up to the last stable offset")
+
+
+def most_severe(errors: Sequence[BaseException]) -> BaseException:
+    """The error a copy stops with when several lanes failed in one round (pure): an interrupt or a bug (not an
+    :class:`Exception`) first, then one no retry can cure (data loss, a recreated topic, a rejected batch), then a
+    retriable one; the earliest lane's among equals."""
+
+    def rank(error: BaseException) -> int:
+        if not isinstance(error, Exception):
+            return 0
+        return 2 if getattr(error, "retriable", False) else 1  # MirrorError and KafkaError both say
+
+    return min(errors, key=rank)
 
 
 def connections_for_link(*, window_bytes: int | None, rtt_s: float | None, link_bytes_per_s: float,

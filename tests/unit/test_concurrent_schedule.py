@@ -60,3 +60,48 @@ def test_connections_for_link_spread_a_small_send_buffer_over_several_connection
     assert connections_for_link(window_bytes=100_000, rtt_s=0.001, link_bytes_per_s=20e6, partitions=8) == 1
     assert connections_for_link(window_bytes=-1, rtt_s=0.2, link_bytes_per_s=20e6, partitions=8) == 1  # autotuned
     assert connections_for_link(window_bytes=None, rtt_s=None, link_bytes_per_s=20e6, partitions=8) == 1
+
+
+def test_every_failed_lanes_error_is_logged_and_a_data_loss_is_raised_before_a_retriable_error(caplog):
+    """Before the fix the round raised the first failed lane's error and dropped the others unlogged: a data loss
+    on lane 1 hid behind lane 0's retriable error (and a rerun would only meet it by luck)."""
+    import logging
+
+    import pytest
+
+    from mirror_core.concurrent_copy import ConcurrentCopy
+    from mirror_core.errors import DataLossError, PartitionUnavailableError
+    from mirror_core.shared_produce import SharedProduce
+
+    copy = ConcurrentCopy.__new__(ConcurrentCopy)
+    copy.shared = SharedProduce()
+    errors = {0: PartitionUnavailableError("src", "t", 0, "NotLeaderForPartitionError", offset=5),
+              1: DataLossError("src", "t", 1, 7, 20), 2: None}
+
+    def write_share(lane, start, outcome):
+        if errors[lane.range.partition] is not None:
+            raise errors[lane.range.partition]
+
+    copy._write_share = write_share
+    shares = [((_lane(p), 0), None) for p in range(3)]
+    progressed = []
+    with caplog.at_level(logging.ERROR, logger="mirror_core.concurrent_copy"), \
+            pytest.raises(DataLossError):
+        copy._write_round(shares, lambda rng, result: progressed.append(rng.partition))
+    copy.shared.close()
+    logged = caplog.text
+    assert "t-0" in logged and "PartitionUnavailableError" in logged
+    assert "t-1" in logged and "DataLossError" in logged
+    assert progressed == [2]
+
+
+def test_most_severe_puts_an_interrupt_first_then_what_no_retry_cures():
+    from mirror_core.concurrent_copy import most_severe
+    from mirror_core.errors import DataLossError, PartitionUnavailableError
+
+    retriable = PartitionUnavailableError("src", "t", 0, "x")
+    loss = DataLossError("src", "t", 1, 7, 20)
+    interrupt = KeyboardInterrupt()
+    assert most_severe([retriable, loss]) is loss
+    assert most_severe([retriable, loss, interrupt]) is interrupt
+    assert most_severe([retriable, PartitionUnavailableError("src", "t", 2, "y")]) is retriable
