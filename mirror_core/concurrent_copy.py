@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from mirror_core.broker_fetch import PartitionOutcome, PendingRound, RoundStats, send_round
+from mirror_core.broker_fetch import PartitionOutcome, PendingRound, RoundStats, deal_to_connections, send_round
 from mirror_core.copier import CopyOptions, CopyResult, FetchedOnce, PartitionRange, RangeCopier
 from mirror_core.errors import MirrorError, PartitionUnavailableError
 from mirror_core.fetcher import RawBatchFetcher
@@ -201,10 +201,7 @@ class ConcurrentCopy:
         if not lanes:
             return None, []
         self.rounds += 1
-        per_leader = _partitions_per_leader(lanes)
-        connections = self.options.fetch_connections
-        requests = sum(min(connections, n) for n in per_leader.values())
-        busiest = max(-(-n // min(connections, n)) for n in per_leader.values()) if per_leader else 1
+        requests, busiest = round_shape(_partitions_by_leader(lanes), self.options.fetch_connections)
         max_bytes = request_max_bytes(self.options.fetch_max_bytes, busiest, leaders=requests,
                                       round_max_bytes=self.options.round_max_bytes)
         self.round_asked_bytes = max_bytes * max(1, requests)
@@ -282,17 +279,24 @@ def _round_bytes(outcomes: Sequence[PartitionOutcome]) -> int:
     return sum(view.size for outcome in outcomes if outcome.result is not None for view in outcome.result.batches)
 
 
-def _partitions_per_leader(lanes: Sequence[_Lane]) -> dict[int, int]:
-    """{source leader: partitions of this round it leads}; a lane whose leader is unknown counts as its own
-    (send_round reports its error)."""
-    counts: dict[int, int] = {}
+def round_shape(by_leader: dict[int, list[tuple[str, int]]], connections: int) -> tuple[int, int]:
+    """(requests, partitions of the busiest request) of a round whose leaders lead ``by_leader``'s partitions, dealt
+    over ``connections`` per leader exactly as :func:`~mirror_core.broker_fetch.send_round` deals them (pure)."""
+    shares = [len(share) for keys in by_leader.values() for share in deal_to_connections(keys, connections)]
+    return len(shares), max(shares, default=1)
+
+
+def _partitions_by_leader(lanes: Sequence[_Lane]) -> dict[int, list[tuple[str, int]]]:
+    """{source leader: (topic, partition) of each lane of this round it leads}; a lane whose leader is unknown
+    counts as its own (send_round reports its error)."""
+    found: dict[int, list[tuple[str, int]]] = {}
     for index, lane in enumerate(lanes):
         try:
             leader = lane.fetcher.locate()[0]
         except Exception:  # noqa: BLE001 - send_round meets the same error and hands it to the lane
             leader = -1 - index
-        counts[leader] = counts.get(leader, 0) + 1
-    return counts
+        found.setdefault(leader, []).append((lane.fetcher.topic, lane.fetcher.partition))
+    return found
 
 
 def _merge(total: CopyResult, share: CopyResult) -> None:
