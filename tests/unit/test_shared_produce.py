@@ -285,3 +285,25 @@ def test_lane_threads_live_for_the_copy_not_one_per_lane_per_round():
     assert threading.active_count() == before + 4
     getattr(shared, 'close', lambda: None)()  # workers live until close
     assert threading.active_count() == before
+
+
+def test_a_writer_of_several_partitions_never_resends_another_partitions_unanswered_batch_under_a_new_id(
+        monkeypatch):
+    """One writer, two partitions: t-0's connection drops (a batch sent, never answered: it may have landed), then
+    t-1 loses our producer state and the writer re-initialises. Before the fix t-0's unanswered batches were resent
+    under the new producer id, which the broker cannot dedupe: t-0 held records 2 and 3 twice (the reviewer's fuzz,
+    seed 98). Now the write halts with AmbiguousWriteError naming t-0, and nothing is written twice."""
+    from mirror_core.errors import AmbiguousWriteError
+    from mirror_core.kafka_wire import Backoff
+
+    monkeypatch.setattr(Backoff, "wait", lambda self: True)
+    broker = PipelinedBroker(script={("t", 0): [0, 0, "drop", 0, Errors.UnknownProducerIdError.errno],
+                                     ("t", 1): [0, Errors.UnknownProducerIdError.errno, 0,
+                                                Errors.NotLeaderForPartitionError.errno]})
+    writer = _writer(broker)
+    batches = [OutgoingBatch("t", p, make_batch(j, 1), j) for j in range(15) for p in range(2)]
+    with pytest.raises(AmbiguousWriteError, match="t-0"):
+        writer.write(batches)
+    for partition in range(2):
+        log = broker.log.get(("t", partition), [])
+        assert log == list(range(len(log))), f"t-{partition} written out of order or twice: {log}"
