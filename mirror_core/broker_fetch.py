@@ -225,10 +225,10 @@ def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_b
                sessions: RoundSessions | None = None) -> PendingRound:
     """Send :func:`fetch_round`'s requests (one per leader) without waiting; the answers are taken by
     :meth:`PendingRound.collect`. Lets a caller write the previous round while this one travels (overlap).
-    ``connections`` > 1: a leader's partitions are dealt over that many connections to it (one request each, each
-    with ``max_bytes``, each in its own fetch session), for a link where one connection's window per round trip is
-    below the link rate. ``sessions``: the fetch sessions to use (default: the client's own,
-    :func:`round_sessions`)."""
+    ``connections`` > 1: a leader's partitions are dealt over that many connections to it
+    (:func:`deal_to_connections`; one request each, each with ``max_bytes``, each in its own fetch session), for a
+    link where one connection's window per round trip is below the link rate. ``sessions``: the fetch sessions to
+    use (default: the client's own, :func:`round_sessions`)."""
     sessions = round_sessions(client) if sessions is None else sessions
     outcomes = [PartitionOutcome() for _ in fetchers]
     by_leader: dict[int, list[tuple[int, int]]] = {}  # leader → [(index into fetchers, leader epoch)]
@@ -262,20 +262,29 @@ def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_b
 
     in_flight = []
     for leader, members in by_leader.items():
-        if rotation and len(members) > 1:
-            shift = rotation % len(members)
-            members = members[shift:] + members[:shift]
-        slots = max(1, min(connections, len(members)))
-        for slot in range(slots):  # a partition keeps its connection from round to round (partition mod slots)
-            share = [m for m in members if fetchers[m[0]].partition % slots == slot] if slots > 1 else members
-            if not share:
-                continue
+        keys = [(fetchers[i].topic, fetchers[i].partition) for i, _ in members]
+        for slot, dealt in enumerate(deal_to_connections(keys, connections)):
+            share = [members[j] for j in dealt]
+            if rotation and len(share) > 1:
+                shift = rotation % len(share)
+                share = share[shift:] + share[:shift]
             sent = _BrokerRequest(leader, slot, share, sessions.session(leader, slot))
             if send(sent):
                 in_flight.append(sent)
     if stats is not None:
         stats.rounds += 1
     return PendingRound(client, fetchers, outcomes, in_flight, send, stats)
+
+
+def deal_to_connections(keys: Sequence[tuple[str, int]], connections: int) -> list[list[int]]:
+    """One broker's partitions of a round dealt over ``connections`` connections to it (pure): the indices into
+    ``keys`` ((topic, partition) each) of every connection's request, none empty. Sorted by topic and partition and
+    dealt by position, so the requests differ by one partition at most whatever the partition numbers (a leader of
+    the even partitions only still fills every connection), and a partition keeps its connection, so its fetch
+    session, from round to round while the broker's set of partitions stays the same."""
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    slots = max(1, min(connections, len(order)))
+    return [order[slot::slots] for slot in range(slots)] if order else []
 
 
 def _request_topics(members: list[tuple[RawBatchFetcher, int]]) -> list[FetchTopicSpec]:

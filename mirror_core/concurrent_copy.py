@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from mirror_core.broker_fetch import PartitionOutcome, PendingRound, RoundStats, send_round
+from mirror_core.broker_fetch import PartitionOutcome, PendingRound, RoundStats, deal_to_connections, send_round
 from mirror_core.copier import CopyOptions, CopyResult, FetchedOnce, PartitionRange, RangeCopier
 from mirror_core.errors import MirrorError, PartitionUnavailableError
 from mirror_core.fetcher import RawBatchFetcher
@@ -135,6 +135,13 @@ class ConcurrentCopy:
         self.stats = RoundStats()  # requests and partitions per round (one request per source broker)
 
     def run(self, progress: Callable[[PartitionRange, CopyResult], None] | None = None) -> list[CopyResult]:
+        try:
+            return self._run(progress)
+        finally:
+            if self.shared is not None:
+                self.shared.close()  # the lane threads live for the copy's run
+
+    def _run(self, progress) -> list[CopyResult]:
         started = time.monotonic()
         pending: PendingRound | None = None
         asked: list[tuple[_Lane, int]] = []  # the lanes of ``pending`` and where each one's fetch starts
@@ -165,7 +172,8 @@ class ConcurrentCopy:
 
     def _write_round(self, shares, progress) -> None:
         """Write a round's shares: lane by lane, or (shared produce) as lane tasks whose writes go out together;
-        the first failed lane's error is raised once every lane of the round has finished."""
+        once every lane of the round has finished, each failed lane's error is logged and the most severe one
+        raised (:func:`most_severe`: a data loss on one lane never hides behind another lane's retriable error)."""
         if self.shared is None:
             for (lane, start), outcome in shares:
                 self._write_share(lane, start, outcome)
@@ -175,21 +183,25 @@ class ConcurrentCopy:
         tasks = [lambda lane=lane, start=start, outcome=outcome: self._write_share(lane, start, outcome)
                  for (lane, start), outcome in shares]
         done = self.shared.run(tasks)
+        failed = []
         for ((lane, _), _), (_, error) in zip(shares, done, strict=True):
             if error is not None:
-                raise error
-            if progress is not None:
+                failed.append((lane.range, error))
+            elif progress is not None:
                 progress(lane.range, lane.result)
+        if failed:
+            worst = most_severe([error for _, error in failed])
+            for rng, error in failed:
+                log.error("copy %s-%d: %s: %s%s", rng.topic, rng.partition, type(error).__name__, error,
+                          "" if error is worst else " (another lane's error is raised)")
+            raise worst
 
     def _send(self) -> tuple[PendingRound | None, list[tuple[_Lane, int]]]:
         lanes = plan_round(self.lanes, time.monotonic())
         if not lanes:
             return None, []
         self.rounds += 1
-        per_leader = _partitions_per_leader(lanes)
-        connections = self.options.fetch_connections
-        requests = sum(min(connections, n) for n in per_leader.values())
-        busiest = max(-(-n // min(connections, n)) for n in per_leader.values()) if per_leader else 1
+        requests, busiest = round_shape(_partitions_by_leader(lanes), self.options.fetch_connections)
         max_bytes = request_max_bytes(self.options.fetch_max_bytes, busiest, leaders=requests,
                                       round_max_bytes=self.options.round_max_bytes)
         self.round_asked_bytes = max_bytes * max(1, requests)
@@ -238,6 +250,19 @@ class ConcurrentCopy:
                 "range up to the last stable offset")
 
 
+def most_severe(errors: Sequence[BaseException]) -> BaseException:
+    """The error a copy stops with when several lanes failed in one round (pure): an interrupt or a bug (not an
+    :class:`Exception`) first, then one no retry can cure (data loss, a recreated topic, a rejected batch), then a
+    retriable one; the earliest lane's among equals."""
+
+    def rank(error: BaseException) -> int:
+        if not isinstance(error, Exception):
+            return 0
+        return 2 if getattr(error, "retriable", False) else 1  # MirrorError and KafkaError both say
+
+    return min(errors, key=rank)
+
+
 def connections_for_link(*, window_bytes: int | None, rtt_s: float | None, link_bytes_per_s: float,
                          partitions: int, most: int = 4) -> int:
     """Connections per source broker so their windows together carry the link (pure): one connection carries at
@@ -254,17 +279,24 @@ def _round_bytes(outcomes: Sequence[PartitionOutcome]) -> int:
     return sum(view.size for outcome in outcomes if outcome.result is not None for view in outcome.result.batches)
 
 
-def _partitions_per_leader(lanes: Sequence[_Lane]) -> dict[int, int]:
-    """{source leader: partitions of this round it leads}; a lane whose leader is unknown counts as its own
-    (send_round reports its error)."""
-    counts: dict[int, int] = {}
+def round_shape(by_leader: dict[int, list[tuple[str, int]]], connections: int) -> tuple[int, int]:
+    """(requests, partitions of the busiest request) of a round whose leaders lead ``by_leader``'s partitions, dealt
+    over ``connections`` per leader exactly as :func:`~mirror_core.broker_fetch.send_round` deals them (pure)."""
+    shares = [len(share) for keys in by_leader.values() for share in deal_to_connections(keys, connections)]
+    return len(shares), max(shares, default=1)
+
+
+def _partitions_by_leader(lanes: Sequence[_Lane]) -> dict[int, list[tuple[str, int]]]:
+    """{source leader: (topic, partition) of each lane of this round it leads}; a lane whose leader is unknown
+    counts as its own (send_round reports its error)."""
+    found: dict[int, list[tuple[str, int]]] = {}
     for index, lane in enumerate(lanes):
         try:
             leader = lane.fetcher.locate()[0]
         except Exception:  # noqa: BLE001 - send_round meets the same error and hands it to the lane
             leader = -1 - index
-        counts[leader] = counts.get(leader, 0) + 1
-    return counts
+        found.setdefault(leader, []).append((lane.fetcher.topic, lane.fetcher.partition))
+    return found
 
 
 def _merge(total: CopyResult, share: CopyResult) -> None:

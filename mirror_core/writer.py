@@ -734,11 +734,29 @@ class _Pipeline:
                 if writer not in renew:
                     renew.append(writer)
             for writer in renew:
+                self._refuse_if_renewal_ambiguous(writer, {key for key, _, _ in lost}, lost[0][2])
                 writer.init_producer_id(keep=True)
         elif not self.backoff.wait():
             p = next(iter(self.unacked.values()))[0]
             raise PartitionUnavailableError(self.writer.client.cluster_name, p.batch.topic, p.batch.partition,
                                             f"write failed: {self.last_error}", offset=p.batch.source_offset)
+
+    def _refuse_if_renewal_ambiguous(self, writer: BatchWriter, lost: set[tuple], error: type) -> None:
+        """``writer`` is about to take a new producer id because partitions ``lost`` lost our state. Its
+        unacknowledged batches of its OTHER partitions are then resent under the new id too, which the broker cannot
+        dedupe against the old one: so should any of them have been sent without an answer (it may have landed) or
+        landed behind a refused batch, halt instead of writing it twice. (Only a writer of several partitions in one
+        write meets this; a lost partition's own batches are checked by :meth:`BatchWriter._on_state_lost` and
+        :meth:`_refuse_if_order_broken`.)"""
+        for key, queue in self.unacked.items():
+            if key in lost or self.writers[key[0]] is not writer or not queue:
+                continue
+            for p in queue:
+                if p.ambiguous:
+                    raise AmbiguousWriteError(writer.client.cluster_name, p.batch.topic, p.batch.partition,
+                                              p.batch.source_offset,
+                                              f"{_error_name(error)} re-initialises the producer id")
+            self._refuse_if_order_broken(key, queue[0], error)
 
     def _refuse_if_order_broken(self, key: tuple, head: _Pending, error: type) -> None:
         """The broker refuses ``head`` (the partition's first unacknowledged batch) as out of sequence; if a batch
