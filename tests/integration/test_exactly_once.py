@@ -70,15 +70,33 @@ def _exists(client: WireClient, topic: str) -> bool:
         return False
 
 
-def _kill_and_rerun(cmd: list[str], *, kills: int, seed: int, on_kill=None) -> int:
-    """Start the copy, SIGKILL it at seeded random points ``kills`` times, then let it finish; returns kills done."""
+def _target_end(target_cluster, topic: str, partitions: int) -> int:
+    """The target topic's high watermarks summed (0 while it does not exist): grows with every write, committed
+    or not."""
+    with WireClient.for_cluster(target_cluster.config) as client:
+        if not _exists(client, topic):
+            return 0
+        return sum(list_offsets(client, topic, p, "latest") for p in range(partitions))
+
+
+def _kill_and_rerun(cmd: list[str], *, kills: int, seed: int, on_kill=None, writing=None) -> int:
+    """Start the copy, SIGKILL it at seeded random points ``kills`` times, then let it finish; returns kills done.
+
+    ``writing()`` (a number that grows while the copy writes): each kill point is then counted from the moment
+    this run's first write landed, not from process start — the interpreter's start-up, preflight and lane
+    opening take seconds on a loaded machine, and a kill before the first write proves nothing."""
     rng = random.Random(seed)
     env = {**os.environ, "COLUMNS": "200"}
     done = 0
     while done < kills:
+        before = writing() if writing is not None else None
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if writing is not None:
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and writing() == before and time.monotonic() < deadline:
+                time.sleep(0.05)
         try:
-            proc.wait(timeout=rng.uniform(2.0, 3.2))
+            proc.wait(timeout=rng.uniform(0.2, 1.4) if writing is not None else rng.uniform(2.0, 3.2))
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
@@ -104,7 +122,8 @@ def test_sigkill_ten_times_exactly_once(source_cluster, target_cluster, unique_n
     _fill(source_cluster, topic)
     open_at_kill = []
     kills = _kill_and_rerun(_copy_cmd(topic, target_topic, "exactly-once"), kills=10, seed=20261123,
-                            on_kill=lambda: open_at_kill.append(_open_transaction(target_cluster, target_topic, 2)))
+                            on_kill=lambda: open_at_kill.append(_open_transaction(target_cluster, target_topic, 2)),
+                            writing=lambda: _target_end(target_cluster, target_topic, 2))
     assert kills == 10, "the copy finished before ten kills; make it slower"
     assert sum(open_at_kill) >= 3, f"only {sum(open_at_kill)} kills hit an open transaction"
     source, target = _contents(source_cluster, topic), _contents(target_cluster, target_topic)
