@@ -262,10 +262,7 @@ def _encode_one_partition(version: int, correlation_id: int, client_id: str | No
     ``[header + fixed fields + partition + size, records, tail]`` (no tail part below v9, where it is empty)."""
     header_tail, body, tail, flexible = _produce_template(version, client_id, transactional_id, acks, timeout_ms,
                                                           topic)
-    if flexible:
-        partition = _PARTITION_INDEX.pack(index) + uvarint(n + 1)
-    else:
-        partition = _PARTITION_AND_SIZE.pack(index, n)
+    partition = (_PARTITION_INDEX.pack(index) + uvarint(n + 1)) if flexible else _PARTITION_AND_SIZE.pack(index, n)
     size = 8 + len(header_tail) + len(body) + len(partition) + n + len(tail)
     head = _HEADER.pack(size, API_PRODUCE, version, correlation_id) + header_tail + body + partition
     return [head, records, tail] if tail else [head, records]
