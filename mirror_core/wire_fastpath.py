@@ -695,6 +695,7 @@ class FastConnection:
         try:
             self._sock = socket.create_connection(self.address, timeout=connect_timeout_s)
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._timeout_s = self._sock.gettimeout()
         except OSError as exc:
             self.closed = True
             raise Errors.KafkaConnectionError(f"connecting to {host}:{port}: {exc}") from None
@@ -875,7 +876,7 @@ class FastConnection:
             self._throttled_until = 0.0
         timeout_s = self.request_timeout_s if timeout_ms is None else timeout_ms / 1000
         try:
-            self._sock.settimeout(timeout_s)
+            self._set_timeout(timeout_s)
             self._channel.send(parts)
         except (OSError, ssl.SSLError) as exc:
             self._fail(_transport_error(exc, self))
@@ -898,7 +899,7 @@ class FastConnection:
         long poll) is not failed for our own delay in reading; the clock measures only the broker's silence."""
         correlation_id, future, decoder, flexible, timeout_s = self._in_flight[0]
         try:
-            self._sock.settimeout(timeout_s)
+            self._set_timeout(timeout_s)
             frame = self._receive_frame()
         except (OSError, ssl.SSLError, Errors.KafkaError) as exc:
             self._fail(_transport_error(exc, self))
@@ -930,6 +931,13 @@ class FastConnection:
         if throttle:
             self._throttled_until = time.monotonic() + throttle / 1000
         future.success(value)
+
+    def _set_timeout(self, timeout_s: float) -> None:
+        """``settimeout`` only when the value changes: each call is an ``ioctl`` in CPython, and nearly every
+        request of a copy uses the same timeout (only this class sets the socket's timeout after connecting)."""
+        if timeout_s != self._timeout_s:
+            self._sock.settimeout(timeout_s)
+            self._timeout_s = timeout_s
 
     def _receive_frame(self) -> bytearray:
         """The next response frame (without its size field) as a new ``bytearray`` the caller owns.
