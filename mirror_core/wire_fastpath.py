@@ -5,8 +5,9 @@ request encode, a response decode and several event-loop turns per batch. In kaf
 per request (generic schema encoder for the header, per-request tasks, timers and coroutines in its selector), and
 a 4 MiB Fetch response is received in 4 KiB ``recv`` calls and copied three times (joined chunks, frame buffer,
 ``bytes`` of the records field). Here a request is a list of buffers handed to one ``sendmsg`` (the record batches
-are not copied), a response frame is received with ``recv_into`` into one ``bytearray``, and a Fetch response's
-records field is a ``memoryview`` into that frame.
+are not copied), a response frame is received with ``recv_into`` into one ``bytearray`` (small answers through a
+64 KiB receive buffer, so size field and body, and often the next pipelined answers, come in one call), and a Fetch
+response's records field is a ``memoryview`` into that frame.
 
 What is hand-encoded, and tested byte-identical against kafka-python's own encoder and decoder
 (``tests/unit/test_wire_fastpath.py``): request header v1/v2, ProduceRequest v3-v11 (v9+ flexible), ProduceResponse
