@@ -257,7 +257,11 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[BatchView]:
 
 def parse_batch(buf: bytes | bytearray | memoryview) -> BatchView:
     """The single complete batch that fills ``buf`` exactly."""
-    views, tail = walk_batches(buf)
+    mv = _byte_view(buf)
+    found = _batch_end(mv, 0)
+    if found is not None and found[0] == len(mv):       # the usual case, without walk_batches' list
+        return _view_at(mv, 0, *found)
+    views, tail = walk_batches(mv)
     if len(views) != 1 or tail:
         raise ValueError(f"expected exactly one complete batch, found {len(views)} and {tail} trailing bytes")
     return views[0]

@@ -107,9 +107,19 @@ class OffsetRuns:
         self._runs.append(run)
 
     def add_batch(self, target_base: int, runs_in_batch: Iterable[tuple[int, int, int]]) -> None:
-        """Add a written batch: ``(source_offset, target_delta, length)`` runs relative to its target base."""
+        """Add a written batch: ``(source_offset, target_delta, length)`` runs relative to its target base.
+
+        A run that continues the last one (next source offset, same shift: every batch of a plain shallow copy)
+        extends it directly; that is exactly what :meth:`append` would do, without its intermediate run."""
+        runs = self._runs
         for source_offset, delta, length in runs_in_batch:
-            self.append(OffsetRun(source_offset, source_offset + length, target_base + delta))
+            target_start = target_base + delta
+            if runs and length > 0:
+                last = runs[-1]
+                if source_offset == last.source_end and target_start - source_offset == last.shift:
+                    runs[-1] = OffsetRun(last.source_start, source_offset + length, last.target_start)
+                    continue
+            self.append(OffsetRun(source_offset, source_offset + length, target_start))
 
     def index_from_source(self, source_offset: int) -> int:
         """Index of the run holding ``source_offset``, else of the first run after it (``len(self)`` if none)."""

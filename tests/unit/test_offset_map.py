@@ -218,3 +218,36 @@ def test_pruning_forgets_lost_ranges_below_the_new_start():
     omap = OffsetMap(40, 20, [OffsetRun(0, 10, 0), OffsetRun(20, 30, 10)], lost=[(10, 20)])
     omap.prune(25)
     assert omap.lost == ()
+
+
+_batch_runs = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(-1, 4)), min_size=0, max_size=3)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), _batch_runs), max_size=25))
+def test_add_batch_is_append_of_each_run(batches):
+    """add_batch's shortcut for a run continuing the last one builds the same map, and refuses the same runs, as
+    appending every run one by one. Batches are generated as gaps after the previous end, so most continue it."""
+    fast, slow = OffsetRuns(), OffsetRuns()
+    source = target = 0
+    for target_gap, runs in batches:
+        base = target + target_gap
+        spec = []
+        for source_gap, delta, length in runs:
+            spec.append((source + source_gap, delta, length))
+            source += source_gap + max(length, 0)
+        target = base + sum(max(length, 0) for _, _, length in runs)
+        assert _refusal(fast.add_batch, base, spec) == _refusal(_append_each, slow, base, spec)
+        assert fast == slow
+
+
+def _append_each(runs: OffsetRuns, base: int, spec: list) -> None:
+    for source, delta, length in spec:
+        runs.append(OffsetRun(source, source + length, base + delta))
+
+
+def _refusal(add, *args) -> str | None:
+    try:
+        add(*args)
+    except ValueError as exc:
+        return str(exc)
+    return None

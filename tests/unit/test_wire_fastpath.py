@@ -335,3 +335,117 @@ def test_unreachable_broker_is_a_retriable_connection_error():
 def test_uuid_round_trip_of_the_reader():
     value = uuid.uuid4()
     assert fp._Reader(memoryview(value.bytes)).uuid() == value
+
+
+# -- one-partition fast paths (issue 14: per-request CPU of one-record batches) ----------------------------------
+
+one_batch = st.one_of(st.binary(min_size=1, max_size=300), st.binary(min_size=1, max_size=40).map(bytearray),
+                      st.binary(min_size=1, max_size=40).map(memoryview))
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.integers(3, 11), correlation_id=st.integers(0, 2**31 - 1),
+       client_id=st.one_of(st.none(), names), transactional_id=st.one_of(st.none(), names),
+       acks=st.sampled_from([-1, 0, 1]), timeout_ms=i32, topic=st.one_of(names, st.text(min_size=100, max_size=200)),
+       index=st.integers(0, 2**31 - 1), batch=one_batch)
+def test_one_partition_produce_request_is_byte_identical_to_the_general_encoder_and_kafka_python(
+        version, correlation_id, client_id, transactional_id, acks, timeout_ms, topic, index, batch):
+    kwargs = {"transactional_id": transactional_id, "acks": acks, "timeout_ms": timeout_ms,
+              "topic_data": [(topic, [(index, batch)])]}
+    fast = fp.encode_produce_request(version, correlation_id, client_id, **kwargs)
+    again = fp.encode_produce_request(version, correlation_id, client_id, **kwargs)     # from the template cache
+    general = fp._encode_produce_general(version, correlation_id, client_id, **kwargs)
+    assert any(part is batch for part in fast)                  # the batch is passed, not copied
+    joined = b"".join(bytes(part) for part in fast)
+    assert joined == b"".join(bytes(part) for part in again) == b"".join(bytes(part) for part in general)
+    Topic = ProduceRequest.TopicProduceData
+    theirs = ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms, topic_data=[
+        Topic(name=topic, partition_data=[Topic.PartitionProduceData(index=index, records=bytes(batch))])])
+    assert joined == _kafka_python_request(theirs, version, correlation_id, client_id)
+
+
+def test_produce_template_cache_stays_bounded():
+    fp._PRODUCE_TEMPLATES.clear()
+    for i in range(fp._TEMPLATES_MAX + 10):
+        fp.encode_produce_request(11, 1, "c", transactional_id=None, acks=-1, timeout_ms=1,
+                                  topic_data=[(f"t{i}", [(0, b"x")])])
+    assert len(fp._PRODUCE_TEMPLATES) <= fp._TEMPLATES_MAX
+
+
+_one_partition = st.fixed_dictionaries({
+    "index": st.integers(0, 2**31 - 1), "error_code": i16, "base_offset": i64, "log_append_time_ms": i64,
+    "log_start_offset": i64,
+    # mostly the usual answer (no record errors, no message, no leader), sometimes not: the fast path must decline
+    "error_message": st.one_of(st.none(), st.none(), st.none(), names),
+    "record_errors": st.one_of(st.just([]), st.just([]), st.lists(st.tuples(i32, st.one_of(st.none(), names)),
+                                                                  min_size=1, max_size=2)),
+    "leader": st.one_of(st.none(), st.none(), st.tuples(i32, i32))})
+
+
+@settings(max_examples=400, deadline=None)
+@given(version=st.integers(9, 11), throttle=i32, name=st.one_of(names, st.text(min_size=120, max_size=200)),
+       partition=_one_partition, endpoints=st.one_of(st.just([]), st.just([]),
+                                                     st.lists(st.tuples(i32, ascii_names, i32), max_size=2)),
+       trailing=st.sampled_from([b"", b"", b"", b"\x00"]))
+def test_one_partition_produce_response_decodes_like_the_general_decoder(version, throttle, name, partition,
+                                                                         endpoints, trailing):
+    R = ProduceResponse.TopicProduceResponse
+    P = R.PartitionProduceResponse
+    kwargs = {k: partition[k] for k in ("index", "error_code", "base_offset", "log_append_time_ms",
+                                        "log_start_offset", "error_message")}
+    kwargs["record_errors"] = [P.BatchIndexAndErrorMessage(batch_index=b, batch_index_error_message=m)
+                               for b, m in partition["record_errors"]]
+    if partition["leader"] is not None:
+        kwargs["current_leader"] = P.LeaderIdAndEpoch(leader_id=partition["leader"][0],
+                                                      leader_epoch=partition["leader"][1])
+    response = ProduceResponse(
+        responses=[R(name=name, partition_responses=[P(**kwargs)])], throttle_time_ms=throttle,
+        node_endpoints=[ProduceResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=None) for i, h, p in endpoints])
+    frame = memoryview(bytes(response.encode(version=version)) + trailing)
+    usual = (not partition["record_errors"] and partition["error_message"] is None
+             and (version < 10 or partition["leader"] is None and not endpoints)   # v10+ tagged fields
+             and not trailing
+             and len(name.encode("utf-8")) < 127)
+    fast = fp._decode_one_partition(version, frame)
+    assert (fast is not None) == usual                          # it takes the usual answer and declines the rest
+    assert fp.decode_produce_response(version, frame) == fp._decode_produce_general(version, frame)
+    if usual:
+        assert fast == fp._decode_produce_general(version, frame)
+
+
+def test_receive_buffer_splits_coalesced_small_answers_and_a_large_one_straddling_it(listener):
+    """Several answers in one TCP segment, one split at every byte, and a frame larger than the receive buffer
+    that starts inside it: each future gets exactly its own answer."""
+    def answer(cid: int, body: bytes) -> bytes:
+        return struct.pack(">ii", len(body) + 4, cid) + body
+
+    small = [bytes([i]) * (i + 1) for i in range(6)]
+    large = bytes(range(256)) * (fp._RECV_BUFFER // 256 * 3 + 7)
+    accepted = []
+
+    def broker():
+        conn, _ = listener.accept()
+        accepted.append(conn)
+        frame = _recv(conn, struct.unpack(">i", _recv(conn, 4))[0])              # ApiVersions
+        body = struct.pack(">hi", 0, 1) + struct.pack(">hhh", 0, 3, 11)
+        conn.sendall(answer(struct.unpack_from(">i", frame, 4)[0], body))
+        wire = b"".join(answer(10 + i, b) for i, b in enumerate(small[:3]))        # three in one write
+        wire += answer(13, large) + answer(14, small[3])                           # large one after small ones
+        conn.sendall(wire[:7])
+        for i in range(7, 40):                                                    # byte by byte for a while
+            conn.sendall(wire[i:i + 1])
+        conn.sendall(wire[40:])
+        conn.sendall(answer(15, small[4])[:3])
+        conn.sendall(answer(15, small[4])[3:] + answer(16, small[5]))
+
+    thread = threading.Thread(target=broker, daemon=True)
+    thread.start()
+    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    bodies = small[:3] + [large] + small[3:]
+    futures = [conn.send([b""], lambda frame: bytes(frame), flexible_response=False, correlation_id=10 + i)
+               for i in range(len(bodies))]
+    conn.wait(futures[-1])
+    assert [f.value for f in futures] == bodies
+    assert conn.bytes_received == sum(8 + len(b) for b in bodies) + 4 + 4 + 2 + 4 + 6
+    conn.close()
+    thread.join(5)
