@@ -375,19 +375,27 @@ class LaneSession:
         offset map, no handoff, no loss, no halt), with no committed record on the target at or past the landing
         it names (at-least-once writes could precede their checkpoint). Nothing of the daemon's is then on the
         target, so nothing is skipped or reordered if the backfill copies from its own start. The daemon's
-        writer is already fenced (this session's InitProducerId, the lane's own transactional.id); the session
-        continues as a first run, and :meth:`copy` first commits a checkpoint of its own owner, so the daemon finds
-        the lane taken (not handed off) and leaves it until ``shoal handoff`` gives it back."""
+        writer is fenced before the look (this session's InitProducerId with the lane's own transactional.id, and
+        an aborted empty transaction over the data and checkpoint partitions, whatever either side's mode); the
+        session continues as a first run, and :meth:`copy` first commits a checkpoint of its own owner, so the
+        daemon finds the lane taken (not handed off) and leaves it until ``shoal handoff`` gives it back."""
         owner = self.owner
         untouched = (previous.owner == DAEMON_OWNER and owner.owner != DAEMON_OWNER and previous.offset_map is None
                      and previous.map_segments is None and previous.handoff_position is None
                      and not previous.lost_ranges and previous.lane_state is None)
         if not untouched:
             return False
-        if previous.target_next is not None and _committed_records(
-                owner.target, self.target_topic, self.target_partition, previous.target_next, None, limit=1,
-                max_bytes=owner.policy.commit_bytes):
-            return False  # the daemon wrote data its checkpoint does not cover yet: it is not untouched
+        if self.exactly_once:
+            # an at-least-once daemon writes the data partition with its idempotent producer of the lane's id:
+            # our InitProducerId alone does not make the partition refuse it (exactly-once transactions of the
+            # daemon are refused), so fence both partitions before looking (the at-least-once open fenced them
+            # already): no daemon write can land after the look and below our first checkpoint's landing
+            self._fence(self.writer)
+        if previous.target_next is not None:
+            found = _committed_records(owner.target, self.target_topic, self.target_partition,
+                                       previous.target_next, None, limit=1, max_bytes=owner.policy.commit_bytes)
+            if found is _TOO_MANY or found:
+                return False  # the daemon wrote data its checkpoint does not cover yet: it is not untouched
         log.warning("cluster %r %s-%d: pipeline %r: taking over the lane the daemon started at source offset %d "
                     "without copying anything; %r owns it now (the daemon's writer is fenced; hand it back with "
                     "`shoal handoff`)", owner.target.cluster_name, self.target_topic, self.target_partition,
@@ -565,7 +573,7 @@ class _ResumeLanding:
         window = session.owner.policy.commit_bytes
         found = _committed_records(target, topic, partition, lo, base, limit=1 if session.exactly_once else None,
                                    max_bytes=2 * window)
-        if not found:
+        if found is not _TOO_MANY and not found:
             return  # aborted transactions and markers only
         if session.exactly_once:
             raise ForeignWriteError(*where, "committed records from another writer lie in between")
@@ -598,11 +606,25 @@ def _restarted_copies(found: list[tuple], source: list[tuple]) -> bool:
     return True
 
 
-_TOO_MANY: list = []  # sentinel: _committed_records read past its byte budget
+class _TooMany:
+    """The type of :data:`_TOO_MANY`. Truthy and not a list: a budget overrun must never read as "no records"
+    (an empty list did once, and a record larger than the budget let a backfill take over a lane the daemon had
+    written to, and let the landing rule pass foreign records); callers test ``is _TOO_MANY`` first."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "_TOO_MANY"
+
+
+_TOO_MANY = _TooMany()  # sentinel: _committed_records read past its byte budget
 
 
 def _committed_records(client: WireClient, topic: str, partition: int, start: int, end: int | None, *,
-                       limit: int | None = None, max_bytes: int) -> list[tuple]:
+                       limit: int | None = None, max_bytes: int) -> list[tuple] | _TooMany:
     """(timestamp, key, value, headers) of the committed records in ``[start, end)`` (or the first ``limit``
     from ``start``), as a READ_COMMITTED consumer sees them; never past the last stable offset (it does not
     wait for open transactions) and never more than ``max_bytes`` of keys and values (then :data:`_TOO_MANY`)."""

@@ -137,6 +137,9 @@ class LaneState:
     # the lane's halt is stored in its checkpoint (we wrote it, or read it there): from then on a checkpoint of the
     # lane without a halt can only be the operator's resume (no clock is compared: machines' clocks differ)
     halt_stored: bool = False
+    # bumped whenever the lane is dropped: work a worker began before (an open, a fence renewal, a copy) finds a
+    # different number when it returns, and its result (a session, a fetcher, an error) is not this lane's any more
+    generation: int = 0
 
     def reset(self) -> None:
         """Forget the open session and fetch position: the next round reopens the lane (fencing any older writer
@@ -597,6 +600,9 @@ class ShallowMirrorDaemon:
         state = self.lanes.get(lane)
         if state is not None:
             state.reset()
+            state.generation += 1  # what a worker is doing for the lane now is not installed when it returns
+            if self.workers is not None:  # its next session may open on another worker (load stays even)
+                self.workers.release(lane)
             for gauge in (self.metrics.lag, self.metrics.position):  # another daemon reports this lane now
                 with contextlib.suppress(KeyError):  # never set in this process
                     gauge.remove(state.topic, str(state.partition))
@@ -612,11 +618,21 @@ class ShallowMirrorDaemon:
                if lane in self.lanes and self.lanes[lane].session is not None and self.lanes[lane].session.fence_due]
         if not due:
             return
+        began = [(state.session, state.generation) for state in due]
         outcomes = self.workers.run([(state.lane, _call(state.session.renew_fence_if_due)) for state in due],
                                     tick=self._leases_busy)
-        for state, outcome in zip(due, outcomes, strict=True):
+        for state, (session, generation), outcome in zip(due, began, outcomes, strict=True):
+            if not self._still_ours(state, generation, session):  # dropped meanwhile (a lease round)
+                continue
             if not outcome.ok:  # classified like any lane error (fenced → dropped)
                 self._failed(state, outcome.error)
+
+    def _still_ours(self, state: LaneState, generation: int, session: LaneSession | None = None) -> bool:
+        """Whether work a worker began for the lane (at ``generation``, with ``session``) is still this lane's:
+        held, not dropped since (a drop, even followed by a new acquisition, bumps the generation) and, when a
+        session is given, still the lane's session."""
+        return state.lane in self.held and state.generation == generation and \
+            (session is None or state.session is session)
 
     def _apply_prune_floors(self) -> None:
         """Hand each held lane the newest floor the prune watch gathered (its next commit prunes below it), and
@@ -633,66 +649,83 @@ class ShallowMirrorDaemon:
     # (leases, health, metrics, events); a lane's own wire work — opening its session, writing and committing its
     # share, renewing its fence — runs on its worker (self.workers), the lanes side by side. The main thread touches
     # a lane's session only between worker batches, never a worker's clients.
-    def _session(self, state: LaneState, clients: LaneClients) -> LaneSession:
-        """Runs on the lane's worker."""
-        if state.session is None:
-            cfg = self.config
-            # past the LSO: a handoff committed behind another lane's open transaction still counts
-            cp = clients.store.read_own(cfg.pipeline, state.topic, state.partition)
-            if cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
-                raise NotHandedOffError(cfg.pipeline, cp)
-            epoch = cp.owner_epoch if cp is not None else 1
-            copier = CheckpointedCopier(
-                clients.source, clients.target, clients.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
-                owner=DAEMON_OWNER, owner_epoch=epoch,
-                options=CopyOptions(max_inflight_bytes=cfg.commit_bytes),
-                policy=CommitPolicy(cfg.commit_bytes, cfg.commit_interval_ms, cfg.transaction_timeout_ms,
-                                    cfg.write_retry_s))
-            state.fetcher = None  # the new session's checkpoint says where to fetch
-            session = copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,
-                                       lane=state.lane)
-            if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
-                # a backfill claimed the lane between our read and the open: leave it (its retry fences us back)
-                raise NotHandedOffError(cfg.pipeline, session.checkpoint)
-            session.prune_floor = self.pruner.floors().get((state.topic, state.partition))
-            state.session = session
-            event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
-                  position=state.session.position)
-        return state.session
+    def _open_session(self, state: LaneState, clients: LaneClients) -> LaneSession:
+        """A new session of the lane (InitProducerId with its transactional.id, checkpoint read). Runs on the
+        lane's worker and stores nothing in ``state``: the main thread installs it (:meth:`_open_ready`)."""
+        cfg = self.config
+        # past the LSO: a handoff committed behind another lane's open transaction still counts
+        cp = clients.store.read_own(cfg.pipeline, state.topic, state.partition)
+        if cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
+            raise NotHandedOffError(cfg.pipeline, cp)
+        epoch = cp.owner_epoch if cp is not None else 1
+        copier = CheckpointedCopier(
+            clients.source, clients.target, clients.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
+            owner=DAEMON_OWNER, owner_epoch=epoch,
+            options=CopyOptions(max_inflight_bytes=cfg.commit_bytes),
+            policy=CommitPolicy(cfg.commit_bytes, cfg.commit_interval_ms, cfg.transaction_timeout_ms,
+                                cfg.write_retry_s))
+        session = copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,
+                                   lane=state.lane)
+        if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
+            # a backfill claimed the lane between our read and the open: leave it (its retry fences us back)
+            raise NotHandedOffError(cfg.pipeline, session.checkpoint)
+        return session
 
-    def _open(self, state: LaneState, clients: LaneClients) -> RawBatchFetcher:
-        """The lane's session (opened with its transactional.id) and a fetcher at its committed position. Runs on
-        the lane's worker; the fetcher itself is driven by the main thread's fetch rounds (``self.source``)."""
-        session = self._session(state, clients)
-        if state.fetcher is None:
+    def _open(self, state: LaneState, session: LaneSession | None, clients: LaneClients
+              ) -> tuple[LaneSession, RawBatchFetcher]:
+        """The lane's session (``session``, or a new one opened with its transactional.id) and a fetcher at its
+        committed position. Runs on the lane's worker and hands both back as the task's value — the main thread
+        installs them only if the lane was not dropped meanwhile (:meth:`_open_ready`); the one thing stored here
+        is ``state.start``, set once (None → offset) so a retry keeps the start it chose. The fetcher itself is
+        driven by the main thread's fetch rounds (``self.source``)."""
+        if session is None:
+            session = self._open_session(state, clients)
+        position, epoch = session.position, session.position_epoch
+        if position is None:  # no checkpoint yet: fix the start once, or "latest" would move with the data
+            if state.start is None:
+                state.start = list_offsets(clients.source, state.topic, state.partition,
+                                           "earliest" if self.config.new_partitions == "earliest" else "last_stable")
+            # stored before any copy: a restart (this daemon's or another's) resumes there instead of choosing
+            # "latest" anew and skipping what arrived in between
+            session.write_first_checkpoint(state.start)
             position, epoch = session.position, session.position_epoch
-            if position is None:  # no checkpoint yet: fix the start once, or "latest" would move with the data
-                if state.start is None:
-                    state.start = list_offsets(clients.source, state.topic, state.partition,
-                                               "earliest" if self.config.new_partitions == "earliest"
-                                               else "last_stable")
-                # stored before any copy: a restart (this daemon's or another's) resumes there instead of choosing
-                # "latest" anew and skipping what arrived in between
-                session.write_first_checkpoint(state.start)
-                position, epoch = session.position, session.position_epoch
-            state.fetcher = RawBatchFetcher(
-                self.source, state.topic, state.partition, position, None,
-                max_bytes=self.config.partition_fetch_max_bytes, max_wait_ms=self.config.poll_interval_ms,
-                topic_id=session.source_topic_id, last_epoch=epoch)
-        return state.fetcher
+        fetcher = RawBatchFetcher(
+            self.source, state.topic, state.partition, position, None,
+            max_bytes=self.config.partition_fetch_max_bytes, max_wait_ms=self.config.poll_interval_ms,
+            topic_id=session.source_topic_id, last_epoch=epoch)
+        return session, fetcher
 
     def _open_ready(self) -> list[tuple[LaneState, int]]:
         """Every held lane that may copy now, opened (on the workers, side by side: opening is several round trips
-        per lane), with the position its fetch starts at."""
+        per lane), with the position its fetch starts at.
+
+        A lease or group round runs as the pool's tick while the workers open lanes, and may drop one of them: the
+        opened session and fetcher are then not installed (a later acquisition must open anew: InitProducerId,
+        checkpoint read), and an error is not classified (the lane is not ours: no 'retrying', no halt)."""
         candidates = [self.lanes[lane] for lane in sorted(self.held)
                       if not self.lanes[lane].health.stopped and time.monotonic() >= self.lanes[lane].retry_at]
         closed = [state for state in candidates if state.session is None or state.fetcher is None]
         if closed:
-            outcomes = self.workers.run([(state.lane, functools.partial(self._open, state)) for state in closed],
-                                        tick=self._leases_busy)  # many opens must not let our leases lapse
-            for state, outcome in zip(closed, outcomes, strict=True):
+            began = [(state.session, state.generation) for state in closed]
+            outcomes = self.workers.run(
+                [(state.lane, functools.partial(self._open, state, session))
+                 for state, (session, _) in zip(closed, began, strict=True)],
+                tick=self._leases_busy)  # many opens must not let our leases lapse
+            for state, (session, generation), outcome in zip(closed, began, outcomes, strict=True):
+                if not self._still_ours(state, generation, session):
+                    if outcome.ok and outcome.value[0] is not session:
+                        event("lane_open_discarded", lane=state.lane,
+                              note="dropped while it opened; its next holder's InitProducerId fences this writer")
+                    continue
                 if not outcome.ok:
                     self._failed(state, outcome.error)
+                    continue
+                opened, state.fetcher = outcome.value
+                if opened is not session:
+                    opened.prune_floor = self.pruner.floors().get((state.topic, state.partition))
+                    state.session = opened
+                    event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
+                          position=opened.position)
         return [(state, state.fetcher.position) for state in candidates
                 if state.lane in self.held and state.fetcher is not None and state.session is not None]
 
@@ -710,23 +743,24 @@ class ShallowMirrorDaemon:
         # the checkpoint), and its answer in the round in flight is then dropped unread (_take_round).
         self._in_flight = self._send_round([(state, state.fetcher.position) for state, _ in ready
                                             if state.fetcher is not None])
-        work = []  # (lane, its session, share start, fetch result) of every share with data to copy
+        work = []  # (lane, its session, its generation, share start, fetch result) of every share to copy
         for state, fetcher, start, outcome in shares:
             # every fetched share is copied, even after SIGTERM: it is the in-flight work a stop finishes
             if state.lane not in self.held or state.fetcher is not fetcher:  # dropped or reset meanwhile
                 continue
             fetched = self._share_fetched(state, start, outcome)
             if fetched is not None:
-                work.append((state, state.session, start, fetched))
+                work.append((state, state.session, state.generation, start, fetched))
         # a lane's data and checkpoint commit together on its worker; one lane's failure is its own outcome.
         # Leases are renewed while the workers work: many lanes (or slow commits) must not let them lapse, or
         # another daemon takes them and the two keep fencing each other
         outcomes = self.workers.run(
             [(state.lane, _call(session.copy, start, state.fetcher.position, fetcher=FetchedOnce(fetched, start)))
-             for state, session, start, fetched in work], tick=self._leases_busy)
+             for state, session, _generation, start, fetched in work], tick=self._leases_busy)
         copied = 0
-        for (state, session, _start, fetched), outcome in zip(work, outcomes, strict=True):
-            if state.session is not session:  # dropped meanwhile (a lease round): its books are not ours any more
+        for (state, session, generation, _start, fetched), outcome in zip(work, outcomes, strict=True):
+            if not self._still_ours(state, generation, session):  # dropped meanwhile (a lease round): its books
+                continue                                            # are not ours any more
                 continue
             if not outcome.ok:
                 self._failed(state, outcome.error)

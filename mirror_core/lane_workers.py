@@ -7,12 +7,12 @@ lanes' steps, so the round trips of different lanes overlap; a lane's own steps 
 
 Invariants (where the state lives):
 
-- A lane is bound to one worker for the life of the pool (:meth:`LaneWorkerPool.worker_for`: the least loaded at
-  first sight, then always the same). Everything a lane's session does on the wire (its writer with the lane's
-  transactional.id and producer state, its checkpoint reads, its landing checks) runs on that worker's thread, with
-  that worker's own clients (:class:`~mirror_core.kafka_wire.WireClient` is one client per thread). The caller
-  hands a lane's objects over with a task and takes them back with the task's result (the queue is the
-  happens-before edge); it never uses a worker's clients itself.
+- A lane is bound to one worker while the caller holds it (:meth:`LaneWorkerPool.worker_for`: the least loaded
+  at first sight, then always the same, until :meth:`LaneWorkerPool.release`). Everything a lane's session does on
+  the wire (its writer with the lane's transactional.id and producer state, its checkpoint reads, its landing
+  checks) runs on that worker's thread, with that worker's own clients (:class:`~mirror_core.kafka_wire.WireClient`
+  is one client per thread). The caller hands a lane's objects over with a task and takes them back with the
+  task's result (the queue is the happens-before edge); it never uses a worker's clients itself.
 - :meth:`LaneWorkerPool.run` returns when every task it was given has finished; a task's exception is its own
   result, never another task's. The pool holds nothing across calls, so memory stays what the tasks carry (a
   round's shares, already fetched).
@@ -82,8 +82,8 @@ class _Worker:
                 break
             task, slot, outcomes, done = item
             try:
-                if self.clients is None:  # made here, on the thread that uses them; again after a failure
-                    self.clients = self.make_clients()
+                if self.clients is None:  # made here, on the thread that uses them; if making them failed,
+                    self.clients = self.make_clients()  # again with the next task (a task's failure keeps them)
                 outcomes[slot] = TaskOutcome(value=task(self.clients))
             except BaseException as exc:  # noqa: BLE001 - handed back to the caller, who classifies it
                 outcomes[slot] = TaskOutcome(error=exc)
@@ -118,6 +118,15 @@ class LaneWorkerPool:
             worker.lanes += 1
             self._lanes[lane] = worker
         return worker.index
+
+    def release(self, lane: str) -> None:
+        """The caller gave ``lane`` up (its session is gone): its worker's load drops, and the lane is bound anew
+        at its next task, to the least loaded worker then — so lanes do not skew across workers as they move
+        between daemons. Safe from a run's tick too: :meth:`run` queues all its tasks before it first ticks and
+        returns only when they all finished, so a lane's tasks never run on two workers at once."""
+        worker = self._lanes.pop(lane, None)
+        if worker is not None:
+            worker.lanes -= 1
 
     def run(self, tasks: Sequence[tuple[str, Callable[[LaneClients], Any]]], *,
             tick: Callable[[], object] | None = None) -> list[TaskOutcome]:

@@ -92,6 +92,8 @@ _REJECTIONS = (
     Errors.ClusterAuthorizationFailedError, Errors.TransactionalIdAuthorizationFailedError,
     Errors.UnsupportedCompressionTypeError, Errors.PolicyViolationError,
 )
+# a transaction coordinator's "not me (any more)": the cached coordinator is forgotten and looked up again
+_COORDINATOR_MOVED = frozenset({Errors.NotCoordinatorError, Errors.CoordinatorNotAvailableError})
 _FENCED = (Errors.InvalidProducerEpochError, Errors.ProducerFencedError, Errors.TransactionCoordinatorFencedError,
            Errors.InvalidProducerIdMappingError, Errors.InvalidTxnStateError)
 _STATE_LOST = (Errors.OutOfOrderSequenceNumberError, Errors.UnknownProducerIdError)
@@ -422,6 +424,8 @@ class BatchWriter:
                 raise ProducerFencedError(self.client.cluster_name, self._who, fenced[0].__name__)
             if fatal:
                 raise MirrorError(f"AddPartitionsToTxn for {self._who} failed: {fatal[0].__name__}")
+            if errors & _COORDINATOR_MOVED:  # v0-3 say it per partition, never at the top (_coordinator_call's
+                self._coordinator = None     # own check): look the coordinator up again before the retry
             if not backoff.wait():
                 raise MirrorError(f"AddPartitionsToTxn for {self._who}: still {sorted(e.__name__ for e in errors)}")
 

@@ -85,3 +85,19 @@ def test_one_lanes_tasks_run_in_the_given_order():
     finally:
         pool.close()
     assert order == [0, 1, 2]
+
+
+@pytest.mark.timeout(10)
+def test_lanes_given_up_free_their_worker_so_new_lanes_spread_evenly():
+    pool = _pool(2, [])
+    try:
+        pool.run([(lane, lambda clients: None) for lane in ("a", "b", "c", "d")])
+        freed = pool.worker_for("a")
+        assert pool.worker_for("c") == freed != pool.worker_for("b") == pool.worker_for("d")
+        for lane in ("a", "c"):  # both lanes of one worker move to another daemon
+            pool.release(lane)
+        pool.release("never-seen")  # nothing bound: nothing to release
+        workers = {lane: pool.worker_for(lane) for lane in ("e", "f")}
+        assert workers == {"e": freed, "f": freed}, f"new lanes {workers} went to the busier worker"
+    finally:
+        pool.close()
