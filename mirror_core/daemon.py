@@ -305,8 +305,10 @@ class ShallowMirrorDaemon:
         unjoined_s = self.membership.unjoined_for_s()
         session_s = (self.config.group_session_timeout_ms or DEFAULT_GROUP_SESSION_MS) / 1000
         stuck = bool(self._group_topics) and unjoined_s >= GROUP_UNJOINED_SESSIONS * session_s
-        joined = self.membership.view().joined
+        joined = self.membership.joined  # a flag read: this runs on every pass, whatever the number of lanes
         self.metrics.group_joined.set(1 if joined else 0)
+        if joined and self.membership.alive:
+            self._join_failures = 0  # a membership that works again: the next rebuild starts at the shortest wait
         if stuck and not self._group_unjoined_reported:
             self._group_unjoined_reported = True
             self.metrics.errors.labels("group_not_joined").inc()
@@ -537,6 +539,7 @@ class ShallowMirrorDaemon:
             classic_session_timeout_ms=cfg.group_session_timeout_ms if protocol == "classic" else None,
             metadata_refresh_ms=int(cfg.rescan_interval_s * 1000), on_change=self._group_changed.set)
         self._answered_generation = -1  # a new membership counts its generations anew
+        self._fenced.clear()  # ... and its assignment is a new one
         if self._group_topics is not None:
             self.membership.subscribe(self._group_topics)
         self.membership.start()

@@ -197,6 +197,11 @@ class GroupMembership:
             self._released |= parts
             self._lock.notify_all()
 
+    @property
+    def joined(self) -> bool:
+        """At least one assignment (possibly empty) received: the group formed for this member."""
+        return self._joined
+
     def unjoined_for_s(self) -> float:
         """How long this member has been subscribed to a non-empty topic list without ever receiving an
         assignment (0 once joined, or while nothing is subscribed)."""
