@@ -29,7 +29,8 @@ Memory per round is bounded by ``fetch_max_bytes`` per source broker.
 
 Membership (``membership: group``, the default): the daemons of a pipeline are members of one consumer group on the
 source; Kafka detects dead members and balances the partitions; an assigned partition is a lane this process holds
-once it is eligible. A revocation is honoured between lanes: the lane's transaction is finished (every copy ends
+once it is eligible. A revocation is honoured once per pass of the main loop (after that pass's lane work has
+returned, so about one copy round): the lane's transaction is finished (every copy ends
 with its commit) or aborted, the lane dropped, and only then the partition given back (the hand-shake and its
 timeout: :mod:`mirror_core.daemon_membership`). With ``lease_compat`` a group daemon also keeps off lanes an older,
 lease-based daemon holds by a live lease, and writes lease records for its own lanes, so both kinds can run side by
@@ -97,6 +98,10 @@ log = logging.getLogger("shoal.daemon")
 REPAIRABLE_REJECTIONS = ("MESSAGE_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_TIMESTAMP")  # config sync may fix
 DELETION_SIGNS = ("UnknownTopicOrPartition", "UnknownTopicId", "UNKNOWN_TOPIC", "InconsistentTopicId")
 DELETION_CONFIRM_S = 1.0  # a source topic must be missing from metadata twice, this far apart, to count as deleted
+GROUP_UNJOINED_SESSIONS = 3  # subscribed this many session timeouts without an assignment: the group did not form
+DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets none (both protocols' default)
+REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
+FENCED_BACKOFF_CAP_S = 300.0  # a lane fenced out of this process is retried after at most this (see _fenced_out)
 
 
 
@@ -178,6 +183,13 @@ class ShallowMirrorDaemon:
         self._answered_generation = -1  # the membership generation _answer_revocations last looked at
         self._lanes_idle = True  # no lane work runs on another thread now (see _leases_if_due)
         self._held_since_answer = False  # lanes acquired since then (from an assignment read before a revocation)
+        # lane → (membership generation at its fenced drop, fencings in a row, retry not before): a fenced lane is
+        # not re-acquired from the same assignment until it changes or the backoff passes (see _fenced_out)
+        self._fenced: dict[str, tuple[int, int, float]] = {}
+        self._group_timeouts_applied = False  # the KIP-848 group configs are set once per process
+        self._join_failures = 0  # consecutive rebuilds of a membership whose thread died (or could not start)
+        self._next_join = 0.0
+        self._group_unjoined_reported = False  # group_not_joined logged (once per episode)
         self._next_config_sync = 0.0
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
@@ -257,10 +269,19 @@ class ShallowMirrorDaemon:
         self._lanes_idle = lanes_idle
         if self.membership is not None and lanes_idle:
             self._answer_revocations()
-            if not self.membership.alive:  # its thread died (logged there): nothing is assigned any more
+            if not self.membership.alive and time.monotonic() >= self._next_join:
+                # its thread died (logged there): nothing is assigned any more. Rebuilt with a backoff (a consumer
+                # that dies at once must not be re-created on every pass), and a failure to rebuild (the source
+                # unreachable for the version probe, say) is retried, never the end of run()
                 self.metrics.errors.labels("membership").inc()
-                event("group_rejoining", logging.WARNING, error=self.membership.error)
-                self._join_group()
+                self._join_failures += 1
+                delay = min(REJOIN_BACKOFF_S[1], REJOIN_BACKOFF_S[0] * 2 ** (self._join_failures - 1))
+                self._next_join = time.monotonic() + delay
+                event("group_rejoining", logging.WARNING, error=self.membership.error, attempt=self._join_failures,
+                      next_retry_in_s=delay)
+                self._housekeeping("membership", self._join_group)
+        if self.membership is not None:
+            self._check_group_formed()
         now = time.monotonic()
         if now >= self._next_lease or self._group_changed.is_set():
             self._next_lease = now + self.config.lease_ttl_s / 3
@@ -271,8 +292,48 @@ class ShallowMirrorDaemon:
                 self._answer_revocations()                   # before any lane opens
 
     def _leases_busy(self) -> None:
-        """The lane pool's progress tick: membership work while lanes run on worker threads (no writer touched)."""
-        self._leases_if_due(lanes_idle=False)
+        """The lane pool's progress tick: membership work while lanes run on worker threads (no writer touched).
+        ``_lanes_idle`` is False exactly while a tick runs: the pool calls it on this thread while lane work runs on
+        others, and between its calls this thread is back in the pool's wait or past the pool run (lanes idle)."""
+        try:
+            self._leases_if_due(lanes_idle=False)
+        finally:
+            self._lanes_idle = True
+
+    def _check_group_formed(self) -> None:
+        """A group that never forms is no error librdkafka reports (a broker without the protocol, a missing group
+        ACL): subscribed to a non-empty selection and still not joined after GROUP_UNJOINED_SESSIONS session
+        timeouts, the daemon says so — an event naming the group, the cluster and what to check, the
+        ``shoal_group_joined`` metric at 0, and ``/readyz`` failing — until an assignment arrives."""
+        unjoined_s = self.membership.unjoined_for_s()
+        session_s = (self.config.group_session_timeout_ms or DEFAULT_GROUP_SESSION_MS) / 1000
+        stuck = bool(self._group_topics) and unjoined_s >= GROUP_UNJOINED_SESSIONS * session_s
+        joined = self.membership.joined  # a flag read: this runs on every pass, whatever the number of lanes
+        self.metrics.group_joined.set(1 if joined else 0)
+        if joined and self.membership.alive:
+            self._join_failures = 0  # a membership that works again: the next rebuild starts at the shortest wait
+        if stuck and not self._group_unjoined_reported:
+            self._group_unjoined_reported = True
+            self.metrics.errors.labels("group_not_joined").inc()
+            check = ("that the brokers run the consumer group protocol (KIP-848: Kafka 4+, or "
+                     "group.coordinator.rebalance.protocols including 'consumer'; group_protocol: classic or auto "
+                     "otherwise)" if self.membership.protocol == "consumer" else
+                     "that the group coordinator is reachable")
+            problem = (f"daemon {self.worker_id} has not joined group {self.membership.group!r} on cluster "
+                       f"{self.config.source.name!r} ({self.membership.protocol} protocol) after {unjoined_s:.0f}s "
+                       f"subscribed to {len(self._group_topics)} topic(s): check {check}, and that the principal "
+                       f"has Read on the group and Describe on the topics (last client error: "
+                       f"{self.membership.error or 'none'}); no lane is copied by this process meanwhile")
+            self.metrics.group_problem = problem
+            event("group_not_joined", logging.ERROR, group=self.membership.group, cluster=self.config.source.name,
+                  protocol=self.membership.protocol, waited_s=round(unjoined_s), error=self.membership.error,
+                  note=problem)
+        elif not stuck and self._group_unjoined_reported:
+            self._group_unjoined_reported = False
+            self.metrics.group_problem = None
+            if joined:
+                event("group_joined", group=self.membership.group, cluster=self.config.source.name,
+                      protocol=self.membership.protocol)
 
     def _housekeeping(self, what: str, action) -> None:
         """Run a rescan or a lease round; a failure (e.g. the target restarting) is logged and retried on the next
@@ -470,7 +531,8 @@ class ShallowMirrorDaemon:
     def _join_group(self) -> None:
         cfg = self.config
         protocol = choose_protocol(cfg.group_protocol, self.source.broker_version)
-        if cfg.group_session_timeout_ms and protocol == "consumer":
+        if cfg.group_session_timeout_ms and protocol == "consumer" and not self._group_timeouts_applied:
+            self._group_timeouts_applied = True  # once per process: a rejoin does not need another AdminClient
             try:
                 apply_group_timeouts(cfg.source, cfg.pipeline, cfg.group_session_timeout_ms)
             except MirrorError as exc:  # the group still works, with the broker's default session timeout
@@ -478,8 +540,9 @@ class ShallowMirrorDaemon:
         self.membership = GroupMembership(
             cfg.source, cfg.pipeline, self.worker_id, protocol=protocol, revoke_timeout_s=cfg.revoke_timeout_s,
             classic_session_timeout_ms=cfg.group_session_timeout_ms if protocol == "classic" else None,
-            on_change=self._group_changed.set)
+            metadata_refresh_ms=int(cfg.rescan_interval_s * 1000), on_change=self._group_changed.set)
         self._answered_generation = -1  # a new membership counts its generations anew
+        self._fenced.clear()  # ... and its assignment is a new one
         if self._group_topics is not None:
             self.membership.subscribe(self._group_topics)
         self.membership.start()
@@ -496,20 +559,31 @@ class ShallowMirrorDaemon:
         self._answered_generation, self._held_since_answer = generation, False
         closed = [lane for lane in sorted(self.held)
                   if (self.lanes[lane].topic, self.lanes[lane].partition) not in assigned]
-        gone = self._topics_missing_on_source({self.lanes[lane].topic for lane in closed})
+        gone = self._deleted_source_topics({self.lanes[lane].topic for lane in closed})
         for lane in closed:
             state = self.lanes[lane]
             self._close_lane(state)
             # a deleted source topic's partitions leave the group before the lane's fetch reports it: the lane
             # halts (or retires) as it would have while held, naming what was never copied
-            if state.topic in gone and self._source_deleted(state):
+            if state.topic in gone and self._source_deleted(state, confirmed=True):
                 continue
             self._drop(lane, "revoked by the group")
-        self.membership.released(revoking)
-        self.metrics.lanes.set(len(self.held))
-        self.status.lanes_held = sorted(self.held)
+        # our lease records are released while the partitions are still ours (the revocation waits for released()),
+        # so no other group daemon has written its record of the lane yet: the release cannot erase it
         if closed and self.config.lease_compat:
             self._housekeeping("leases", lambda: self._release_own_leases(closed))
+        self.membership.released(revoking, as_of=generation)
+        self.metrics.lanes.set(len(self.held))
+        self.status.lanes_held = sorted(self.held)
+
+    def _deleted_source_topics(self, topics: set[str]) -> set[str]:
+        """Of ``topics``, those confirmed deleted on the source: missing from metadata twice, DELETION_CONFIRM_S
+        apart — one look-up (and at most one wait) for all of them, not one per lane."""
+        gone = self._topics_missing_on_source(topics)
+        if gone:
+            time.sleep(DELETION_CONFIRM_S)
+            gone &= self._topics_missing_on_source(gone)
+        return gone
 
     def _topics_missing_on_source(self, topics: set[str]) -> set[str]:
         """Of ``topics``, those the source's metadata does not know (one request; an error: none)."""
@@ -525,14 +599,25 @@ class ShallowMirrorDaemon:
                 or meta[t].error_code == errors.UnknownTopicOrPartitionError.errno}
 
     def _release_own_leases(self, lanes: list[str], records: dict[str, Lease] | None = None) -> None:
-        """Release our lease records of ``lanes`` — only those still ours: a record an older daemon wrote since
-        (it took the lane after ours expired) is its live lease and must stay."""
+        """Release our lease records of ``lanes`` — only those still ours at write time, as far as a log without
+        conditional writes allows: the record read is ours and not expired (an older daemon writes a lane's lease
+        only once ours has expired), and the group still has the partition with this process (assigned, possibly
+        being revoked: no other group daemon writes the lane's record before the revocation completes). A lane the
+        group already moved (a lost assignment, a revocation that timed out) keeps our record until it expires:
+        its next holder may have written its own record since, which a release would erase."""
         if records is None:
             records = self.leases.read(self.config.pipeline)
+        ours = self.membership.view().assigned if self.membership is not None else None
+        limit = now_ms() + 1000  # a record about to expire may be taken over before our release lands
+        release = []
         for lane in lanes:
-            record = records.get(lane)
-            if record is not None and record.holder == self.worker_id:
-                self.leases.release(self.config.pipeline, lane, self.worker_id, group=True)
+            record, state = records.get(lane), self.lanes.get(lane)
+            if record is None or record.holder != self.worker_id or record.expires_ms <= limit:
+                continue
+            if ours is not None and (state is None or (state.topic, state.partition) not in ours):
+                continue
+            release.append(Lease(self.config.pipeline, lane, self.worker_id, 0, group=True))
+        self.leases.write_many(release)
 
     def _close_lane(self, state: LaneState) -> None:
         """Before a lane is given up: no transaction of ours may stay open on it. Between lanes every copy has
@@ -555,8 +640,9 @@ class ShallowMirrorDaemon:
         assigned = self.membership.assigned()
         records = self.leases.read(pipeline) if self.config.lease_compat else {}
         blocked = {lane: lease.holder for lane, lease in records.items() if lease.blocks_group_daemon(me, now)}
+        fenced = self._fenced_out(self.membership.generation)
         want = {lane for lane in eligible if (self.lanes[lane].topic, self.lanes[lane].partition) in assigned
-                and lane not in blocked}
+                and lane not in blocked and lane not in fenced}
         dropped = sorted(self.held - want)
         for lane in dropped:
             self._close_lane(self.lanes[lane])
@@ -574,26 +660,57 @@ class ShallowMirrorDaemon:
             event("lane_waits_for_lease", lane=lane, holder=blocked[lane],
                   note="assigned by the group, held by a lease-based daemon; taken when that lease ends")
         self._waiting_for_lease = waiting
-        if self.config.lease_compat:
+        if self.config.lease_compat:  # one batch: every record produced, one flush (not a round trip per lane)
             expires = now + int(self.config.lease_ttl_s * 1000)
-            for lane in sorted(self.held):
-                self.leases.write(Lease(pipeline, lane, me, expires, self._live_health(lane), group=True))
+            self.leases.write_many([Lease(pipeline, lane, me, expires, self._live_health(lane), group=True)
+                                    for lane in sorted(self.held)])
         self.metrics.lanes.set(len(self.held))
         self.status.lanes_held = sorted(self.held)
 
+    def _fenced_out(self, generation: int) -> set[str]:
+        """Lanes not to re-acquire now: fenced while held (another process opened them with the lane's
+        transactional.id) under this same membership generation. Our assignment may be stale — a member the broker
+        expired but cut off from the coordinator still lists its old partitions — and re-adding the lane would fence
+        the new holder back, and so on. Re-acquired once the assignment changes, or after a backoff doubling with
+        each fencing in a row (from ``lease_ttl_s / 3`` up to FENCED_BACKOFF_CAP_S), so a rightful holder fenced
+        by such a stale member gets its lane back."""
+        now = time.monotonic()
+        out = set()
+        for lane, (fenced_gen, _count, retry_at) in list(self._fenced.items()):
+            if fenced_gen != generation:
+                del self._fenced[lane]  # the assignment changed: count anew
+            elif now < retry_at:
+                out.add(lane)
+        return out
+
+    def _note_fenced(self, lane: str) -> None:
+        """A held lane was fenced (see _fenced_out)."""
+        if self.membership is None:
+            return
+        generation = self.membership.generation
+        _gen, count, _at = self._fenced.get(lane, (generation, 0, 0.0))
+        count += 1
+        delay = min(FENCED_BACKOFF_CAP_S, self.config.lease_ttl_s / 3 * 2 ** (count - 1))
+        self._fenced[lane] = (generation, count, time.monotonic() + delay)
+        event("lane_fenced_backoff", logging.WARNING, lane=lane, fencings=count, retry_in_s=round(delay, 1),
+              note="another process opened this lane; not re-acquired until the group's assignment changes or the "
+                   "backoff passes")
+
     def _leave_group(self) -> None:
-        """Shutdown (the round in progress has committed): drop every lane, release our lease records, leave."""
+        """Shutdown (the round in progress has committed): drop every lane, release our lease records (while the
+        partitions are still ours: see _release_own_leases), leave."""
         lanes = sorted(self.held)
         for lane in lanes:
             self._close_lane(self.lanes[lane])
             self._drop(lane, "shutdown")
-        self.membership.released(self.membership.revoking())
-        self.membership.close()
         if lanes and self.config.lease_compat:
             try:
                 self._release_own_leases(lanes)
             except Exception as exc:  # noqa: BLE001 - best effort: an unreleased lease just expires
                 event("lease_release_failed", logging.WARNING, lanes=",".join(lanes), error=exc)
+        generation = self.membership.generation
+        self.membership.released(self.membership.revoking(), as_of=generation)
+        self.membership.close()
 
     def _drop(self, lane: str, why: str) -> None:
         self.held.discard(lane)
@@ -872,6 +989,7 @@ class ShallowMirrorDaemon:
         if isinstance(exc, ProducerFencedError | OwnershipError | NotHandedOffError):
             self.metrics.errors.labels("fenced").inc()
             self._drop(state.lane, f"fenced: {exc}")
+            self._note_fenced(state.lane)
             return
         retriable, reason = classify_failure(exc)
         if self._maybe_deleted(exc) and self._source_deleted(state):
@@ -945,11 +1063,12 @@ class ShallowMirrorDaemon:
         text = f"{type(exc).__name__} {exc}"
         return any(sign in text for sign in DELETION_SIGNS)
 
-    def _source_deleted(self, state: LaneState) -> bool:
-        """Confirm a source topic deletion (missing from fresh metadata twice, ``DELETION_CONFIRM_S`` apart), then
-        retire the lane when it had copied everything it saw, else halt naming the range never copied."""
-        if not (self._source_topic_missing(state.topic) and
-                (time.sleep(DELETION_CONFIRM_S) or self._source_topic_missing(state.topic))):
+    def _source_deleted(self, state: LaneState, *, confirmed: bool = False) -> bool:
+        """Confirm a source topic deletion (missing from fresh metadata twice, ``DELETION_CONFIRM_S`` apart; or
+        ``confirmed`` already, for a whole topic at once), then retire the lane when it had copied everything it
+        saw, else halt naming the range never copied."""
+        if not confirmed and not (self._source_topic_missing(state.topic) and
+                                  (time.sleep(DELETION_CONFIRM_S) or self._source_topic_missing(state.topic))):
             return False
         position = state.session.position if state.session is not None else None
         if position is None:

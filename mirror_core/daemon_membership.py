@@ -17,8 +17,10 @@ Revocation hand-shake (the rule this module owns): the revocation callback runs 
 partitions *revoking* (:meth:`GroupMembership.revoking`), and blocks until the daemon loop has closed those lanes —
 their open transaction finished or aborted, the lane dropped — and said so with :meth:`GroupMembership.released`,
 or until ``revoke_timeout_s`` passes. Only then does it ``incremental_unassign`` and return, so the partition goes
-to its next holder after our last commit. The loop looks at the revocations between lanes (a flag read, no I/O), so
-the wait is at most one lane's copy, usually milliseconds.
+to its next holder after our last commit. The loop answers revocations once per pass of its main loop (a counter
+read when nothing changed, no I/O) and from the lane pool's progress tick only once the lanes' work of that pass has
+returned, so the wait is about one copy round: the slowest lane's fetch and commit of that round (seconds under a
+backlog or a slow target), not milliseconds.
 
 If the timeout passes (the loop is stuck in one lane's write retries, say), the callback gives the partitions up
 anyway and logs ``event=revoke_timeout``: it must return well within the group's rebalance timeout
@@ -28,9 +30,16 @@ the callback: the next holder opens the lane with the lane's transactional.id, w
 the checkpoint committed with the data, read only after that fencing. A lost assignment (this member's session
 expired: the group already gave the partitions to others) is dropped without waiting, for the same reason.
 
+A group that never forms (a broker without the requested protocol, a missing group ACL, an unreachable
+coordinator) is no error librdkafka reports: the member simply never gets an assignment. :meth:`GroupMembership.
+unjoined_for_s` tells how long it has been subscribed without one; the daemon turns that into an event, a metric and
+a failing ``/readyz``.
+
 Invariants: ``_assigned`` is exactly what was ``incremental_assign``-ed and not yet unassigned; ``_revoking`` ⊆
-``_assigned``; ``_released`` holds partitions the loop closed while they were revoking (cleared at unassign). Every
-consumer call happens on the poll thread (subscribe requests are handed to it).
+``_assigned``; ``_released`` holds partitions the loop closed while they were revoking (cleared at unassign), and
+only for the revocation the loop saw: :meth:`GroupMembership.released` ignores a partition whose revocation began
+after the generation the loop read (``_revoke_started``). Every consumer call happens on the poll thread (subscribe
+requests are handed to it).
 """
 
 from __future__ import annotations
@@ -70,9 +79,14 @@ def choose_protocol(requested: str, broker_version: tuple[int, ...] | None) -> s
 
 
 def consumer_settings(source: ClusterConfig, pipeline: str, worker_id: str, protocol: str, *,
-                      classic_session_timeout_ms: int | None = None) -> dict:
+                      classic_session_timeout_ms: int | None = None, metadata_refresh_ms: int | None = None) -> dict:
     """librdkafka settings of the membership consumer: never commits, never fetches (everything it is assigned is
-    paused), client.id = the worker id (what `shoal mirror status` and lag tools show)."""
+    paused), client.id = the worker id (what `shoal mirror status` and lag tools show).
+
+    ``metadata_refresh_ms``: how often librdkafka refreshes the subscribed topics' metadata. With the classic
+    protocol a partition added to a subscribed topic is assigned only after the leader's next refresh (librdkafka's
+    default is 5 minutes); the daemon sets it to its rescan interval, so new partitions become lanes as fast as new
+    topics do (harmless with the consumer protocol, where the broker notices them)."""
     settings = {
         "group.id": group_id(pipeline),
         "client.id": worker_id,
@@ -84,6 +98,8 @@ def consumer_settings(source: ClusterConfig, pipeline: str, worker_id: str, prot
         "queued.max.messages.kbytes": 64,  # should a fetch ever slip in before the pause: little memory
         "log_level": 3,
     }
+    if metadata_refresh_ms:
+        settings["topic.metadata.refresh.interval.ms"] = max(1000, int(metadata_refresh_ms))
     if protocol == "consumer":
         settings["group.protocol"] = "consumer"  # session and heartbeat are the broker's (group configs)
     else:
@@ -112,7 +128,7 @@ class GroupMembership:
 
     def __init__(self, source: ClusterConfig, pipeline: str, worker_id: str, *, protocol: str,
                  revoke_timeout_s: float = 30.0, classic_session_timeout_ms: int | None = None,
-                 on_change=None):
+                 metadata_refresh_ms: int | None = None, on_change=None):
         if revoke_timeout_s * 1000 >= MAX_POLL_INTERVAL_MS / 2:
             raise ConfigError(f"revoke_timeout_s {revoke_timeout_s:g} must stay well below the group's rebalance "
                               f"timeout ({MAX_POLL_INTERVAL_MS / 1000:g}s)")
@@ -120,17 +136,20 @@ class GroupMembership:
         self.group = group_id(pipeline)
         self.revoke_timeout_s = revoke_timeout_s
         self._settings = consumer_settings(source, pipeline, worker_id, protocol,
-                                           classic_session_timeout_ms=classic_session_timeout_ms)
+                                           classic_session_timeout_ms=classic_session_timeout_ms,
+                                           metadata_refresh_ms=metadata_refresh_ms)
         self._on_change = on_change  # called (no arguments, on the poll thread) when assigned/revoking changed
         self._lock = threading.Condition()
         self._assigned: set[Partition] = set()
         self._revoking: set[Partition] = set()
         self._released: set[Partition] = set()
+        self._revoke_started: dict[Partition, int] = {}  # revoking partition → the generation its revocation began
         self._leaving = False       # shutdown: the loop holds no lane any more, revocations need no wait
         self._joined = False
         self._generation = 0        # bumped on every change of _assigned or _revoking (a cheap "anything new?")
         self._subscription: list[str] | None = None   # wanted (set by the loop)
         self._subscribed: list[str] | None = None     # applied (by the poll thread)
+        self._unjoined_since: float | None = None     # monotonic time of a non-empty subscribe with no assignment yet
         self._stop = threading.Event()
         self._last_poll = time.monotonic()
         self._thread: threading.Thread | None = None
@@ -166,11 +185,29 @@ class GroupMembership:
         with self._lock:
             return frozenset(self._revoking - self._released)
 
-    def released(self, partitions: Iterable[Partition]) -> None:
-        """The loop closed these lanes (no open transaction, dropped): a waiting revocation may complete."""
+    def released(self, partitions: Iterable[Partition], *, as_of: int | None = None) -> None:
+        """The loop closed these lanes (no open transaction, dropped): a waiting revocation may complete.
+        ``as_of``: the :attr:`generation` the loop read before it read :meth:`revoking` — a revocation of the same
+        partition that began after that (the earlier one completed, the partition came back and is being revoked
+        again, its new lane perhaps mid-transaction) is not satisfied by this call."""
         with self._lock:
-            self._released |= set(partitions) & self._revoking
+            parts = set(partitions) & self._revoking
+            if as_of is not None:
+                parts = {p for p in parts if self._revoke_started.get(p, 0) <= as_of}
+            self._released |= parts
             self._lock.notify_all()
+
+    @property
+    def joined(self) -> bool:
+        """At least one assignment (possibly empty) received: the group formed for this member."""
+        return self._joined
+
+    def unjoined_for_s(self) -> float:
+        """How long this member has been subscribed to a non-empty topic list without ever receiving an
+        assignment (0 once joined, or while nothing is subscribed)."""
+        with self._lock:
+            since = self._unjoined_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def view(self) -> MembershipView:
         with self._lock:
@@ -211,6 +248,7 @@ class GroupMembership:
                 self._assigned.clear()
                 self._revoking.clear()
                 self._released.clear()
+                self._revoke_started.clear()
                 self._generation += 1
             self._changed()
 
@@ -225,6 +263,11 @@ class GroupMembership:
         else:
             consumer.unsubscribe()
         self._subscribed = wanted
+        with self._lock:
+            if not wanted:
+                self._unjoined_since = None
+            elif not self._joined and self._unjoined_since is None:
+                self._unjoined_since = time.monotonic()
         log.info("event=group_subscribed group=%s protocol=%s topics=%d", self.group, self.protocol, len(wanted))
 
     def _on_assign(self, consumer, partitions) -> None:
@@ -239,6 +282,7 @@ class GroupMembership:
         with self._lock:
             self._assigned |= {(tp.topic, tp.partition) for tp in partitions}
             self._joined = True
+            self._unjoined_since = None
             self._generation += 1
         if partitions:
             log.info("event=group_assigned group=%s worker=%s partitions=%s", self.group, self.worker_id,
@@ -257,8 +301,10 @@ class GroupMembership:
     def _give_up(self, consumer, partitions, *, wait: bool) -> None:
         parts = {(tp.topic, tp.partition) for tp in partitions}
         with self._lock:
-            self._revoking |= parts & self._assigned
             self._generation += 1
+            for part in parts & self._assigned - self._revoking:
+                self._revoke_started[part] = self._generation
+            self._revoking |= parts & self._assigned
         self._changed()
         deadline = time.monotonic() + self.revoke_timeout_s
         with self._lock:
@@ -277,6 +323,8 @@ class GroupMembership:
             self._assigned -= parts
             self._revoking -= parts
             self._released -= parts
+            for part in parts:
+                self._revoke_started.pop(part, None)
             self._generation += 1
         if partitions:
             log.info("event=group_revoked group=%s worker=%s partitions=%s", self.group, self.worker_id,

@@ -2,7 +2,9 @@
 
 ``/healthz`` is liveness only (the process loop runs); lane trouble is readiness: ``/readyz`` answers 503 while any
 lane is ``halted`` or ``stalled`` (:mod:`mirror_core.lane_status`), with every lane's state in its JSON body, so an
-orchestrator alerts without restarting a daemon whose other lanes are fine.
+orchestrator alerts without restarting a daemon whose other lanes are fine — and while the daemon's consumer group
+never formed (``group_problem``: subscribed to a non-empty selection, never assigned anything; the body says what
+to check), since such a daemon holds no lane and copies nothing.
 
 Names follow Prometheus conventions and what MirrorMaker 2 operators look for: records and bytes copied, replication
 latency, record age, lag per partition, deep batches, errors by kind; retention margins come from
@@ -66,6 +68,11 @@ class DaemonMetrics:
         self.lane_halt_offset = Gauge("shoal_lane_halt_offset", "A halted lane's offsets: its committed source "
                                       "position and the end of the range its reason names", (*LANE_LABELS, "bound"),
                                       registry=r)
+        self.group_joined = Gauge("shoal_group_joined", "1 once this daemon's membership of its pipeline's consumer "
+                                  "group received an assignment (possibly empty), 0 while it has not: a group that "
+                                  "never forms (protocol not supported, group ACL missing) holds no lane",
+                                  registry=r)
+        self.group_problem: str | None = None  # why the group has not formed (set by the daemon loop), for /readyz
         self.healthy = True
         self.last_loop = time.monotonic()
         self._lanes_lock = threading.Lock()
@@ -111,11 +118,16 @@ class DaemonMetrics:
             self._lanes = {name: {"lane": name, "pipeline": pipeline, **lane} for name, lane in lanes.items()}
 
     def readiness(self) -> tuple[bool, dict]:
-        """(ready, JSON body): not ready while any lane is halted or stalled."""
+        """(ready, JSON body): not ready while any lane is halted or stalled, or the group has not formed."""
         with self._lanes_lock:
             lanes = sorted(self._lanes.values(), key=lambda lane: lane["lane"])
         blocking = [lane["lane"] for lane in lanes if lane["state"] in NOT_READY]
-        return not blocking, {"ready": not blocking, "not_ready_lanes": blocking, "lanes": lanes}
+        problem = self.group_problem
+        ready = not blocking and problem is None
+        body = {"ready": ready, "not_ready_lanes": blocking, "lanes": lanes}
+        if problem is not None:
+            body["group"] = problem
+        return ready, body
 
 
 def serve_metrics(metrics: DaemonMetrics, port: int, *, host: str = "127.0.0.1",

@@ -338,3 +338,63 @@ def test_a_paused_daemon_past_its_session_is_fenced_and_rejoins(
     for daemon in (a, b):
         rc, _ = daemon.terminate()
         assert rc == 0, daemon.tail()
+
+
+def test_a_group_that_never_forms_fails_readiness(sandbox, legacy_cluster, unique_name, tmp_path,
+                                                  daemon_factory):  # noqa: F811
+    """The consumer group protocol forced on a Kafka 3.9 broker (which does not run KIP-848 groups by default): the
+    member never receives an assignment and librdkafka reports no error. The daemon must say so — an event naming
+    the group, the cluster and what to check, ``shoal_group_joined`` at 0, ``/readyz`` 503 — instead of running
+    silently with no lane (before the fix: /readyz 200, nothing logged, no metric moved)."""
+    prefix = unique_name()
+    topic = f"{prefix}.t"
+    legacy_cluster.create_topic(topic, partitions=2)
+    pipeline = f"nogroup-{prefix.rsplit('.', 1)[-1]}"
+    port = free_port()
+    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix),
+                            source=dict(legacy_cluster.config.settings), membership="group",
+                            group_protocol="consumer", group_session_timeout_ms=2000, metrics_port=port)
+    daemon = daemon_factory(config, "nogroup-a", metrics_port=port).start()
+
+    def not_ready():
+        try:
+            status, body = daemon.get("/readyz")
+        except OSError:
+            return None
+        return json.loads(body) if status == 503 else None
+
+    report = wait_for(not_ready, 60, "/readyz failing for the group that never formed", daemons=(daemon,))
+    group = f"shoal.{pipeline}.daemons"
+    assert group in report["group"] and "consumer" in report["group"] and "Read on the group" in report["group"]
+    assert daemon.metrics()[("shoal_group_joined", ())] == 0
+    log = daemon.log_text()
+    assert "event=group_not_joined" in log and group in log, daemon.tail()
+    assert "event=lane_acquired" not in log
+    rc, _ = daemon.terminate()
+    assert rc == 0, daemon.tail()
+
+
+@pytest.mark.timeout(90)
+def test_classic_membership_assigns_new_partitions_within_the_refresh_interval(legacy_cluster, unique_name):
+    """Classic protocol: partitions added to a subscribed topic are assigned once the group leader's librdkafka
+    refreshes the topic's metadata — every 5 minutes by default. The membership consumer refreshes it at the rescan
+    interval the daemon passes (2 s here), so the new partitions become lanes within seconds."""
+    from mirror_core.daemon_membership import GroupMembership
+
+    prefix = unique_name()
+    topic = f"{prefix}.t"
+    legacy_cluster.create_topic(topic, partitions=2)
+    membership = GroupMembership(legacy_cluster.config, f"np-{prefix.rsplit('.', 1)[-1]}", "np-a",
+                                 protocol="classic", revoke_timeout_s=5, classic_session_timeout_ms=6000,
+                                 metadata_refresh_ms=2000)
+    membership.subscribe([topic])
+    membership.start()
+    try:
+        wait_for(lambda: len(membership.assigned()) == 2 or None, 30, "the first two partitions assigned")
+        legacy_cluster.admin.add_partitions(topic, 4)
+        grown = time.monotonic()
+        wait_for(lambda: len(membership.assigned()) == 4 or None, 30, "the two new partitions assigned")
+        assert time.monotonic() - grown < 30
+        assert membership.assigned() == {(topic, p) for p in range(4)}
+    finally:
+        membership.close(5)

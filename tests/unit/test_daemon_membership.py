@@ -124,3 +124,225 @@ def test_pipeline_membership_settings_are_validated():
         pipeline_config_from_mapping({**base, "membership": "zookeeper"})
     with pytest.raises(ConfigError, match="revoke_timeout_s"):
         pipeline_config_from_mapping({**base, "revoke_timeout_s": 600})
+
+
+# ---- the review fixes (issue 18 review): the daemon's side, with a stand-in membership --------------------------
+class StubMembership:
+    """What the daemon loop reads of a GroupMembership, set by the test."""
+
+    protocol, group, error = "consumer", "shoal.p.daemons", None
+
+    def __init__(self, assigned=frozenset()):
+        self.full = set(assigned)         # assigned, revoking included (view().assigned)
+        self.revoking_now: set = set()
+        self.generation = 1
+        self.alive = True
+        self.joined = True
+        self.unjoined_s = 0.0
+        self.released_calls: list[tuple[set, int | None]] = []
+        self.events: list[str] = []
+
+    def assigned(self):
+        return frozenset(self.full - self.revoking_now)
+
+    def revoking(self):
+        return frozenset(self.revoking_now)
+
+    def released(self, parts, *, as_of=None):
+        self.events.append("released")
+        self.released_calls.append((set(parts), as_of))
+
+    def view(self):
+        from mirror_core.daemon_membership import MembershipView
+        return MembershipView(self.protocol, self.group, self.joined, frozenset(self.full),
+                              frozenset(self.revoking_now), 0.0)
+
+    def unjoined_for_s(self):
+        return self.unjoined_s
+
+
+class RecordingLeases:
+    def __init__(self, membership=None, records=None):
+        self.records = records or {}
+        self.writes: list[list[Lease]] = []
+        self.membership = membership
+
+    def read(self, pipeline):
+        return dict(self.records)
+
+    def write_many(self, leases):
+        if self.membership is not None:
+            self.membership.events.append("leases")
+        self.writes.append(list(leases))
+
+
+def group_daemon(lanes=("t-0", "t-1"), **overrides):
+    from mirror_core.daemon import LaneState, ShallowMirrorDaemon
+
+    cfg = pipeline_config_from_mapping({"pipeline": "p", "source": {"bootstrap.servers": "a:1"},
+                                        "target": {"bootstrap.servers": "b:1"}, "include": "t", "metrics_port": 0,
+                                        "lease_ttl_s": 3, **overrides})
+    daemon = ShallowMirrorDaemon(cfg, worker_id="A")
+    for lane in lanes:
+        topic, part = lane.rsplit("-", 1)
+        daemon.lanes[lane] = LaneState(topic, int(part), topic, lane)
+    daemon._eligible = lambda: sorted(daemon.lanes)
+    daemon.membership = StubMembership({(daemon.lanes[ln].topic, daemon.lanes[ln].partition) for ln in lanes})
+    daemon.leases = RecordingLeases(daemon.membership)
+    return daemon
+
+
+def test_released_does_not_satisfy_a_later_revocation_of_the_same_partition():
+    """The loop read the revocations at generation g; the revocation it answers completed (timeout), the partition
+    came back and is being revoked again: the loop's released() of the first must not complete the second (its
+    lane may be mid-transaction). Before: released() took any partition currently revoking."""
+    m, consumer = membership(), RecordingConsumer()
+    m._on_assign(consumer, [TopicPartition("t", 0)])
+    seen_at = m.generation  # the loop reads the generation, then revoking() (empty now: a revocation comes next)
+    callback = threading.Thread(target=m._on_revoke, args=(consumer, [TopicPartition("t", 0)]))
+    callback.start()
+    time.sleep(0.2)
+    m.released([("t", 0)], as_of=seen_at)
+    callback.join(0.5)
+    assert callback.is_alive(), "a release read before the revocation began completed it"
+    m.released([("t", 0)], as_of=m.generation)
+    callback.join(2)
+    assert not callback.is_alive()
+
+
+def test_unjoined_time_counts_from_a_non_empty_subscription_until_an_assignment():
+    class SubscribingConsumer(RecordingConsumer):
+        def subscribe(self, topics, **_callbacks):
+            self.topics = topics
+
+    m, consumer = membership(), SubscribingConsumer()
+    assert m.unjoined_for_s() == 0.0
+    m.subscribe(["t"])
+    m._apply_subscription(consumer)
+    time.sleep(0.2)
+    assert m.unjoined_for_s() >= 0.2
+    m._on_assign(consumer, [])  # an empty assignment is still a joined group
+    assert m.unjoined_for_s() == 0.0 and m.view().joined
+
+
+def test_the_classic_member_refreshes_metadata_at_the_rescan_interval():
+    settings = consumer_settings(SOURCE, "p", "w1", "classic", metadata_refresh_ms=10_000)
+    assert settings["topic.metadata.refresh.interval.ms"] == 10_000
+
+
+def test_an_unjoined_group_is_reported_and_fails_readiness():
+    daemon = group_daemon()
+    daemon._group_topics = ["t"]
+    daemon.membership.joined, daemon.membership.unjoined_s = False, 10.0
+    daemon._check_group_formed()
+    assert daemon.metrics.readiness()[0]  # 10 s < 3 × the 45 s default session: not yet
+    daemon.membership.unjoined_s = 3 * 45 + 1
+    daemon._check_group_formed()
+    ready, body = daemon.metrics.readiness()
+    assert not ready and "shoal.p.daemons" in body["group"] and "'source'" in body["group"]
+    assert daemon.metrics.registry.get_sample_value("shoal_group_joined") == 0
+    daemon.membership.joined, daemon.membership.unjoined_s = True, 0.0
+    daemon._check_group_formed()
+    assert daemon.metrics.readiness()[0]
+    assert daemon.metrics.registry.get_sample_value("shoal_group_joined") == 1
+
+
+def test_a_fenced_lane_is_not_reacquired_from_the_same_assignment():
+    """A member the broker expired but cut off from the coordinator keeps its stale assignment: after a fenced drop
+    it must not take the lane again (fencing the new holder back) until the assignment changes or a backoff passes.
+    Before: the next _maintain_group re-added it at once."""
+    from mirror_core.errors import ProducerFencedError
+
+    daemon = group_daemon(lease_compat=False)
+    daemon._maintain_group()
+    assert daemon.held == {"t-0", "t-1"}
+    daemon._failed(daemon.lanes["t-0"], ProducerFencedError("target", "shoal.p.t-0", "PRODUCER_FENCED"))
+    assert daemon.held == {"t-1"}
+    daemon._maintain_group()
+    assert daemon.held == {"t-1"}, "re-acquired from the same (possibly stale) assignment"
+    daemon._fenced["t-0"] = (*daemon._fenced["t-0"][:2], time.monotonic() - 1)  # the backoff passed
+    daemon._maintain_group()
+    assert daemon.held == {"t-0", "t-1"}
+    daemon._failed(daemon.lanes["t-0"], ProducerFencedError("target", "shoal.p.t-0", "PRODUCER_FENCED"))
+    assert daemon._fenced["t-0"][1] == 2  # fenced twice in a row: a longer wait
+    daemon.membership.generation += 1  # the assignment changed: taken at once
+    daemon._maintain_group()
+    assert daemon.held == {"t-0", "t-1"}
+
+
+def test_lease_records_are_renewed_in_one_batch():
+    daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(50)))
+    daemon._maintain_group()
+    daemon._maintain_group()
+    assert [len(batch) for batch in daemon.leases.writes] == [50, 50]
+
+
+def test_lease_records_are_released_before_the_revocation_completes_and_only_while_ours():
+    """Our record of a revoked lane is released while the partition is still ours (before released(): no other
+    group daemon has written the lane's record yet); a lane the group already moved (lost) keeps its record until
+    it expires — a release then could erase the next holder's. Before: released() came first, then a read-then-
+    write release of whatever record said us."""
+    from mirror_core.leases import now_ms
+
+    daemon = group_daemon(lanes=("t-0", "t-1"))
+    daemon._maintain_group()
+    expires = now_ms() + 10_000
+    daemon.leases.records = {lane: Lease("p", lane, "A", expires, group=True) for lane in ("t-0", "t-1")}
+    daemon.membership.revoking_now = {("t", 0)}  # being revoked: still ours until released()
+    daemon.membership.full.discard(("t", 1))     # lost: the group gave it to someone else already
+    daemon.membership.generation += 1
+    daemon.membership.events.clear()
+    daemon._answer_revocations()
+    assert daemon.held == set()
+    assert daemon.membership.events == ["leases", "released"]
+    assert [(lease.lane, lease.expires_ms) for lease in daemon.leases.writes[-1]] == [("t-0", 0)]
+    assert daemon.membership.released_calls[-1] == ({("t", 0)}, daemon.membership.generation)
+
+
+def test_deleted_topics_are_confirmed_once_for_all_their_revoked_lanes(monkeypatch):
+    """Revoked lanes of a deleted source topic: one confirmation wait for the topic, not DELETION_CONFIRM_S per
+    lane (the revocation callback is waiting meanwhile)."""
+    import mirror_core.daemon as daemon_module
+
+    daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(6)), lease_compat=False)
+    daemon._maintain_group()
+    sleeps, lookups = [], []
+    monkeypatch.setattr(daemon_module.time, "sleep", lambda s: sleeps.append(s))
+    daemon._topics_missing_on_source = lambda topics: lookups.append(set(topics)) or set(topics)
+    daemon._source_topic_missing = lambda topic: pytest.fail("a per-lane deletion check")
+    halted = []
+    daemon._halt = lambda state, exc, reason, **kw: (halted.append(state.lane), daemon._drop(state.lane, reason))
+    daemon.membership.full.clear()
+    daemon.membership.generation += 1
+    daemon._answer_revocations()
+    assert sleeps == [daemon_module.DELETION_CONFIRM_S] and len(lookups) == 2
+    assert sorted(halted) == sorted(daemon.lanes) and daemon.held == set()
+
+
+def test_lanes_count_as_idle_again_after_a_pool_tick():
+    """_close_lane touches a writer only while no lane work runs elsewhere: the flag the pool's tick clears must be
+    set again once the tick returns (before: it stayed False, so shutdown never aborted an open transaction)."""
+    daemon = group_daemon(lease_compat=False)
+    seen = []
+    daemon._maintain_group = lambda: seen.append(daemon._lanes_idle)
+    daemon._group_changed.set()
+    daemon._leases_busy()
+    assert seen == [False] and daemon._lanes_idle is True
+
+
+def test_a_failing_rejoin_is_retried_with_a_backoff_not_raised():
+    daemon = group_daemon(lease_compat=False)
+    daemon.membership.alive = False
+    calls = []
+
+    def join():
+        calls.append(time.monotonic())
+        raise RuntimeError("source unreachable")
+
+    daemon._join_group = join
+    daemon._leases_if_due()   # does not raise
+    daemon._leases_if_due()   # backing off: no second attempt at once
+    assert len(calls) == 1
+    daemon._next_join = 0.0
+    daemon._leases_if_due()
+    assert len(calls) == 2 and daemon._next_join - time.monotonic() > 1.0  # doubled
