@@ -711,7 +711,7 @@ def run(args) -> dict:
                     expected, byte_share = facts["records"], 1.0
                 watch = TargetWatch(target_conf, target_topic, partitions)
                 tree = args.before_tree if mirror == "shoal-copy-before" else ROOT
-                env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "200"}
+                env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "200", "SHOAL_SANDBOX_DIR": str(sandbox_dir)}
                 try:
                     result = run_mirror(cmd, watch, expected, done=done, env=env, log=work / f"{mirror}-{rtt}.log",
                                         timeout_s=args.timeout_s, cwd=tree)
