@@ -85,8 +85,10 @@ def consumer_settings(source: ClusterConfig, pipeline: str, worker_id: str, prot
 
     ``metadata_refresh_ms``: how often librdkafka refreshes the subscribed topics' metadata. With the classic
     protocol a partition added to a subscribed topic is assigned only after the leader's next refresh (librdkafka's
-    default is 5 minutes); the daemon sets it to its rescan interval, so new partitions become lanes as fast as new
-    topics do (harmless with the consumer protocol, where the broker notices them)."""
+    default is 5 minutes); the daemon sets it to its rescan interval (at most those 5 minutes), so new partitions
+    become lanes as fast as new topics do. Not set with the consumer protocol: there the broker notices new
+    partitions itself, and with a long interval (a rescan interval of an hour) librdkafka never applied the
+    broker's assignment — the daemon subscribed, the broker computed the assignment, no lane was held."""
     settings = {
         "group.id": group_id(pipeline),
         "client.id": worker_id,
@@ -98,8 +100,8 @@ def consumer_settings(source: ClusterConfig, pipeline: str, worker_id: str, prot
         "queued.max.messages.kbytes": 64,  # should a fetch ever slip in before the pause: little memory
         "log_level": 3,
     }
-    if metadata_refresh_ms:
-        settings["topic.metadata.refresh.interval.ms"] = max(1000, int(metadata_refresh_ms))
+    if metadata_refresh_ms and protocol != "consumer":
+        settings["topic.metadata.refresh.interval.ms"] = max(1000, min(300_000, int(metadata_refresh_ms)))
     if protocol == "consumer":
         settings["group.protocol"] = "consumer"  # session and heartbeat are the broker's (group configs)
     else:

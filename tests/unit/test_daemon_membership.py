@@ -228,6 +228,16 @@ def test_unjoined_time_counts_from_a_non_empty_subscription_until_an_assignment(
 def test_the_classic_member_refreshes_metadata_at_the_rescan_interval():
     settings = consumer_settings(SOURCE, "p", "w1", "classic", metadata_refresh_ms=10_000)
     assert settings["topic.metadata.refresh.interval.ms"] == 10_000
+    # an hour's rescan interval: librdkafka's own 5 minutes at most
+    hourly = consumer_settings(SOURCE, "p", "w1", "classic", metadata_refresh_ms=3_600_000)
+    assert hourly["topic.metadata.refresh.interval.ms"] == 300_000
+
+
+def test_the_consumer_protocol_member_keeps_librdkafkas_metadata_refresh():
+    """With an hour-long refresh interval a KIP-848 member never applied the broker's assignment (the daemon with
+    rescan_interval_s 3600 held no lane: tests/faults/test_daemon_one_lane_commit_fails.py timed out)."""
+    settings = consumer_settings(SOURCE, "p", "w1", "consumer", metadata_refresh_ms=3_600_000)
+    assert "topic.metadata.refresh.interval.ms" not in settings
 
 
 def test_an_unjoined_group_is_reported_and_fails_readiness():
