@@ -81,6 +81,10 @@ def lane_rows(lanes: Sequence, writing: Mapping[int, tuple], target_before: Mapp
                             f"{rng.target_topic}-{rng.target_partition} offset {accounted}")
                     if nxt is None:
                         note += f": not a whole number of its batches, compare the target before resuming at {start}"
+                    elif nxt >= rng.end:  # all of it landed: the error was another partition's in the same
+                        state = "complete"  # shared Produce request (mirror_core.shared_produce)
+                        note = (f"all of [{start}, {end}) landed; the failed write it was part of carried "
+                                "another partition's rejected batch")
         rows.append({"partition": p, "start": rng.start, "end": rng.end, "next": nxt,
                      "records": result.records, "state": state, "note": note})
     return rows

@@ -42,3 +42,13 @@ def test_nothing_landed_resumes_at_the_acknowledged_offset_and_an_unreadable_tar
     assert unknown["next"] is None and "could not be read" in unknown["note"]
     [odd] = lane_rows([lane(1, 0, 200, 0, None)], writing, target_before={1: 7}, target_now={1: 12})
     assert odd["next"] is None and "compare the target" in odd["note"]
+
+
+def test_a_partition_whose_whole_range_landed_in_a_failed_shared_write_is_complete():
+    """Lanes share Produce requests in --mode none: another partition's rejected batch fails the whole request, and
+    every lane in it gets the error. A partition whose share all landed is complete: no resume command (it would
+    be an empty range ``--from 200 --to 200``)."""
+    spans = [(100, 100), (200, 100)]   # two batches of 100 records: (offset after it, target offsets it takes)
+    [row] = lane_rows([lane(0, 0, 200, 0, None)], {0: (0, 200, spans)}, target_before={0: 0}, target_now={0: 200})
+    assert (row["state"], row["next"]) == ("complete", 200)
+    assert "landed" in row["note"]
