@@ -607,7 +607,7 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
         config.write_text(yaml.safe_dump({
             "pipeline": pipeline, "source": {"bootstrap.servers": ctx["source"]}, "target": ctx["target"],
             "include": ctx["topic"].replace(".", "\\."), "naming": f"prefix:{prefix}", "mode": "exactly-once",
-            "metrics_port": 0}))
+            "metrics_port": 0, "link_mbps": ctx["link_MBps"]}))
         ends = {int(p): e for p, e in ctx["facts"]["ends"].items()}
         return ([py, "-m", "mirror_core.daemon", "--config", str(config)], prefix + ctx["topic"], everything,
                 _checkpoints_done(ctx["target"], pipeline, ctx["topic"], ends))
@@ -668,7 +668,8 @@ def run(args) -> dict:
                             "shoal_copy": "defaults (--fetch-max-bytes 4194304 per partition, --commit-bytes "
                                           "4194304, --max-inflight-bytes 8388608 capped to commit-bytes) plus "
                                           "--link-mbps <link>: fetches sized for the measured round trip",
-                            "daemon": "defaults: fetch_max_bytes 16 MiB per request, partition 4 MiB, commit 4 MiB",
+                            "daemon": "defaults (fetch_max_bytes 16 MiB per request, partition 4 MiB, commit 4 MiB) "
+                                      "plus link_mbps <link>: rounds sized for the measured round trip",
                             "shoal_copy_sasl": "as shoal_copy, SASL_SSL SCRAM-SHA-512 both sides (TLS 1.3)",
                             "backfill": "shoal backfill plan (exactly-once, --no-deadlines "
                                         f"{args.backfill_plan_args}) + shoal backfill run --master local[2]",

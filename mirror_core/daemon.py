@@ -203,6 +203,9 @@ class ShallowMirrorDaemon:
         # a lane's session (its writer, transactional.id and producer state) lives on one worker's thread and
         # clients; the main thread fetches, decides and keeps the books
         self.workers: LaneWorkerPool | None = None
+        # (bytes per fetch request, bytes per partition in it): the configured sizes, or sized for the declared
+        # link at start (_size_for_link)
+        self._fetch_sizes = (config.fetch_max_bytes, config.partition_fetch_max_bytes)
 
     # ---- main loop ---------------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -213,6 +216,7 @@ class ShallowMirrorDaemon:
             self.store = CheckpointStore(cfg.target, target, topic=cfg.checkpoint_topic)
             self.store.ensure_topic()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
+            self._size_for_link()
             self.workers = LaneWorkerPool(cfg.commit_workers, self._worker_clients)
             if cfg.membership == "group":
                 self._join_group()
@@ -290,6 +294,32 @@ class ShallowMirrorDaemon:
                                else self._maintain_leases)
             if self.membership is not None and lanes_idle:  # a revocation begun during that round: answered
                 self._answer_revocations()                   # before any lane opens
+
+    def _size_for_link(self) -> None:
+        """``link_mbps`` declared: measure each source broker's round trip once and size a round so it keeps that
+        link busy (one request per broker per round, one round in flight: preflight_rules.round_bytes_for_link).
+        A partition may fill its request alone (the only busy lane; rotation keeps the others from starving).
+        Measuring is best effort: when no broker answers the probe, the configured sizes stay."""
+        from mirror_core.preflight import measure_links
+        from mirror_core.preflight_rules import round_bytes_for_link
+
+        cfg = self.config
+        if cfg.link_mbps is None:
+            return
+        try:
+            rtts = [link.rtt_s for link in measure_links(cfg.source, timeout_s=10.0) if link.rtt_s is not None]
+        except MirrorError as exc:
+            event("link_not_measured", logging.WARNING, error=str(exc))
+            return
+        if not rtts:
+            event("link_not_measured", logging.WARNING, error="no source broker answered the round-trip probe")
+            return
+        rtt = max(rtts)
+        request = round_bytes_for_link(link_bytes_per_s=cfg.link_mbps * 1e6, rtt_s=rtt, floor=cfg.fetch_max_bytes)
+        partition = max(cfg.partition_fetch_max_bytes, request)
+        self._fetch_sizes = (request, partition)
+        event("sized_for_link", link_mb_s=cfg.link_mbps, rtt_ms=round(rtt * 1000, 1), fetch_max_bytes=request,
+              partition_fetch_max_bytes=partition)
 
     def _leases_busy(self) -> None:
         """The lane pool's progress tick: membership work while lanes run on worker threads (no writer touched).
@@ -808,7 +838,7 @@ class ShallowMirrorDaemon:
             position, epoch = session.position, session.position_epoch
         fetcher = RawBatchFetcher(
             self.source, state.topic, state.partition, position, None,
-            max_bytes=self.config.partition_fetch_max_bytes, max_wait_ms=self.config.poll_interval_ms,
+            max_bytes=self._fetch_sizes[1], max_wait_ms=self.config.poll_interval_ms,
             topic_id=session.source_topic_id, last_epoch=epoch)
         return session, fetcher
 
@@ -900,7 +930,7 @@ class ShallowMirrorDaemon:
         """Send one fetch round for ``lanes`` (one request per source broker) without waiting for it."""
         stats = RoundStats()
         fetchers = [state.fetcher for state, _ in lanes]
-        pending = send_round(self.source, fetchers, max_bytes=self.config.fetch_max_bytes,
+        pending = send_round(self.source, fetchers, max_bytes=self._fetch_sizes[0],
                              max_wait_ms=self.config.poll_interval_ms, rotation=self._round, stats=stats)
         self._round += 1
         self.metrics.fetch_rounds.inc()

@@ -34,6 +34,10 @@
     new_partitions: earliest                           # where a partition without checkpoint starts
     fetch_max_bytes: 16777216                          # per Fetch request (one per source broker per round)
     partition_fetch_max_bytes: 4194304                 # per partition in that request
+    link_mbps: null                                    # the source link's rate (MB/s): the daemon measures each
+                                                       # source broker's round trip at start and sizes a round to
+                                                       # keep that link ~90 % busy (never below the two sizes
+                                                       # above, a request at most 64 MiB); null: the sizes above
     shutdown_grace_s: 20                               # SIGTERM: finish the round within this, else just stop
     commit_workers: 8                                  # lanes opened and committed side by side (1: in turn)
     stall_after_s: 300                                 # a lane failing (retriable) this long is `stalled`: /readyz 503
@@ -87,6 +91,7 @@ class PipelineConfig:
     new_partitions: str = "earliest"
     fetch_max_bytes: int = 16 * 1024 * 1024
     partition_fetch_max_bytes: int = 4 * 1024 * 1024
+    link_mbps: float | None = None
     shutdown_grace_s: float = 20.0
     commit_workers: int = 8
     stall_after_s: float = 300.0
@@ -114,6 +119,8 @@ class PipelineConfig:
                      "retention_interval_s", "stall_after_s", "prune_interval_s", "commit_workers"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
+        if self.link_mbps is not None and not (isinstance(self.link_mbps, int | float) and self.link_mbps > 0):
+            raise ConfigError(f"pipeline {self.pipeline!r}: link_mbps must be a positive number of MB/s (or null)")
         if not self.metrics_host or any(c in self.metrics_host for c in " /"):
             raise ConfigError(f"pipeline {self.pipeline!r}: metrics_host {self.metrics_host!r} is not an address")
         if not self.checkpoint_topic or any(c in self.checkpoint_topic for c in " /\\"):

@@ -396,6 +396,18 @@ def check_link_buffers(cluster: str, links: list[SourceLink], *, link_bytes_per_
     return findings
 
 
+LINK_ROUND_CAP = 64 * 1024 * 1024  # one daemon fetch request sized for a link: at most this (memory)
+
+
+def round_bytes_for_link(*, link_bytes_per_s: float, rtt_s: float, floor: int,
+                         cap: int = LINK_ROUND_CAP) -> int:
+    """One fetch request per source broker per round, one round in flight (the daemon): bytes per request so the
+    link stays ~90 % busy (pure). TP = B·D / (B·RTT + D) ≥ 0.9·B needs D ≥ 9·B·RTT; never below ``floor`` (the
+    configured size) nor above ``cap``: the daemon holds about two rounds (one in flight, one being written)."""
+    return fetch_bytes_for_link(link_bytes_per_s=link_bytes_per_s, rtt_s=rtt_s, partitions=1, floor=floor,
+                                cap=max(floor, cap), efficiency=0.9)
+
+
 def fetch_bytes_for_link(*, link_bytes_per_s: float, rtt_s: float, partitions: int, floor: int, cap: int,
                          efficiency: float = 0.8) -> int:
     """Per-partition fetch size so one round of ``partitions`` keeps the link ``efficiency`` busy (pure).

@@ -1,0 +1,71 @@
+"""The daemon sized for a declared link (``link_mbps``): one fetch request per source broker per round, one round
+in flight, so a round must carry ~9 × bandwidth × round trip to keep the link 90 % busy (issue #14: the daemon
+catching up a backlog over a 200 ms, 20 MB/s link stayed at 76 % with its fixed 16 MiB rounds)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from mirror_core import daemon as daemon_module
+from mirror_core.daemon import ShallowMirrorDaemon
+from mirror_core.daemon_config import pipeline_config_from_mapping
+from mirror_core.errors import ClusterUnavailableError, ConfigError
+from mirror_core.preflight_rules import LINK_ROUND_CAP, SourceLink, round_bytes_for_link
+
+BASE = {"pipeline": "p", "source": {"bootstrap.servers": "s:9092"}, "target": {"bootstrap.servers": "t:9092"},
+        "include": "orders", "metrics_port": 0}
+
+
+def test_a_round_keeps_the_link_ninety_percent_busy_within_memory():
+    size = round_bytes_for_link(link_bytes_per_s=20e6, rtt_s=0.2, floor=16 << 20)
+    assert size == 36_000_000                                     # 9 × 20 MB/s × 0.2 s
+    assert 20e6 * size / (20e6 * 0.2 + size) >= 0.9 * 20e6        # TP = B·D / (B·RTT + D)
+    assert round_bytes_for_link(link_bytes_per_s=20e6, rtt_s=0.001, floor=16 << 20) == 16 << 20  # never below
+    assert round_bytes_for_link(link_bytes_per_s=1e9, rtt_s=0.2, floor=16 << 20) == LINK_ROUND_CAP  # memory
+
+
+def test_link_mbps_is_optional_and_checked():
+    assert pipeline_config_from_mapping(BASE).link_mbps is None
+    assert pipeline_config_from_mapping({**BASE, "link_mbps": 20}).link_mbps == 20
+    for bad in (0, -5, "fast"):
+        with pytest.raises(ConfigError, match="link_mbps"):
+            pipeline_config_from_mapping({**BASE, "link_mbps": bad})
+
+
+def _daemon(monkeypatch, links, **extra) -> ShallowMirrorDaemon:
+    import mirror_core.preflight as preflight
+
+    def measure(source, *, timeout_s):
+        if isinstance(links, Exception):
+            raise links
+        return links
+
+    monkeypatch.setattr(preflight, "measure_links", measure)
+    daemon = ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, **extra}), worker_id="w")
+    daemon._size_for_link()
+    return daemon
+
+
+def test_the_daemon_sizes_its_rounds_for_the_slowest_broker(monkeypatch):
+    daemon = _daemon(monkeypatch, [SourceLink(1, 102400, 0.05), SourceLink(2, 102400, 0.2)], link_mbps=20)
+    assert daemon._fetch_sizes == (36_000_000, 36_000_000)  # one busy partition may fill the round alone
+
+
+def test_unmeasured_links_keep_the_configured_sizes(monkeypatch, caplog):
+    caplog.set_level(logging.WARNING, logger=daemon_module.log.name)
+    for links in ([], ClusterUnavailableError("source", "s:9092", "metadata: timed out")):
+        caplog.clear()
+        daemon = _daemon(monkeypatch, links, link_mbps=20)
+        assert daemon._fetch_sizes == (16 << 20, 4 << 20)
+        assert "link_not_measured" in caplog.text  # said, not raised: the daemon runs on the configured sizes
+
+
+def test_without_a_declared_link_nothing_is_measured(monkeypatch):
+    import mirror_core.preflight as preflight
+
+    monkeypatch.setattr(preflight, "measure_links", lambda *a, **k: pytest.fail("measured without link_mbps"))
+    daemon = ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="w")
+    daemon._size_for_link()
+    assert daemon._fetch_sizes == (16 << 20, 4 << 20)
