@@ -74,8 +74,14 @@ def test_two_at_least_once_daemons_contending_for_a_lane_never_interleave(
     lane = f"{target_topic}-0"
     try:
         daemons = {name: daemon_factory(config, name).start() for name in ("alo-a", "alo-b")}
-        paused = [_pause_holder_until_taken_over(daemons, target_cluster, pipeline, lane) for _ in range(2)]
-        time.sleep(3)  # the resumed daemons run on: each either writes (and is fenced) or sees the lease lost
+        # a resumed holder either writes first (and the broker fences it) or sees first that its lease was taken
+        # (the lease is checked every 0.2 s while lane work runs): which comes first is timing; pause again (at
+        # most 5 times) until the broker fence has been exercised, or the last assertion below fails
+        paused = []
+        while len(paused) < 2 or (len(paused) < 5 and not any(
+                "reason=fenced: writer" in daemons[name].log_text() for name in paused)):
+            paused.append(_pause_holder_until_taken_over(daemons, target_cluster, pipeline, lane))
+            time.sleep(3)  # the resumed daemon runs on: it either writes (and is fenced) or sees the lease lost
     finally:
         load.stop()
     wait_caught_up(source_cluster, target_cluster, pipeline, {topic: 1}, daemons=tuple(daemons.values()))
