@@ -111,3 +111,32 @@ class KafkaTestCluster:
             return sorted(out, key=lambda r: (r.partition, r.offset))
         finally:
             consumer.close()
+
+
+def private_broker(name: str, tmp_path_factory, *, extra_properties: str = ""):
+    """A private single-node Kafka 4 broker with the sandbox's settings plus ``extra_properties`` (lines of
+    ``server.properties``), on free ports, for a test module that needs a broker configured unlike the shared ones;
+    yields its :class:`KafkaTestCluster` and stops it afterwards (use from a module-scoped fixture)."""
+    import contextlib
+    import os
+
+    from mirror_core.cli import sandbox_from_environ
+    from mirror_core.sandbox.broker import SandboxBroker
+    from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
+    from tests.integration.test_daemon import free_port
+
+    class _Broker(SandboxBroker):
+        def _render_properties(self, tls_meta, users=None):
+            return super()._render_properties(tls_meta, users) + extra_properties
+
+    @contextlib.contextmanager
+    def running():
+        spec = ClusterSpec(name, DEFAULT_KAFKA_VERSION, free_port(), free_port())
+        broker = _Broker(spec, tmp_path_factory.mktemp(name), sandbox_from_environ(os.environ).cache_dir)
+        broker.start(timeout=120)
+        try:
+            yield KafkaTestCluster(ClusterConfig(name, {"bootstrap.servers": spec.bootstrap}))
+        finally:
+            broker.stop()
+
+    return running()

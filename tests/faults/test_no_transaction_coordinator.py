@@ -11,42 +11,25 @@ The target is a private single-node KRaft broker of this module, configured that
 from __future__ import annotations
 
 import logging
-import os
 
 import pytest
 
 from mirror_core.checkpoint import CheckpointStore
 from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
-from mirror_core.cli import sandbox_from_environ
-from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import CoordinatorUnavailableError
 from mirror_core.kafka_wire import WireClient
-from mirror_core.sandbox.broker import SandboxBroker
-from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
-from tests.integration.test_daemon import free_port
-from tests.kafka_helpers import KafkaTestCluster
+from tests.kafka_helpers import private_broker
 
 POLICY = CommitPolicy(write_retry_s=3.0)  # how long a lane open waits for the coordinator before deciding
 
 
-class _NoCoordinatorBroker(SandboxBroker):
-    """A sandbox broker whose transaction state topic needs three replicas it will never have."""
-
-    def _render_properties(self, tls_meta, users=None):
-        return super()._render_properties(tls_meta, users) + "transaction.state.log.replication.factor=3\n"
-
-
 @pytest.fixture(scope="module")
 def no_coordinator_target(session_sandbox, tmp_path_factory):
+    """A target broker whose transaction state topic needs three replicas it will never have."""
     session_sandbox.ensure("source")
-    sandbox = sandbox_from_environ(os.environ)
-    spec = ClusterSpec("no-coordinator", DEFAULT_KAFKA_VERSION, free_port(), free_port())
-    broker = _NoCoordinatorBroker(spec, tmp_path_factory.mktemp("no-coordinator"), sandbox.cache_dir)
-    broker.start(timeout=120)
-    try:
-        yield KafkaTestCluster(ClusterConfig("no-coordinator", {"bootstrap.servers": spec.bootstrap}))
-    finally:
-        broker.stop()
+    with private_broker("no-coordinator", tmp_path_factory,
+                        extra_properties="transaction.state.log.replication.factor=3\n") as cluster:
+        yield cluster
 
 
 def test_at_least_once_copies_to_a_target_whose_transaction_coordinator_never_answers(

@@ -28,13 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from mirror_core.cli import sandbox_from_environ
-from mirror_core.cluster import ClusterConfig
 from mirror_core.daemon_membership import describe_group
 from mirror_core.errors import MirrorError
 from mirror_core.leases import now_ms
-from mirror_core.sandbox.broker import SandboxBroker
-from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
 from tests.conftest import unavailable
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     ROOT,
@@ -47,7 +43,7 @@ from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a 
     wait_for,
     write_pipeline,
 )
-from tests.kafka_helpers import KafkaTestCluster
+from tests.kafka_helpers import KafkaTestCluster, private_broker
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -60,14 +56,8 @@ LEASE_RELEASE = "18af6cc"
 def group_source(session_sandbox, tmp_path_factory):
     """A private Kafka 4 source broker with the sandbox's broker settings (lowered KIP-848 minimums included)."""
     session_sandbox.ensure("target")
-    sandbox = sandbox_from_environ(os.environ)
-    spec = ClusterSpec("membership-source", DEFAULT_KAFKA_VERSION, free_port(), free_port())
-    broker = SandboxBroker(spec, tmp_path_factory.mktemp("membership-source"), sandbox.cache_dir)
-    broker.start(timeout=120)
-    try:
-        yield KafkaTestCluster(ClusterConfig("membership-source", {"bootstrap.servers": spec.bootstrap}))
-    finally:
-        broker.stop()
+    with private_broker("membership-source", tmp_path_factory) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")

@@ -10,24 +10,18 @@ request and nothing else: no error reaches the caller, nothing is skipped or cop
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from mirror_core.batch_deep import decode_record_tail, read_records
 from mirror_core.broker_fetch import RoundSessions, RoundStats, fetch_round
-from mirror_core.cli import sandbox_from_environ
-from mirror_core.cluster import ClusterConfig
 from mirror_core.concurrent_copy import plain_share_writer
 from mirror_core.copier import CopyOptions, FetchedOnce, PartitionRange
 from mirror_core.fetcher import RawBatchFetcher
 from mirror_core.kafka_wire import WireClient
-from mirror_core.sandbox.broker import SandboxBroker
-from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
 from mirror_core.wire_fastpath import FastConnection
-from tests.integration.test_daemon import free_port
-from tests.kafka_helpers import KafkaTestCluster
+from tests.kafka_helpers import private_broker
 
 pytestmark = pytest.mark.integration
 
@@ -206,24 +200,13 @@ def _values(result) -> list[bytes]:
     return [decode_record_tail(r.tail)[1] for view in result.batches for r in read_records(view)]
 
 
-class _NoSessionsBroker(SandboxBroker):
-    """A sandbox broker with fetch sessions turned off: it answers every session request with session id 0."""
-
-    def _render_properties(self, tls_meta, users=None):
-        return super()._render_properties(tls_meta, users) + "max.incremental.fetch.session.cache.slots=0\n"
-
-
 @pytest.fixture(scope="module")
 def no_sessions_source(session_sandbox, tmp_path_factory):
+    """A source broker with fetch sessions turned off: it answers every session request with session id 0."""
     session_sandbox.ensure("target")
-    sandbox = sandbox_from_environ(os.environ)
-    spec = ClusterSpec("no-sessions", DEFAULT_KAFKA_VERSION, free_port(), free_port())
-    broker = _NoSessionsBroker(spec, tmp_path_factory.mktemp("no-sessions"), sandbox.cache_dir)
-    broker.start(timeout=120)
-    try:
-        yield KafkaTestCluster(ClusterConfig("no-sessions", {"bootstrap.servers": spec.bootstrap}))
-    finally:
-        broker.stop()
+    with private_broker("no-sessions", tmp_path_factory,
+                        extra_properties="max.incremental.fetch.session.cache.slots=0\n") as cluster:
+        yield cluster
 
 
 @pytest.mark.timeout(240)
