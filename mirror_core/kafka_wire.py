@@ -56,7 +56,7 @@ import random
 import ssl
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import kafka.errors as Errors
@@ -234,6 +234,9 @@ class WireClient:
         # over more slots where one connection's window per round trip is below the link (see send_round)
         self._fast: dict[tuple[int, int], FastConnection] = {}
         self._closed = False
+        # run by close() while the client can still send: the fetch sessions its rounds opened are closed there
+        # (mirror_core.broker_fetch.round_sessions registers that), so every owner that closes the client closes them
+        self._close_hooks: list[Callable[[WireClient], object]] = []
         first_error = self._first_contact(bootstrap_timeout_ms)
         try:
             self._manager.bootstrap(bootstrap_timeout_ms)
@@ -247,9 +250,20 @@ class WireClient:
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
+    def on_close(self, hook: Callable[[WireClient], object]) -> None:
+        """Call ``hook(self)`` when the client is closed, before its connections go: best-effort goodbyes to the
+        brokers (closing fetch sessions). A hook bounds its own time and its errors are logged, never raised."""
+        self._close_hooks.append(hook)
+
     def close(self) -> None:
         if self._closed:
             return
+        hooks, self._close_hooks = self._close_hooks, []
+        for hook in hooks:
+            try:
+                hook(self)
+            except Exception as exc:  # noqa: BLE001 - a goodbye that fails must not stop the close
+                log.debug("cluster %r: close hook failed: %s", self.cluster_name, _one_line(exc))
         self._closed = True
         for conn in self._fast.values():
             conn.close()
@@ -302,22 +316,25 @@ class WireClient:
             raise MirrorError(f"wire client for cluster {self.cluster_name!r} is closed")
         return self._net.call_soon_with_future(self._manager.send, request, node_id, timeout_ms)
 
-    def wait(self, future) -> None:
-        """Drive the network loop until ``future`` is resolved; authentication failures become
-        :class:`ClusterUnavailableError`, other errors stay on the future."""
+    def wait(self, future, *, timeout_s: float | None = None) -> None:
+        """Drive the network loop until ``future`` is resolved (or ``timeout_s`` passed: it may then be unresolved);
+        authentication failures become :class:`ClusterUnavailableError`, other errors stay on the future."""
         if not future.is_done:
-            self._net.poll(future=future)
+            self._net.poll(future=future, timeout_ms=None if timeout_s is None else max(0, int(timeout_s * 1000)))
         if future.failed() and isinstance(future.exception, _AUTH_ERRORS):
             raise self._unavailable(future.exception) from None
 
-    def fast_connection(self, node_id: int, slot: int = 0) -> FastConnection | None:
+    def fast_connection(self, node_id: int, slot: int = 0, *, timeout_s: float | None = None
+                        ) -> FastConnection | None:
         """This client's own hand-encoded connection to ``node_id`` for Produce / Fetch
         (:mod:`mirror_core.wire_fastpath`; TLS and SASL as the cluster settings say), made on first use and again
         after a failure; None when the client was made with ``fast_path=False`` (or reaches the cluster through
         a proxy), and the caller uses :meth:`send` / :meth:`send_async`. ``slot``: which of several connections
         to the broker (each its own socket, so its own TCP window; the kafka-python route has only one).
         Raises kafka-python's retriable errors when the broker cannot be reached, and
-        :class:`ClusterUnavailableError` (not retriable) when it refuses our certificate check or login."""
+        :class:`ClusterUnavailableError` (not retriable) when it refuses our certificate check or login.
+        ``timeout_s``: bounds connecting and every request of a connection made now (a goodbye at close); else the
+        connect timeout is 10 s and requests use the client's request timeout."""
         if not self._fast_enabled:
             return None
         if self._closed:
@@ -328,9 +345,11 @@ class WireClient:
         broker = self._manager.cluster.broker_metadata(node_id)
         if broker is None:
             raise Errors.NodeNotReadyError(f"no address known for broker {node_id} of cluster {self.cluster_name!r}")
+        bounds = {} if timeout_s is None else {"connect_timeout_s": max(timeout_s, 0.01)}
         conn = FastConnection(broker.host, broker.port, client_id=self._client_id, node_id=node_id,
-                              request_timeout_s=self.request_timeout_ms / 1000, security=self._fast_security,
-                              cluster_name=self.cluster_name)
+                              request_timeout_s=self.request_timeout_ms / 1000 if timeout_s is None
+                              else max(timeout_s, 0.01), security=self._fast_security,
+                              cluster_name=self.cluster_name, **bounds)
         self._fast[(node_id, slot)] = conn
         return conn
 
