@@ -39,12 +39,17 @@ from dataclasses import dataclass, field
 import kafka.errors as Errors
 from kafka.protocol.consumer import IsolationLevel
 
+from mirror_core.errors import ClusterUnavailableError
 from mirror_core.fetch_session import FetchSession, PartitionKey, SessionAnswer, SessionRequest
 from mirror_core.fetcher import FetchResult, RawBatchFetcher, send_fetch, wait_fetch
 from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.wire_fastpath import FetchTopicSpec
 
 log = logging.getLogger(__name__)
+
+# a leader look-up that reached no broker at all (not a broker's answer such as LEADER_NOT_AVAILABLE)
+_UNREACHABLE = (Errors.KafkaConnectionError, Errors.NodeNotReadyError, Errors.KafkaTimeoutError,
+                ClusterUnavailableError)
 
 CLOSE_TIMEOUT_S = 1.0    # a client's goodbye to its fetch sessions, all brokers together (RoundSessions.close)
 
@@ -289,10 +294,18 @@ def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_b
     sessions = round_sessions(client) if sessions is None else sessions
     outcomes = [PartitionOutcome() for _ in fetchers]
     by_leader: dict[int, list[tuple[int, int]]] = {}  # leader → [(index into fetchers, leader epoch)]
+    unreachable: BaseException | None = None  # a leader look-up of this round found no broker of the cluster
     for index, fetcher in enumerate(fetchers):
+        if unreachable is not None and not fetcher.leader_known:
+            # every look-up would wait the same way (a re-bootstrap of the whole cluster, seconds each): with the
+            # source down, one per round, not one per partition (2,000 lanes would block the loop for hours)
+            _failed(fetcher, outcomes[index], unreachable)
+            continue
         try:
             leader, epoch = fetcher.locate()
         except Exception as exc:  # noqa: BLE001 - one partition's trouble stays with it (kafka or TopicRecreated)
+            if isinstance(exc, _UNREACHABLE):
+                unreachable = exc
             _failed(fetcher, outcomes[index], exc)
             continue
         by_leader.setdefault(leader, []).append((index, epoch))

@@ -234,6 +234,11 @@ class RawBatchFetcher:
             self._leader = self.client.leader_for(self.topic, self.partition)
         return self._leader
 
+    @property
+    def leader_known(self) -> bool:
+        """Whether :meth:`locate` answers without asking the cluster."""
+        return self._leader is not None
+
     def forget_leader(self) -> None:
         """After a retriable error: look the leader (and the topic id) up again before the next request."""
         self._leader = None

@@ -79,7 +79,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
 DEFAULT_BOOTSTRAP_TIMEOUT_MS = 30_000
+RECONNECT_BACKOFF_MAX_MS = 1_000  # the Java client's reconnect.backoff.max.ms (kafka-python's default: 30 s)
 REBOOTSTRAP_TIMEOUT_MS = 10_000  # a metadata request that found no known broker retries from the bootstrap list
+REBOOTSTRAP_RETRY_TIMEOUT_MS = 2_000  # ... while the last re-bootstrap found no broker (the cluster is down)
 
 
 def kafka_python_kwargs(config: Mapping[str, str], cluster_name: str = "cluster") -> dict:
@@ -87,10 +89,13 @@ def kafka_python_kwargs(config: Mapping[str, str], cluster_name: str = "cluster"
 
     The key translation and validation (unknown keys refused by name, secrets never echoed) is
     :func:`mirror_core.cluster.kafka_python_kwargs`, shared with the rest of Shoal; this adds what the data plane
-    needs on top: a receive limit large enough for Fetch responses.
+    needs on top: a receive limit large enough for Fetch responses, and reconnect backoffs capped at the Java
+    client's 1 s (``reconnect.backoff.max.ms``): kafka-python's 30 s cap kept a daemon from noticing for up to half
+    a minute that a source cluster that had been down answered again.
     """
     kwargs = cluster_kafka_python_kwargs(cluster_name, config)
     kwargs.setdefault("receive_message_max_bytes", DEFAULT_RECEIVE_MESSAGE_MAX_BYTES)
+    kwargs.setdefault("reconnect_backoff_max_ms", RECONNECT_BACKOFF_MAX_MS)
     return kwargs
 
 
@@ -234,6 +239,7 @@ class WireClient:
         # over more slots where one connection's window per round trip is below the link (see send_round)
         self._fast: dict[tuple[int, int], FastConnection] = {}
         self._closed = False
+        self._rebootstrap_failed = False   # the last re-bootstrap (metadata) found no broker: see metadata()
         # run by close() while the client can still send: the fetch sessions its rounds opened are closed there
         # (mirror_core.broker_fetch.round_sessions registers that), so every owner that closes the client closes them
         self._close_hooks: list[Callable[[WireClient], object]] = []
@@ -412,8 +418,16 @@ class WireClient:
             response = self.send(None, request)
         except (Errors.NodeNotReadyError, Errors.KafkaConnectionError):
             # every broker this client knows may be gone (stopped, replaced): start over from the bootstrap
-            # addresses once, like the Java client's metadata.recovery.strategy=rebootstrap
-            self._manager.bootstrap(REBOOTSTRAP_TIMEOUT_MS, refresh=True)
+            # addresses once, like the Java client's metadata.recovery.strategy=rebootstrap. After a re-bootstrap
+            # that found nobody (the cluster is down), the next ones only look whether it is back: a caller's
+            # loop (the daemon's) must not wait the full timeout on every look-up through a long outage
+            timeout_ms = REBOOTSTRAP_RETRY_TIMEOUT_MS if self._rebootstrap_failed else REBOOTSTRAP_TIMEOUT_MS
+            try:
+                self._manager.bootstrap(timeout_ms, refresh=True)
+            except Exception:
+                self._rebootstrap_failed = True
+                raise
+            self._rebootstrap_failed = False
             response = self.send(None, request)
         self._manager.cluster.update_metadata(response)  # learn broker addresses for new leaders
         result = {}
