@@ -265,20 +265,22 @@ class WireClient:
         if self._closed:
             return
         hooks, self._close_hooks = self._close_hooks, []
-        for hook in hooks:
-            try:
-                hook(self)
-            except Exception as exc:  # noqa: BLE001 - a goodbye that fails must not stop the close
-                log.debug("cluster %r: close hook failed: %s", self.cluster_name, _one_line(exc))
-        self._closed = True
-        for conn in self._fast.values():
-            conn.close()
-        self._fast.clear()
         try:
-            self._manager.close()
-            self._net.poll(timeout_ms=0)
-        finally:
-            self._net.close()
+            for hook in hooks:
+                try:
+                    hook(self)
+                except Exception as exc:  # noqa: BLE001 - a goodbye that fails must not stop the close
+                    log.debug("cluster %r: close hook failed: %s", self.cluster_name, _one_line(exc))
+        finally:  # even interrupted (KeyboardInterrupt), the connections go
+            self._closed = True
+            for conn in self._fast.values():
+                conn.close()
+            self._fast.clear()
+            try:
+                self._manager.close()
+                self._net.poll(timeout_ms=0)
+            finally:
+                self._net.close()
 
     def __enter__(self) -> WireClient:
         return self

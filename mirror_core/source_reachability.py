@@ -34,13 +34,13 @@ from dataclasses import dataclass
 
 import kafka.errors as Errors
 
-from mirror_core.errors import ClusterUnavailableError, PartitionUnavailableError
+from mirror_core.errors import ClusterUnavailableError
 
 UNREACHABLE_AFTER_S = 5.0
 
-_TRANSPORT_ERRORS = (Errors.KafkaConnectionError, Errors.NodeNotReadyError,
-                     Errors.KafkaTimeoutError, Errors.RequestTimedOutError, ClusterUnavailableError,
-                     PartitionUnavailableError)
+# no broker answered (a partition without a leader on a cluster that answers is not this)
+_TRANSPORT_ERRORS = (Errors.KafkaConnectionError, Errors.NodeNotReadyError, Errors.KafkaTimeoutError,
+                     Errors.RequestTimedOutError, ClusterUnavailableError)
 
 
 def is_transport_failure(exc: BaseException | None) -> bool:
