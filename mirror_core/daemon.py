@@ -370,7 +370,7 @@ class ShallowMirrorDaemon:
                       protocol=self.membership.protocol)
 
     def _housekeeping(self, what: str, action) -> None:
-        """Run a rescan or a lease round; a failure (e.g. the target restarting) is logged and retried on the next
+        """Run a rescan or a group round; a failure (e.g. the target restarting) is logged and retried on the next
         round instead of ending the daemon. Lanes keep copying meanwhile; their writers are fenced by the broker if
         a lease lapses and another daemon takes over."""
         try:
@@ -760,7 +760,7 @@ class ShallowMirrorDaemon:
         outcomes = self.workers.run([(state.lane, _call(state.session.renew_fence_if_due)) for state in due],
                                     tick=self._leases_busy)
         for state, (session, generation), outcome in zip(due, began, outcomes, strict=True):
-            if not self._still_ours(state, generation, session):  # dropped meanwhile (a lease round)
+            if not self._still_ours(state, generation, session):  # dropped meanwhile (a group round)
                 continue
             if not outcome.ok:  # classified like any lane error (fenced → dropped)
                 self._failed(state, outcome.error)
@@ -837,7 +837,7 @@ class ShallowMirrorDaemon:
         """Every held lane that may copy now, opened (on the workers, side by side: opening is several round trips
         per lane), with the position its fetch starts at.
 
-        A lease or group round runs as the pool's tick while the workers open lanes, and may drop one of them: the
+        A group round runs as the pool's tick while the workers open lanes, and may drop one of them: the
         opened session and fetcher are then not installed (a later acquisition must open anew: InitProducerId,
         checkpoint read), and an error is not classified (the lane is not ours: no 'retrying', no halt)."""
         candidates = [self.lanes[lane] for lane in sorted(self.held)
@@ -848,7 +848,7 @@ class ShallowMirrorDaemon:
             outcomes = self.workers.run(
                 [(state.lane, functools.partial(self._open, state, session))
                  for state, (session, _) in zip(closed, began, strict=True)],
-                tick=self._leases_busy)  # many opens must not let our leases lapse
+                tick=self._leases_busy)  # revocations are answered meanwhile
             for state, (session, generation), outcome in zip(closed, began, outcomes, strict=True):
                 if not self._still_ours(state, generation, session):
                     if outcome.ok and outcome.value[0] is not session:
@@ -890,14 +890,14 @@ class ShallowMirrorDaemon:
             if fetched is not None:
                 work.append((state, state.session, state.generation, start, fetched))
         # a lane's data and checkpoint commit together on its worker; one lane's failure is its own outcome.
-        # Leases are renewed while the workers work: many lanes (or slow commits) must not let them lapse, or
-        # another daemon takes them and the two keep fencing each other
+        # The group round runs while the workers work (revocations seen, compat lease records renewed while an old
+        # daemon is around: they must not lapse, or it takes our lanes and the two keep fencing each other)
         outcomes = self.workers.run(
             [(state.lane, _call(session.copy, start, state.fetcher.position, fetcher=FetchedOnce(fetched, start)))
              for state, session, _generation, start, fetched in work], tick=self._leases_busy)
         copied = 0
         for (state, session, generation, _start, fetched), outcome in zip(work, outcomes, strict=True):
-            if not self._still_ours(state, generation, session):  # dropped meanwhile (a lease round): its books
+            if not self._still_ours(state, generation, session):  # dropped meanwhile (a group round): its books
                 continue                                            # are not ours any more
                 continue
             if not outcome.ok:
