@@ -898,7 +898,9 @@ class ShallowMirrorDaemon:
         copied = 0
         for (state, session, generation, _start, fetched), outcome in zip(work, outcomes, strict=True):
             if not self._still_ours(state, generation, session):  # dropped meanwhile (a group round): its books
-                continue                                            # are not ours any more
+                if not outcome.ok:                                  # are not ours any more; a failure is told
+                    event("lane_result_discarded", lane=state.lane, error=f"{type(outcome.error).__name__}: "
+                          f"{outcome.error}", note="the lane was dropped while its worker copied")
                 continue
             if not outcome.ok:
                 self._failed(state, outcome.error)
