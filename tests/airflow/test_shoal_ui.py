@@ -166,6 +166,7 @@ def test_a_halted_lane_shows_its_state_reason_and_offsets_on_the_page():
     """Unit level: a checkpoint carrying a persisted halt renders as a halted row with the reason, the offsets and
     the way out; a healthy lane renders as copying."""
     from mirror_core.checkpoint import Checkpoint
+    from mirror_core.lane_holders import LaneHolders
     from mirror_core.lane_status import PersistedLaneState
     from shoal_airflow.shoal_ui import PipelineSpec, PipelineView, lane_rows, render_pipeline
 
@@ -173,8 +174,9 @@ def test_a_halted_lane_shows_its_state_reason_and_offsets_on_the_page():
                               "from source offset 5: MESSAGE_SIZE_TOO_LARGE", 1_000, 0, 5)
     checkpoints = {("p", "t", p): Checkpoint("p", "t", p, 7, "dr.t", p, None, "daemon", 1,
                                              lane_state=halt if p == 0 else None) for p in (0, 1)}
-    rows = lane_rows(checkpoints, {}, [("t", 0), ("t", 1)], {("t", 0): 20, ("t", 1): 7}, {("t", 0): 0, ("t", 1): 0},
-                     "p")
+    holders = LaneHolders({("t", 0): ["daemon-a"], ("t", 1): ["daemon-a"]}, {}, {}, 2_000)
+    rows = lane_rows(checkpoints, holders, [("t", 0), ("t", 1)], {("t", 0): 20, ("t", 1): 7},
+                     {("t", 0): 0, ("t", 1): 0}, "p")
     assert [(r.state, r.reason) for r in rows] == [("halted", "batch_rejected"), ("copying", "none")]
     page = render_pipeline(PipelineView(PipelineSpec("p", "src", "dst"), lanes=rows), now_ms=2_000)
     assert '<td class="halted">halted</td>' in page and '<td class="copying">copying</td>' in page
