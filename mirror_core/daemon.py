@@ -94,6 +94,7 @@ from mirror_core.leases import Lease, LeaseStore, compat_records_wanted, lease_b
 from mirror_core.planner import NamingPolicy, TopicPattern
 from mirror_core.preflight import run_preflight
 from mirror_core.preflight_rules import is_internal_topic
+from mirror_core.source_reachability import SourceReachability, is_transport_failure
 
 log = logging.getLogger("shoal.daemon")
 REPAIRABLE_REJECTIONS = ("MESSAGE_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_TIMESTAMP")  # config sync may fix
@@ -178,6 +179,8 @@ class ShallowMirrorDaemon:
         self._next_rescan = 0.0
         self._next_lease = 0.0
         self.membership: GroupMembership | None = None  # membership: group (else leases)
+        self.source_reachability = SourceReachability(config.source.name)  # one statement during a source outage
+        self.metrics.source_problem = lambda: self.source_reachability.problem(time.monotonic())
         self._group_changed = threading.Event()  # set by the membership's poll thread: assigned/revoking changed
         self._waiting_for_lease: set[str] = set()  # assigned lanes an older lease-based daemon still holds
         self._compat_writing = False  # lease_compat records are being written (logged when that changes)
@@ -235,6 +238,7 @@ class ShallowMirrorDaemon:
                         self._next_rescan = now + cfg.rescan_interval_s
                         self._housekeeping("rescan", self._rescan)
                     self._leases_if_due()
+                    self._report_source_reachability()
                     self._apply_prune_floors()
                     self._renew_fences()
                     if self._copy_round() is None:  # nothing to fetch: no lane held, or all backing off
@@ -369,13 +373,28 @@ class ShallowMirrorDaemon:
                 event("group_joined", group=self.membership.group, cluster=self.config.source.name,
                       protocol=self.membership.protocol)
 
+    def _report_source_reachability(self) -> None:
+        """The source stopped answering, or answers again (mirror_core.source_reachability): said once per change."""
+        change = self.source_reachability.check(time.monotonic())
+        if change is not None:
+            self.metrics.source_reachable.set(0 if change.unreachable else 1)
+            event("source_unreachable" if change.unreachable else "source_reachable",
+                  logging.ERROR if change.unreachable else logging.INFO, cluster=change.cluster,
+                  **({"failing_for_s": round(change.since_s, 1), "error": change.error, "note": change.problem}
+                     if change.unreachable else {"unreachable_for_s": round(change.since_s, 1)}))
+
     def _housekeeping(self, what: str, action) -> None:
         """Run a rescan or a group round; a failure (e.g. the target restarting) is logged and retried on the next
         round instead of ending the daemon. Lanes keep copying meanwhile; their writers are fenced by the broker if
         a lease lapses and another daemon takes over."""
+        began = time.monotonic()
         try:
             action()
+            if what == "rescan":  # the source's metadata answered
+                self.source_reachability.answered(began)
         except Exception as exc:  # noqa: BLE001 - a daemon outlives transient cluster trouble
+            if what == "rescan" and is_transport_failure(exc):
+                self.source_reachability.unanswered(began, exc)
             self.metrics.errors.labels(what).inc()
             event(f"{what}_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}",
                   exc_info=not isinstance(exc, MirrorError))
@@ -523,7 +542,8 @@ class ShallowMirrorDaemon:
         self.membership = GroupMembership(
             cfg.source, cfg.pipeline, self.worker_id, protocol=protocol, revoke_timeout_s=cfg.revoke_timeout_s,
             classic_session_timeout_ms=cfg.group_session_timeout_ms if protocol == "classic" else None,
-            metadata_refresh_ms=int(cfg.rescan_interval_s * 1000), on_change=self._group_changed.set)
+            metadata_refresh_ms=int(cfg.rescan_interval_s * 1000), on_change=self._group_changed.set,
+            reachability=self.source_reachability)
         self._answered_generation = -1  # a new membership counts its generations anew
         self._fenced.clear()  # ... and its assignment is a new one
         if self._group_topics is not None:
@@ -874,7 +894,9 @@ class ShallowMirrorDaemon:
         if not ready:
             self._drop_in_flight()
             return None
+        asked_at = time.monotonic()
         shares = self._take_round(ready)
+        self.source_reachability.observe_round(asked_at, [outcome.error for *_, outcome in shares])
         # Overlap: the next round is sent now and travels while this round's shares are written and committed.
         # Safe because a fetcher's position moves only when a round is collected, and a lane's checkpoint comes
         # from what its writer acknowledged: a lane whose copy fails below is reset (new session, new fetcher at
