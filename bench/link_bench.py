@@ -17,6 +17,7 @@ Mirrors, each its own process, copying the whole topic (4 partitions of ~650-byt
 - ``shoal-copy-sasl``: the same over SASL_SSL with SCRAM-SHA-512 on both sides (the far broker's secure listener
   through the same proxy and link, the sandbox target's secure listener), TLS on Shoal's fast path;
 - ``shoal-copy-1p``: the same, one partition only (its rate is judged against the link too);
+- ``shoal-copy-sasl-before``: ``shoal-copy-sasl`` from ``--before-tree`` (same arguments, ``--link-mbps`` kept);
 - ``backfill``: ``shoal backfill plan`` + ``shoal backfill run`` (PySpark ``local[2]``, the real job; CPU is the
   whole process tree: the spark-submit JVM and its Python workers);
 - ``backfill-units``: the code a backfill task runs per unit (:class:`CheckpointedCopier`), units one after
@@ -69,7 +70,8 @@ KAFKA_VERSION = "4.4.0"
 MM2_VERSION = "3.9.2"
 PARTITIONS = 4
 MIRRORS = ("shoal-copy", "shoal-copy-sasl", "shoal-copy-1p", "backfill", "backfill-units", "daemon", "deep", "mm2",
-           "shoal-copy-before")
+           "shoal-copy-before", "shoal-copy-sasl-before")
+BEFORE_MIRRORS = ("shoal-copy-before", "shoal-copy-sasl-before")   # run from --before-tree
 SAMPLE_S = 0.2
 _PROBE_TOPIC = "__consumer_offsets"
 
@@ -570,7 +572,7 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
     everything = list(range(PARTITIONS))
     if mirror == "shoal-copy":
         return [py, "-m", "mirror_core.cli", "copy", *copy_args], target_topic, everything, None
-    if mirror == "shoal-copy-sasl":  # SASL_SSL/SCRAM-SHA-512 on both sides: the far broker's and the target's
+    if mirror in ("shoal-copy-sasl", "shoal-copy-sasl-before"):  # SASL_SSL/SCRAM-SHA-512 on both sides
         far_secure, near_secure = work / "far-secure.yaml", work / "near-secure.yaml"
         for path, conf in ((far_secure, ctx["source_secure"]), (near_secure, ctx["target_secure"])):
             path.touch(mode=0o600)
@@ -653,7 +655,8 @@ def run(args) -> dict:
     sandbox_dir = Path(os.environ.get("SHOAL_SANDBOX_DIR", ROOT / ".sandbox"))
     sandbox = Sandbox(sandbox_dir, Path.home() / ".cache" / "shoal")
     target_conf = sandbox.client_config("target")
-    target_secure = sandbox.client_config("target", secure=True) if "shoal-copy-sasl" in args.mirrors else None
+    target_secure = (sandbox.client_config("target", secure=True)
+                     if {"shoal-copy-sasl", "shoal-copy-sasl-before"} & set(args.mirrors) else None)
     run_id = time.strftime("%H%M%S")
     before = subprocess.run(["git", "-C", str(args.before_tree), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
@@ -711,7 +714,7 @@ def run(args) -> dict:
                 else:
                     expected, byte_share = facts["records"], 1.0
                 watch = TargetWatch(target_conf, target_topic, partitions)
-                tree = args.before_tree if mirror == "shoal-copy-before" else ROOT
+                tree = args.before_tree if mirror in BEFORE_MIRRORS else ROOT
                 env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "200", "SHOAL_SANDBOX_DIR": str(sandbox_dir)}
                 try:
                     result = run_mirror(cmd, watch, expected, done=done, env=env, log=work / f"{mirror}-{rtt}.log",
