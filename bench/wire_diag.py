@@ -7,8 +7,9 @@ Counted, per process, by wrapping :mod:`mirror_core.wire_channel` from outside (
 ``recv`` — kernel reads (``socket.recv_into``: the plain channel's, the TLS channel's ciphertext reads) with their
 bytes; ``tls_read`` — ``TlsChannel.recv_into`` calls (each one or more ``SSLObject.read``); ``tls_want_read`` —
 ``SSLObject.read`` raising ``SSLWantReadError`` (no whole TLS record buffered); ``bio_write`` — ciphertext fed to the
-incoming BIO; ``tls_write`` — ``SSLObject.write`` calls; ``sendmsg`` — ``sendmsg`` calls. The JSON is written at
-exit.
+incoming BIO; ``tls_write`` — ``SSLObject.write`` calls; ``sendmsg`` — ``sendmsg`` calls. Also sampled every 0.25 s:
+the bytes received so far and each OS thread's CPU seconds (to split the active phase's CPU by thread). The JSON is
+written at exit. ``--profile``: cProfile of the main (copying) thread, timed by that thread's CPU clock.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import atexit
 import collections
 import cProfile
 import json
+import os
 import sys
+import threading
+import time
 
 _COUNTS: collections.Counter = collections.Counter()
 
@@ -104,6 +108,29 @@ def install() -> None:
     wire_channel.TlsChannel.recv_into = recv
 
 
+def _task_cpu() -> dict[str, list]:
+    """Per OS thread of this process: [name, CPU seconds] (``/proc/self/task/*/stat``, user + system)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[tid] = [name, (int(fields[11]) + int(fields[12])) / tick]
+    return out
+
+
+def _sample(series: list, stop: threading.Event) -> None:
+    """Every 0.25 s: (seconds since start, bytes received so far, per-thread CPU)."""
+    start = time.monotonic()
+    while not stop.wait(0.25):
+        series.append((round(time.monotonic() - start, 2), _COUNTS["recv_bytes"], _task_cpu()))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
@@ -112,15 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", help="also write cProfile stats here")
     args = parser.parse_args(argv[:split])
     install()
-    profiler = cProfile.Profile() if args.profile else None
+    profiler = cProfile.Profile(time.thread_time) if args.profile else None   # CPU of this (the copying) thread
 
     def dump() -> None:
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile)
+        stop.set()
         with open(args.out, "w") as f:
-            json.dump(dict(_COUNTS), f, indent=1)
+            json.dump({"counts": dict(_COUNTS), "main_tid": str(threading.get_native_id()), "series": series}, f)
 
+    series: list = []
+    stop = threading.Event()
+    threading.Thread(target=_sample, args=(series, stop), daemon=True, name="wire-diag").start()
     atexit.register(dump)
     from mirror_core import cli
 
