@@ -136,6 +136,7 @@ class TlsChannel:
         self._view = memoryview(self._buffer)
         self._tail = 0
         self._lowat = 1                         # the socket's SO_RCVLOWAT as last set
+        self._peer_closed = False               # close_notify read (the data before it already returned)
 
     @property
     def version(self) -> str | None:
@@ -192,6 +193,8 @@ class TlsChannel:
         plaintext and no whole record is buffered."""
         total, got = len(view), 0
         incoming, read = self._incoming, self._ssl.read
+        if self._peer_closed:
+            raise ConnectionResetError("TLS session closed by the broker")
         if not incoming.pending and not self._ssl.pending():
             self._fill()
         while True:
@@ -204,7 +207,8 @@ class TlsChannel:
                 continue
             except ssl.SSLZeroReturnError:
                 n = 0
-            if n == 0:                          # close_notify
+            if n == 0:                          # close_notify: no more data on this session
+                self._peer_closed = True
                 if got:
                     break
                 raise ConnectionResetError("TLS session closed by the broker")

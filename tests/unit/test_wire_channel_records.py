@@ -195,10 +195,13 @@ def test_the_low_water_mark_asks_only_for_what_the_partial_record_misses(materia
     assert peer.lowat == 1
 
 
-def test_close_notify_after_data_delivers_the_data_then_reports_the_closed_session(material):
+@pytest.mark.parametrize("one_piece", [False, True], ids=["separate-pieces", "data-and-alert-in-one-piece"])
+def test_close_notify_after_data_delivers_the_data_then_reports_the_closed_session(material, one_piece):
     channel, peer = connected(material, segments(500))
     peer.send_records(b"last words")
     peer.close_notify()
+    if one_piece:                 # the second call must not wait on the socket for more: the session is over
+        peer.pieces = [b"".join(peer.pieces)]
     buffer = bytearray(100)
     assert bytes(buffer[:channel.recv_into(memoryview(buffer))]) == b"last words"
     with pytest.raises(ConnectionResetError, match="TLS session closed"):
