@@ -20,6 +20,7 @@ Mirrors, each its own process, copying the whole topic (4 partitions of ~650-byt
   300,000 records, ~166 MB: about ten link-sized fetches at 200 ms, so the first fetch's transfer, which lands before
   the steady window opens, does not inflate the rate as a 41 MB partition did); its rate is judged against the link
   too, over the middle 60 % (``middle_60pct_MBps``) as well;
+- ``shoal-copy-sasl-before``: ``shoal-copy-sasl`` from ``--before-tree`` (same arguments, ``--link-mbps`` kept);
 - ``backfill``: ``shoal backfill plan`` + ``shoal backfill run`` (PySpark ``local[2]``, the real job; CPU is the
   whole process tree: the spark-submit JVM and its Python workers);
 - ``backfill-units``: the code a backfill task runs per unit (:class:`CheckpointedCopier`), units one after
@@ -72,7 +73,8 @@ KAFKA_VERSION = "4.4.0"
 MM2_VERSION = "3.9.2"
 PARTITIONS = 4
 MIRRORS = ("shoal-copy", "shoal-copy-sasl", "shoal-copy-1p", "backfill", "backfill-units", "daemon", "deep", "mm2",
-           "shoal-copy-before")
+           "shoal-copy-before", "shoal-copy-sasl-before")
+BEFORE_MIRRORS = ("shoal-copy-before", "shoal-copy-sasl-before")   # run from --before-tree
 SAMPLE_S = 0.2
 _PROBE_TOPIC = "__consumer_offsets"
 
@@ -573,7 +575,7 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
     everything = list(range(PARTITIONS))
     if mirror == "shoal-copy":
         return [py, "-m", "mirror_core.cli", "copy", *copy_args], target_topic, everything, None
-    if mirror == "shoal-copy-sasl":  # SASL_SSL/SCRAM-SHA-512 on both sides: the far broker's and the target's
+    if mirror in ("shoal-copy-sasl", "shoal-copy-sasl-before"):  # SASL_SSL/SCRAM-SHA-512 on both sides
         far_secure, near_secure = work / "far-secure.yaml", work / "near-secure.yaml"
         for path, conf in ((far_secure, ctx["source_secure"]), (near_secure, ctx["target_secure"])):
             path.touch(mode=0o600)
@@ -656,7 +658,8 @@ def run(args) -> dict:
     sandbox_dir = Path(os.environ.get("SHOAL_SANDBOX_DIR", ROOT / ".sandbox"))
     sandbox = Sandbox(sandbox_dir, Path.home() / ".cache" / "shoal")
     target_conf = sandbox.client_config("target")
-    target_secure = sandbox.client_config("target", secure=True) if "shoal-copy-sasl" in args.mirrors else None
+    target_secure = (sandbox.client_config("target", secure=True)
+                     if {"shoal-copy-sasl", "shoal-copy-sasl-before"} & set(args.mirrors) else None)
     run_id = time.strftime("%H%M%S")
     before = subprocess.run(["git", "-C", str(args.before_tree), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
@@ -720,7 +723,7 @@ def run(args) -> dict:
                 cmd, target_topic, partitions, done = mirror_command(mirror, ctx, work)
                 expected = mirror_facts["records"]
                 watch = TargetWatch(target_conf, target_topic, partitions)
-                tree = args.before_tree if mirror == "shoal-copy-before" else ROOT
+                tree = args.before_tree if mirror in BEFORE_MIRRORS else ROOT
                 env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "200", "SHOAL_SANDBOX_DIR": str(sandbox_dir)}
                 try:
                     result = run_mirror(cmd, watch, expected, done=done, env=env, log=work / f"{mirror}-{rtt}.log",

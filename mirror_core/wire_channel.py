@@ -7,12 +7,21 @@ is not cut into many tiny records), the ciphertext is drained from the outgoing 
 to one ``sendmsg`` per slice; on the way in, one reusable buffer takes ``recv_into`` and feeds the incoming BIO,
 and ``SSLObject.read`` decrypts straight into the caller's frame buffer. Encryption is the only copy added.
 
+Receiving by TLS record (the 5-byte header: content type, legacy version, length; then ``length`` bytes): the
+incoming BIO is given whole records only, a partial one waits at the front of the receive buffer until the rest has
+arrived, so ``SSLObject.read`` is called only when it can return data (no ``SSLWantReadError`` raised and caught per
+arrival), one :meth:`TlsChannel.recv_into` decrypts every buffered record into the caller's buffer in one call, and
+while a partial record misses at least ``_LOWAT_FROM`` bytes the socket's ``SO_RCVLOWAT`` is that remainder: the
+kernel wakes us when the record is complete instead of at every arriving segment of a slow link.
+
 Also here: :class:`FastSecurity`, what the fast connection needs from a cluster's librdkafka-style settings
 (``security.protocol``, ``ssl.ca.location``, client certificate, ``ssl.endpoint.identification.algorithm``,
 ``sasl.*``), and :class:`HandshakeRefused`, a TLS or SASL refusal that retrying will not cure.
 
 Invariants: a channel is used by one thread; :meth:`send` returns only when every byte is with the kernel;
-:meth:`recv_into` returns at least one byte or raises (0 is never returned: a closed peer is an error). TLS
+:meth:`recv_into` returns at least one byte or raises (0 is never returned: a closed peer is an error), and waits
+for the network only when nothing is buffered. TLS: the incoming BIO holds whole records only; ``SO_RCVLOWAT``
+never exceeds the bytes the current partial record still misses (a peer sends whole records, so the wait ends). TLS
 hostname verification is on unless the settings say ``ssl.endpoint.identification.algorithm=none``; the
 certificate chain is always verified (against ``ssl.ca.location``, or the system store when that is unset).
 """
@@ -27,7 +36,13 @@ from dataclasses import dataclass, field
 
 _SEND_SLICE = 256 * 1024        # plaintext per SSLObject.write, ciphertext per sendmsg
 _GATHER_BELOW = 16 * 1024       # parts smaller than one TLS record are gathered before encryption
-_RECV_BUFFER = 256 * 1024
+_RECV_BUFFER = 256 * 1024       # > the largest record a 16-bit length can announce, so a record always fits
+_RECORD_HEADER = 5              # TLS record header: type (1), legacy version (2), length (2, big-endian)
+_LOWAT_FROM = 4096              # a partial record missing this much or more: wake when it is complete
+# SO_RCVLOWAT's ceiling: a TLS 1.2 record's largest protected size (2**14 + 2048) plus its header. Small on purpose:
+# Linux grows the receive buffer for a low-water mark above about half of it and clamps the TCP window to the mark
+# then, which a record-sized mark never reaches with the default 128 KiB buffer.
+_LOWAT_MAX = 2**14 + 2048 + _RECORD_HEADER
 
 
 class HandshakeRefused(Exception):
@@ -117,8 +132,11 @@ class TlsChannel:
         self._outgoing = ssl.MemoryBIO()
         self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=False,
                                      server_hostname=server_hostname)
-        self._buffer = bytearray(_RECV_BUFFER)
+        self._buffer = bytearray(_RECV_BUFFER)  # received ciphertext not in the BIO: _buffer[:_tail], a partial record
         self._view = memoryview(self._buffer)
+        self._tail = 0
+        self._lowat = 1                         # the socket's SO_RCVLOWAT as last set
+        self._peer_closed = False               # close_notify read (the data before it already returned)
 
     @property
     def version(self) -> str | None:
@@ -171,19 +189,35 @@ class TlsChannel:
             _sendmsg_all(self.sock, pending)
 
     def recv_into(self, view: memoryview) -> int:
+        """Decrypt into ``view`` every record already received (up to its size); wait for the network only when no
+        plaintext and no whole record is buffered."""
+        total, got = len(view), 0
+        incoming, read = self._incoming, self._ssl.read
+        if self._peer_closed:
+            raise ConnectionResetError("TLS session closed by the broker")
+        if not incoming.pending and not self._ssl.pending():
+            self._fill()
         while True:
             try:
-                n = self._ssl.read(len(view), view)
-            except ssl.SSLWantReadError:
+                n = read(total - got, view[got:] if got else view)
+            except ssl.SSLWantReadError:        # the whole records were not application data (a session ticket)
+                if got:
+                    break
                 self._fill()
                 continue
             except ssl.SSLZeroReturnError:
-                raise ConnectionResetError("TLS session closed by the broker") from None
-            if self._outgoing.pending:      # post-handshake messages (TLS 1.3 key update) to answer
-                self._flush()
-            if n == 0:
+                n = 0
+            if n == 0:                          # close_notify: no more data on this session
+                self._peer_closed = True
+                if got:
+                    break
                 raise ConnectionResetError("TLS session closed by the broker")
-            return n
+            got += n
+            if got == total or not incoming.pending:
+                break
+        if self._outgoing.pending:      # post-handshake messages (TLS 1.3 key update) to answer
+            self._flush()
+        return got
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -200,10 +234,42 @@ class TlsChannel:
             self.sock.sendall(self._outgoing.read())
 
     def _fill(self) -> None:
-        n = self.sock.recv_into(self._buffer)
-        if n == 0:
-            raise ConnectionResetError("connection closed by the broker during TLS")
-        self._incoming.write(self._view[:n])
+        """Receive until at least one more whole record is buffered; hand the whole records to the incoming BIO and
+        keep the partial one at the front of ``_buffer``."""
+        view, end = self._view, self._tail
+        while True:
+            whole, missing = whole_records(view, end)
+            if whole:
+                break
+            self._set_lowat(min(missing, _LOWAT_MAX) if missing >= _LOWAT_FROM else 1)
+            n = self.sock.recv_into(view[end:])
+            if n == 0:
+                raise ConnectionResetError("connection closed by the broker during TLS")
+            end += n
+        self._incoming.write(view[:whole])
+        rest = end - whole
+        if rest:
+            view[:rest] = view[whole:end]
+        self._tail = rest
+
+    def _set_lowat(self, value: int) -> None:
+        if value != self._lowat:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, value)
+            self._lowat = value
+
+
+def whole_records(buf, end: int) -> tuple[int, int]:
+    """(bytes of ``buf[:end]`` that are whole TLS records, counted from the start; bytes the record after them
+    still misses — at least 1). Only the headers are read; OpenSSL judges the rest (a length beyond the protocol's
+    limit is its record-overflow error, not ours)."""
+    pos = 0
+    while True:
+        if end - pos < _RECORD_HEADER:
+            return pos, _RECORD_HEADER - (end - pos)
+        after = pos + _RECORD_HEADER + (buf[pos + 3] << 8 | buf[pos + 4])
+        if after > end:
+            return pos, after - end
+        pos = after
 
 
 def _sendmsg_all(sock: socket.socket, pending: list) -> None:

@@ -1,0 +1,164 @@
+"""Run a Shoal CLI command with the fast path's channel calls counted, optionally under cProfile (a measurement
+aid, not a test).
+
+    python -m bench.wire_diag --out diag.json [--profile prof.out] -- copy --source ... --target ...
+
+Counted, per process, by wrapping :mod:`mirror_core.wire_channel` from outside (the library itself is untouched):
+``recv`` — kernel reads (``socket.recv_into``: the plain channel's, the TLS channel's ciphertext reads) with their
+bytes; ``tls_read`` — ``TlsChannel.recv_into`` calls (each one or more ``SSLObject.read``); ``tls_want_read`` —
+``SSLObject.read`` raising ``SSLWantReadError`` (no whole TLS record buffered); ``bio_write`` — ciphertext fed to the
+incoming BIO; ``tls_write`` — ``SSLObject.write`` calls; ``sendmsg`` — ``sendmsg`` calls. Also sampled every 0.25 s:
+the bytes received so far and each OS thread's CPU seconds (to split the active phase's CPU by thread). The JSON is
+written at exit. ``--profile``: cProfile of the main (copying) thread, timed by that thread's CPU clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import collections
+import cProfile
+import json
+import os
+import sys
+import threading
+import time
+
+_COUNTS: collections.Counter = collections.Counter()
+
+
+class _CountingSocket:
+    """A socket proxy that counts ``recv_into`` and ``sendmsg`` (everything else passes through)."""
+
+    def __init__(self, sock):
+        self._sock = sock
+
+    def recv_into(self, buffer, *args):
+        n = self._sock.recv_into(buffer, *args)
+        _COUNTS["recv"] += 1
+        _COUNTS["recv_bytes"] += n
+        return n
+
+    def sendmsg(self, buffers, *args):
+        _COUNTS["sendmsg"] += 1
+        return self._sock.sendmsg(buffers, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+class _CountingSSLObject:
+    def __init__(self, obj):
+        self._obj = obj
+
+    def read(self, *args):
+        _COUNTS["ssl_read"] += 1
+        try:
+            return self._obj.read(*args)
+        except __import__("ssl").SSLWantReadError:
+            _COUNTS["tls_want_read"] += 1
+            raise
+
+    def write(self, data):
+        _COUNTS["tls_write"] += 1
+        return self._obj.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._obj, name)
+
+
+class _CountingBIO:
+    def __init__(self, bio):
+        self._bio = bio
+
+    def write(self, data):
+        _COUNTS["bio_write"] += 1
+        _COUNTS["bio_write_bytes"] += memoryview(data).nbytes
+        return self._bio.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._bio, name)
+
+
+def install() -> None:
+    from mirror_core import wire_channel
+
+    plain_init, tls_init, tls_recv = (wire_channel.PlainChannel.__init__, wire_channel.TlsChannel.__init__,
+                                      wire_channel.TlsChannel.recv_into)
+
+    def plain(self, sock, *args, **kwargs):
+        plain_init(self, sock, *args, **kwargs)
+        self.sock = _CountingSocket(self.sock)
+
+    def tls(self, sock, *args, **kwargs):
+        tls_init(self, sock, *args, **kwargs)
+        self.sock = _CountingSocket(self.sock)
+        self._ssl = _CountingSSLObject(self._ssl)
+        for name in ("_incoming", "_in"):
+            if hasattr(self, name):
+                setattr(self, name, _CountingBIO(getattr(self, name)))
+
+    def recv(self, view, *args, **kwargs):
+        _COUNTS["tls_read"] += 1
+        n = tls_recv(self, view, *args, **kwargs)
+        _COUNTS["tls_read_bytes"] += n
+        return n
+
+    wire_channel.PlainChannel.__init__, wire_channel.TlsChannel.__init__ = plain, tls
+    wire_channel.TlsChannel.recv_into = recv
+
+
+def _task_cpu() -> dict[str, list]:
+    """Per OS thread of this process: [name, CPU seconds] (``/proc/self/task/*/stat``, user + system)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[tid] = [name, (int(fields[11]) + int(fields[12])) / tick]
+    return out
+
+
+def _sample(series: list, stop: threading.Event) -> None:
+    """Every 0.25 s: (seconds since start, bytes received so far, per-thread CPU)."""
+    start = time.monotonic()
+    while not stop.wait(0.25):
+        series.append((round(time.monotonic() - start, 2), _COUNTS["recv_bytes"], _task_cpu()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(prog="python -m bench.wire_diag", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--profile", help="also write cProfile stats here")
+    args = parser.parse_args(argv[:split])
+    install()
+    profiler = cProfile.Profile(time.thread_time) if args.profile else None   # CPU of this (the copying) thread
+
+    def dump() -> None:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
+        stop.set()
+        with open(args.out, "w") as f:
+            json.dump({"counts": dict(_COUNTS), "main_tid": str(threading.get_native_id()), "series": series}, f)
+
+    series: list = []
+    stop = threading.Event()
+    threading.Thread(target=_sample, args=(series, stop), daemon=True, name="wire-diag").start()
+    atexit.register(dump)
+    from mirror_core import cli
+
+    if profiler is not None:
+        profiler.enable()
+    return cli.main(argv[split + 1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
