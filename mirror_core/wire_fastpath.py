@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
 import random
 import socket
 import ssl
 import struct
+import termios
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -48,6 +50,7 @@ from typing import NamedTuple
 import kafka.errors as Errors
 from kafka.future import Future
 
+from mirror_core import request_trace
 from mirror_core.errors import ClusterUnavailableError
 from mirror_core.sasl import SaslExchangeError, new_exchange
 from mirror_core.wire_channel import FastSecurity, HandshakeRefused, PlainChannel, TlsChannel
@@ -70,6 +73,7 @@ _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_I32N = struct.Struct("=i")  # native order (ioctl results)
 _HEADER = struct.Struct(">ihhi")            # frame size, api key, api version, correlation id
 _PRODUCE_BODY = struct.Struct(">hi")        # acks, timeout ms
 _PARTITION_INDEX = struct.Struct(">i")
@@ -884,7 +888,15 @@ class FastConnection:
             return future.failure(_transport_error(exc, self))
         self.bytes_sent += sum(memoryview(part).nbytes for part in parts) if nbytes is None else nbytes
         self._in_flight.append((correlation_id, future, decoder, flexible_response, timeout_s))
+        if request_trace.ACTIVE is not None:
+            self._trace_send(parts, correlation_id, nbytes)
         return future
+
+    def _trace_send(self, parts, correlation_id: int, nbytes: int | None) -> None:
+        api_key = _HEADER.unpack_from(parts[0], 0)[1] if len(parts[0]) >= _HEADER.size else -1
+        size = sum(memoryview(part).nbytes for part in parts) if nbytes is None else nbytes
+        request_trace.ACTIVE.sends.append((time.perf_counter(), id(self), api_key, correlation_id, size,
+                                           len(self._in_flight)))
 
     def wait(self, future: Future) -> None:
         """Read responses in order until ``future`` is resolved (it fails if the connection does)."""
@@ -899,9 +911,14 @@ class FastConnection:
         when it was sent: a request sent ahead (a prefetch while the caller writes, or one queued behind another's
         long poll) is not failed for our own delay in reading; the clock measures only the broker's silence."""
         correlation_id, future, decoder, flexible, timeout_s = self._in_flight[0]
+        trace = request_trace.ACTIVE
+        if trace is not None:
+            began, ready = time.perf_counter(), self._answer_ready()
         try:
             self._set_timeout(timeout_s)
             frame = self._receive_frame()
+            if trace is not None:
+                trace.answers.append((began, time.perf_counter(), id(self), correlation_id, ready))
         except (OSError, ssl.SSLError, Errors.KafkaError) as exc:
             self._fail(_transport_error(exc, self))
             return
@@ -932,6 +949,15 @@ class FastConnection:
         if throttle:
             self._throttled_until = time.monotonic() + throttle / 1000
         future.success(value)
+
+    def _answer_ready(self) -> bool:
+        """(Tracing only) whether bytes of the next answer are buffered or in the socket already."""
+        if self._rend > self._rstart:
+            return True
+        try:  # the socket has a timeout, so recv(MSG_PEEK) would wait for the bytes: ask the kernel instead
+            return _I32N.unpack(fcntl.ioctl(self._sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0] > 0
+        except OSError:
+            return True
 
     def _set_timeout(self, timeout_s: float) -> None:
         """``settimeout`` only when the value changes: each call is an ``ioctl`` in CPython, and nearly every
