@@ -37,6 +37,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import functools
+import os
 import random
 import socket
 import ssl
@@ -82,6 +84,7 @@ _ABORTED = struct.Struct(">qq")
 _API_RANGE = struct.Struct(">hhh")
 _MAX_FRAME = 100_000_000
 _RECV_BUFFER = 64 * 1024           # FastConnection's receive buffer: answers up to this size are read through it
+_DEFER_MAX_PARTS = 256             # deferred request buffers per connection before a send goes out anyway (IOV_MAX)
 
 
 # -- primitives -----------------------------------------------------------------------------------------------
@@ -348,6 +351,11 @@ def decode_produce_response(version: int, frame: memoryview) -> ProduceResult:
         if result is not None:
             return result
     return _decode_produce_general(version, frame)
+
+
+# version -> decoder of that version's answers (FastConnection.produce: no closure made per request)
+_PRODUCE_DECODERS = {version: functools.partial(decode_produce_response, version)
+                     for version in range(PRODUCE_VERSIONS[0], PRODUCE_VERSIONS[1] + 1)}
 
 
 def _decode_one_partition(version: int, frame: memoryview) -> ProduceResult | None:
@@ -686,6 +694,11 @@ class FastConnection:
         self._correlation_id = 0
         # (correlation id, future, decoder, flexible response header, timeout in s) per request, in send order
         self._in_flight: collections.deque = collections.deque()
+        # request buffers sent with ``defer=True`` and not yet handed to the kernel (their requests are already in
+        # ``_in_flight``): they leave together with the next :meth:`flush`, the next undeferred send, or before any
+        # read, so nothing ever waits for the answer to a request still held here
+        self._unsent: list = []
+        self._versions: dict[tuple[int, int, int], int] = {}   # (api key, low, high) -> version, see version()
         self._throttled_until = 0.0
         self._rbuf = bytearray(_RECV_BUFFER)      # received, not yet framed bytes: _rbuf[_rstart:_rend]
         self._rview = memoryview(self._rbuf)
@@ -742,12 +755,17 @@ class FastConnection:
         return future.value
 
     def version(self, api_key: int, low: int, high: int) -> int:
-        """The highest version of ``api_key`` in [low, high] this broker supports."""
+        """The highest version of ``api_key`` in [low, high] this broker supports (remembered per question: the
+        broker's versions are fixed for the connection's life)."""
+        known = self._versions.get((api_key, low, high))
+        if known is not None:
+            return known
         broker = self.api_versions.get(api_key)
         if broker is None or broker[0] > high or broker[1] < low:
             raise Errors.IncompatibleBrokerVersion(
                 f"broker {self.address} supports api {api_key} at {broker}, we need {low}-{high}")
-        return min(high, broker[1])
+        self._versions[(api_key, low, high)] = version = min(high, broker[1])
+        return version
 
     def _next_correlation_id(self) -> int:
         self._correlation_id = (self._correlation_id + 1) % 2**31
@@ -830,16 +848,16 @@ class FastConnection:
 
     def produce(self, *, transactional_id: str | None, acks: int, timeout_ms: int,
                 topic_data: Sequence[ProduceTopicData], max_version: int = PRODUCE_VERSIONS[1],
-                request_timeout_ms: int | None = None) -> Future:
-        """Send a ProduceRequest; the future's value is a :class:`ProduceResult`."""
+                request_timeout_ms: int | None = None, defer: bool = False) -> Future:
+        """Send a ProduceRequest; the future's value is a :class:`ProduceResult`. ``defer``: see :meth:`send`."""
         self._maybe_reauthenticate()
         version = self.version(API_PRODUCE, PRODUCE_VERSIONS[0], min(max_version, PRODUCE_VERSIONS[1]))
         correlation_id = self._next_correlation_id()
         parts = encode_produce_request(version, correlation_id, self.client_id, transactional_id=transactional_id,
                                        acks=acks, timeout_ms=timeout_ms, topic_data=topic_data)
-        return self.send(parts, lambda frame: decode_produce_response(version, frame),
-                         flexible_response=version >= PRODUCE_FLEXIBLE, correlation_id=correlation_id,
-                         timeout_ms=request_timeout_ms, nbytes=4 + _I32.unpack_from(parts[0], 0)[0])
+        return self.send(parts, _PRODUCE_DECODERS[version], flexible_response=version >= PRODUCE_FLEXIBLE,
+                         correlation_id=correlation_id, timeout_ms=request_timeout_ms,
+                         nbytes=4 + _I32.unpack_from(parts[0], 0)[0], defer=defer)
 
     def fetch_async(self, *, min_version: int, max_version: int, request_timeout_ms: int | None = None,
                     **fields) -> Future:
@@ -867,9 +885,12 @@ class FastConnection:
             self._reauthenticate()
 
     def send(self, parts, decoder: Callable[[memoryview], object], *, flexible_response: bool,
-             correlation_id: int, timeout_ms: int | None = None, nbytes: int | None = None) -> Future:
+             correlation_id: int, timeout_ms: int | None = None, nbytes: int | None = None,
+             defer: bool = False) -> Future:
         """Write one framed request (a list of buffers) and queue its decoder; the future resolves in :meth:`wait`.
-        ``nbytes``: the request's size if the caller knows it (else the parts are measured)."""
+        ``nbytes``: the request's size if the caller knows it (else the parts are measured). ``defer``: keep the
+        buffers until :meth:`flush` (or the next undeferred send, or the next read), so several requests queued
+        between two waits leave in one ``sendmsg``; the caller must keep them unchanged until then."""
         future = _FastFuture()
         future.conn = self
         if self.closed:
@@ -880,13 +901,22 @@ class FastConnection:
                 time.sleep(delay)
             self._throttled_until = 0.0
         timeout_s = self.request_timeout_s if timeout_ms is None else timeout_ms / 1000
-        try:
-            self._set_timeout(timeout_s)
-            self._channel.send(parts)
-        except (OSError, ssl.SSLError) as exc:
-            self._fail(_transport_error(exc, self))
-            return future.failure(_transport_error(exc, self))
-        self.bytes_sent += sum(memoryview(part).nbytes for part in parts) if nbytes is None else nbytes
+        if nbytes is None:
+            nbytes = sum(memoryview(part).nbytes for part in parts)
+        if defer and len(self._unsent) + len(parts) <= _DEFER_MAX_PARTS:
+            self._unsent += parts
+        else:
+            if self._unsent:   # the deferred requests leave first: the broker answers in send order
+                self.flush()
+                if self.closed:
+                    return future.failure(Errors.KafkaConnectionError(f"{self!r} is closed"))
+            try:
+                self._set_timeout(timeout_s)
+                self._channel.send(parts)
+            except (OSError, ssl.SSLError) as exc:
+                self._fail(_transport_error(exc, self))
+                return future.failure(_transport_error(exc, self))
+        self.bytes_sent += nbytes
         self._in_flight.append((correlation_id, future, decoder, flexible_response, timeout_s))
         if request_trace.ACTIVE is not None:
             self._trace_send(parts, correlation_id, nbytes)
@@ -897,6 +927,49 @@ class FastConnection:
         size = sum(memoryview(part).nbytes for part in parts) if nbytes is None else nbytes
         request_trace.ACTIVE.sends.append((time.perf_counter(), id(self), api_key, correlation_id, size,
                                            len(self._in_flight)))
+
+    def flush(self) -> None:
+        """Hand the deferred requests to the kernel (one ``sendmsg``); on failure the connection fails and every
+        request in flight on it with it."""
+        if not self._unsent:
+            return
+        parts, self._unsent = self._unsent, []
+        try:
+            self._channel.send(parts)
+        except (OSError, ssl.SSLError) as exc:
+            self._fail(_transport_error(exc, self))
+
+    def answered(self, future: Future) -> bool:
+        """Whether ``future`` is resolved, after reading (never waiting for) the answers that already arrived:
+        those whole in the receive buffer and, on a plain socket, what the kernel holds already."""
+        if future.is_done:
+            return True
+        if self._unsent or not self._in_flight or self.closed:
+            return False
+        if isinstance(self._channel, PlainChannel) and self._timeout_s:
+            self._read_ready()
+        while self._in_flight and self._frame_buffered():
+            self._read_one()
+            if future.is_done:
+                return True
+        return False
+
+    def _frame_buffered(self) -> bool:
+        have = self._rend - self._rstart
+        return have >= 4 and have >= 4 + _I32.unpack_from(self._rbuf, self._rstart)[0]
+
+    def _read_ready(self) -> None:
+        """Move what the kernel holds for us into ``_rbuf`` without waiting. The socket has a timeout, so its
+        descriptor is non-blocking (CPython's timeout mode) and ``readv`` returns at once; a closed or failed socket
+        is left for the next blocking read to report."""
+        if self._rstart and self._rend - self._rstart < 4096:   # room at the end: move the unread bytes forward
+            have = self._rend - self._rstart
+            self._rview[:have] = self._rview[self._rstart:self._rend]
+            self._rstart, self._rend = 0, have
+        if self._rend >= _RECV_BUFFER:
+            return
+        with contextlib.suppress(OSError):   # BlockingIOError: nothing yet
+            self._rend += os.readv(self._sock.fileno(), [self._rview[self._rend:]])
 
     def wait(self, future: Future) -> None:
         """Read responses in order until ``future`` is resolved (it fails if the connection does)."""
@@ -910,6 +983,10 @@ class FastConnection:
         """Read the oldest request's response. Its timeout runs from now, when we start waiting for it, not from
         when it was sent: a request sent ahead (a prefetch while the caller writes, or one queued behind another's
         long poll) is not failed for our own delay in reading; the clock measures only the broker's silence."""
+        if self._unsent:
+            self.flush()
+            if self.closed:
+                return
         correlation_id, future, decoder, flexible, timeout_s = self._in_flight[0]
         trace = request_trace.ACTIVE
         if trace is not None:
@@ -1031,6 +1108,7 @@ class FastConnection:
             self.closed = True
             self._reauth_at = None
             self._rstart = self._rend = 0            # unread bytes of a closed connection answer nothing
+            self._unsent = []
             with contextlib.suppress(OSError):
                 self._sock.close()
         while self._in_flight:
