@@ -78,8 +78,12 @@ def child(mirror: str, spec: dict) -> dict:
     if (os.cpu_count() or 1) >= 2 and spec.get("pin", True):
         os.sched_setaffinity(0, {MIRROR_CORE})
     from mirror_core import request_trace
+    from mirror_core import writer as writer_module
     from mirror_core.kafka_wire import WireClient
     from mirror_core.writer import BatchWriter
+
+    if spec.get("keep_queued") is not None:  # an experiment: how many requests the pipeline keeps queued
+        writer_module.KEEP_QUEUED = spec["keep_queued"]
 
     if mirror == "deep":
         from bench.copy_bench import child_deep
@@ -130,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
                         choices=["shallow", "null", "deep"])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-trace", action="store_true", help="measure without the trace switch (its cost)")
+    parser.add_argument("--keep-queued", type=int, nargs="*", default=[None],
+                        help="run each mirror once per value of writer.KEEP_QUEUED (default: the module's)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -153,12 +159,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{src}: {data['records']} records in {data['batches']} batches; load {os.getloadavg()}", flush=True)
     from dataclasses import asdict
     for rep in range(args.repeat):
-        for mirror in args.mirrors:
+        for mirror, keep in [(m, k) for m in args.mirrors for k in (args.keep_queued if m != "deep" else [None])]:
             dst = f"timing-{mirror}-{time.strftime('%H%M%S')}-{rep}"
             target_admin.create(dst, 1)
             spec = {"source": source_conf, "target": target_conf, "src_topic": src, "dst_topic": dst,
                     "start": data["start"], "end": data["end"], "starts": data["starts"], "ends": data["ends"],
-                    "case": asdict(case), "trace": not args.no_trace}
+                    "case": asdict(case), "trace": not args.no_trace, "keep_queued": keep}
             try:
                 proc = subprocess.run([sys.executable, "-m", "bench.request_timing", "--child", mirror],
                                       input=json.dumps(spec), capture_output=True, text=True, cwd=ROOT,
@@ -169,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
                 raise RuntimeError(proc.stderr[-3000:])
             report = json.loads(proc.stdout.strip().splitlines()[-1])
             report["records_per_s"] = data["records"] / report["seconds"]
+            report["keep_queued"] = keep
             print(f"rep {rep} {mirror:<8} " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
                                                           for k, v in report.items()}), flush=True)
     print(f"load {os.getloadavg()}")

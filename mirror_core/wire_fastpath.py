@@ -946,9 +946,14 @@ class FastConnection:
             return True
         if self._unsent or not self._in_flight or self.closed:
             return False
-        if isinstance(self._channel, PlainChannel) and self._timeout_s:
-            self._read_ready()
-        while self._in_flight and self._frame_buffered():
+        asked = not (self._timeout_s and isinstance(self._channel, PlainChannel))  # TLS: only what _rbuf holds
+        while self._in_flight:
+            if not self._frame_buffered():
+                if asked:
+                    return False
+                self._read_ready()   # one non-blocking read, only when the buffer has no whole answer
+                asked = True
+                continue
             self._read_one()
             if future.is_done:
                 return True

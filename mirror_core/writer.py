@@ -83,7 +83,7 @@ PRODUCE_MAX_VERSION = 11
 MAX_IN_FLIGHT = 5
 # After waiting for an answer, the pipeline takes the answers that already arrived before sending again, but only
 # while more than this many requests stay in flight (work queued at the broker while the answers are handled)
-KEEP_QUEUED = 2
+KEEP_QUEUED = 3
 # Inside a transaction, writes are retried for at most this share of transaction.timeout.ms from its begin: the rest
 # is left for the commit, so a retried write ends as a retriable error before the coordinator aborts under it.
 TRANSACTION_RETRY_SHARE = 0.5
