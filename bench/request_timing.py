@@ -63,6 +63,7 @@ def summarize(trace) -> dict:
     waits = [a[1] - a[0] for a in produce if not a[4]]
     return {
         "produce_requests": len(produce_sends),
+        "socket_writes": len(trace.writes),
         "in_flight_at_send": {n: in_flight.count(n) for n in sorted(set(in_flight))},
         "answers_ready": ready / max(1, len(produce)),
         "blocked_produce_s": blocked_produce,

@@ -916,6 +916,8 @@ class FastConnection:
             except (OSError, ssl.SSLError) as exc:
                 self._fail(_transport_error(exc, self))
                 return future.failure(_transport_error(exc, self))
+            if request_trace.ACTIVE is not None:
+                request_trace.ACTIVE.writes.append((time.perf_counter(), id(self), 1))
         self.bytes_sent += nbytes
         self._in_flight.append((correlation_id, future, decoder, flexible_response, timeout_s))
         if request_trace.ACTIVE is not None:
@@ -938,6 +940,9 @@ class FastConnection:
             self._channel.send(parts)
         except (OSError, ssl.SSLError) as exc:
             self._fail(_transport_error(exc, self))
+            return
+        if request_trace.ACTIVE is not None:
+            request_trace.ACTIVE.writes.append((time.perf_counter(), id(self), -1))
 
     def answered(self, future: Future) -> bool:
         """Whether ``future`` is resolved, after reading (never waiting for) the answers that already arrived:
