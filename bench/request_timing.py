@@ -6,7 +6,9 @@ topics, each mirror in a child process pinned to core 1 like ``bench/copy_bench.
 
 - ``shallow``: :class:`~mirror_core.copier.RangeCopier` with :mod:`mirror_core.request_trace` on;
 - ``null``: the same batches fetched and prepared first, then only produced (trace on);
-- ``deep``: ``bench.copy_bench``'s confluent-kafka loop (no trace; context switches and CPU only).
+- ``deep``: ``bench.copy_bench``'s confluent-kafka loop (no trace; context switches and CPU only);
+- ``concurrent-alo``: ``bench.copy_bench``'s ``shoal copy`` engine in at-least-once mode (trace on; its requests
+  include the checkpoint commits' and their Fetch rounds).
 
 Per mirror: wall and CPU seconds of the copy, voluntary / involuntary context switches (blocking waits /
 preemptions), and from the trace: Produce requests, requests in flight when each was sent, the share of answers
@@ -86,12 +88,18 @@ def child(mirror: str, spec: dict) -> dict:
     if spec.get("keep_queued") is not None:  # an experiment: how many requests the pipeline keeps queued
         writer_module.KEEP_QUEUED = spec["keep_queued"]
 
-    if mirror == "deep":
-        from bench.copy_bench import child_deep
+    if mirror in ("deep", "concurrent-alo"):  # copy_bench's own mirrors: their copy phase, setup excluded
+        from bench.copy_bench import child_concurrent, child_deep
+        trace = request_trace.start() if mirror != "deep" and spec.get("trace", True) else None
         c0, v0, i0 = _usage()
-        report = child_deep(spec)
+        report = child_deep(spec) if mirror == "deep" else child_concurrent({**spec, "mirror": mirror})
         c1, v1, i1 = _usage()
-        report.update(voluntary=v1 - v0, involuntary=i1 - i0)
+        request_trace.stop()
+        report.update(voluntary=v1 - v0, involuntary=i1 - i0)  # setup included
+        if trace is not None:
+            report.update(summarize(trace))
+            report["off_cpu_not_blocked_s"] = report["seconds"] - report["cpu_seconds"] \
+                - report["blocked_produce_s"] - report["blocked_fetch_s"]
         return report
     with WireClient("source", spec["source"]) as source, WireClient("target", spec["target"]) as target:
         writer = BatchWriter(target)
@@ -132,7 +140,7 @@ def child(mirror: str, spec: dict) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.request_timing", description=__doc__.split("\n\n")[0])
     parser.add_argument("--mirrors", nargs="*", default=["shallow", "null", "deep"],
-                        choices=["shallow", "null", "deep"])
+                        choices=["shallow", "null", "deep", "concurrent-alo"])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-trace", action="store_true", help="measure without the trace switch (its cost)")
     parser.add_argument("--keep-queued", type=int, nargs="*", default=[None],
@@ -165,7 +173,8 @@ def main(argv: list[str] | None = None) -> None:
             target_admin.create(dst, 1)
             spec = {"source": source_conf, "target": target_conf, "src_topic": src, "dst_topic": dst,
                     "start": data["start"], "end": data["end"], "starts": data["starts"], "ends": data["ends"],
-                    "case": asdict(case), "trace": not args.no_trace, "keep_queued": keep}
+                    "case": asdict(case), "trace": not args.no_trace, "keep_queued": keep,
+                    "fetch_max_bytes": 4 * 1024 * 1024, "max_inflight_bytes": 8 * 1024 * 1024}
             try:
                 proc = subprocess.run([sys.executable, "-m", "bench.request_timing", "--child", mirror],
                                       input=json.dumps(spec), capture_output=True, text=True, cwd=ROOT,
