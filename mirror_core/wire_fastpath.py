@@ -29,7 +29,10 @@ the connection is made or re-authenticated.
 
 Invariants: requests on one connection are answered in send order (Kafka processes a connection's requests one at
 a time), so responses are matched to the oldest request in flight and a correlation-id mismatch closes the
-connection; a future is resolved exactly once; a broker's throttle time delays the next send on that connection.
+connection; a future is resolved exactly once; a broker's throttle time delays the next send on that connection;
+a request sent with ``defer=True`` is in ``_in_flight`` at once but its bytes wait in ``_unsent`` until
+:meth:`FastConnection.flush`, the next undeferred send (which sends them first) or the next read, so the send
+order is the queue order and no read ever waits for an answer to a request not yet sent.
 """
 
 from __future__ import annotations

@@ -589,6 +589,13 @@ class _Pipeline:
     order; a failure stops new sends until every request in flight has been answered, then retries after a
     backoff (or re-initialises the producer id of the writer whose state the broker lost); unacknowledged request
     bytes stay under ``max_inflight_bytes`` (one request may exceed it alone).
+
+    Turns (:meth:`run`): :meth:`_fill` queues the requests the limits allow and :meth:`_Transport.flush` hands them
+    to the sockets before anything waits (one ``sendmsg`` per connection per turn); then the oldest answer is
+    waited for, and the answers already received are taken while more than ``KEEP_QUEUED`` requests stay in
+    flight. Only the timing of sends changes: which batches a request carries, their order and every limit above
+    are decided exactly as with one send per answer. ``leaders`` caches each partition's leader for a healthy
+    stretch only (cleared by any failed batch and before every retry).
     """
 
     def __init__(self, jobs: Sequence[tuple[BatchWriter, Sequence[OutgoingBatch], list[int], Sequence[int]]],
