@@ -701,6 +701,7 @@ class FastConnection:
         # ``_in_flight``): they leave together with the next :meth:`flush`, the next undeferred send, or before any
         # read, so nothing ever waits for the answer to a request still held here
         self._unsent: list = []
+        self._unsent_timeout_s = request_timeout_s
         self._versions: dict[tuple[int, int, int], int] = {}   # (api key, low, high) -> version, see version()
         self._throttled_until = 0.0
         self._rbuf = bytearray(_RECV_BUFFER)      # received, not yet framed bytes: _rbuf[_rstart:_rend]
@@ -908,6 +909,7 @@ class FastConnection:
             nbytes = sum(memoryview(part).nbytes for part in parts)
         if defer and len(self._unsent) + len(parts) <= _DEFER_MAX_PARTS:
             self._unsent += parts
+            self._unsent_timeout_s = timeout_s   # the socket timeout their write will run under (see flush)
         else:
             if self._unsent:   # the deferred requests leave first: the broker answers in send order
                 self.flush()
@@ -940,6 +942,7 @@ class FastConnection:
             return
         parts, self._unsent = self._unsent, []
         try:
+            self._set_timeout(self._unsent_timeout_s)
             self._channel.send(parts)
         except (OSError, ssl.SSLError) as exc:
             self._fail(_transport_error(exc, self))
