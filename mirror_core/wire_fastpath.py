@@ -29,17 +29,24 @@ the connection is made or re-authenticated.
 
 Invariants: requests on one connection are answered in send order (Kafka processes a connection's requests one at
 a time), so responses are matched to the oldest request in flight and a correlation-id mismatch closes the
-connection; a future is resolved exactly once; a broker's throttle time delays the next send on that connection.
+connection; a future is resolved exactly once; a broker's throttle time delays the next send on that connection;
+a request sent with ``defer=True`` is in ``_in_flight`` at once but its bytes wait in ``_unsent`` until
+:meth:`FastConnection.flush`, the next undeferred send (which sends them first) or the next read, so the send
+order is the queue order and no read ever waits for an answer to a request not yet sent.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
+import functools
+import os
 import random
 import socket
 import ssl
 import struct
+import termios
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -48,6 +55,7 @@ from typing import NamedTuple
 import kafka.errors as Errors
 from kafka.future import Future
 
+from mirror_core import request_trace
 from mirror_core.errors import ClusterUnavailableError
 from mirror_core.sasl import SaslExchangeError, new_exchange
 from mirror_core.wire_channel import FastSecurity, HandshakeRefused, PlainChannel, TlsChannel
@@ -70,6 +78,7 @@ _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+_I32N = struct.Struct("=i")  # native order (ioctl results)
 _HEADER = struct.Struct(">ihhi")            # frame size, api key, api version, correlation id
 _PRODUCE_BODY = struct.Struct(">hi")        # acks, timeout ms
 _PARTITION_INDEX = struct.Struct(">i")
@@ -78,6 +87,7 @@ _ABORTED = struct.Struct(">qq")
 _API_RANGE = struct.Struct(">hhh")
 _MAX_FRAME = 100_000_000
 _RECV_BUFFER = 64 * 1024           # FastConnection's receive buffer: answers up to this size are read through it
+_DEFER_MAX_PARTS = 256             # deferred request buffers per connection before a send goes out anyway (IOV_MAX)
 
 
 # -- primitives -----------------------------------------------------------------------------------------------
@@ -344,6 +354,11 @@ def decode_produce_response(version: int, frame: memoryview) -> ProduceResult:
         if result is not None:
             return result
     return _decode_produce_general(version, frame)
+
+
+# version -> decoder of that version's answers (FastConnection.produce: no closure made per request)
+_PRODUCE_DECODERS = {version: functools.partial(decode_produce_response, version)
+                     for version in range(PRODUCE_VERSIONS[0], PRODUCE_VERSIONS[1] + 1)}
 
 
 def _decode_one_partition(version: int, frame: memoryview) -> ProduceResult | None:
@@ -682,6 +697,12 @@ class FastConnection:
         self._correlation_id = 0
         # (correlation id, future, decoder, flexible response header, timeout in s) per request, in send order
         self._in_flight: collections.deque = collections.deque()
+        # request buffers sent with ``defer=True`` and not yet handed to the kernel (their requests are already in
+        # ``_in_flight``): they leave together with the next :meth:`flush`, the next undeferred send, or before any
+        # read, so nothing ever waits for the answer to a request still held here
+        self._unsent: list = []
+        self._unsent_timeout_s = request_timeout_s
+        self._versions: dict[tuple[int, int, int], int] = {}   # (api key, low, high) -> version, see version()
         self._throttled_until = 0.0
         self._rbuf = bytearray(_RECV_BUFFER)      # received, not yet framed bytes: _rbuf[_rstart:_rend]
         self._rview = memoryview(self._rbuf)
@@ -738,12 +759,17 @@ class FastConnection:
         return future.value
 
     def version(self, api_key: int, low: int, high: int) -> int:
-        """The highest version of ``api_key`` in [low, high] this broker supports."""
+        """The highest version of ``api_key`` in [low, high] this broker supports (remembered per question: the
+        broker's versions are fixed for the connection's life)."""
+        known = self._versions.get((api_key, low, high))
+        if known is not None:
+            return known
         broker = self.api_versions.get(api_key)
         if broker is None or broker[0] > high or broker[1] < low:
             raise Errors.IncompatibleBrokerVersion(
                 f"broker {self.address} supports api {api_key} at {broker}, we need {low}-{high}")
-        return min(high, broker[1])
+        self._versions[(api_key, low, high)] = version = min(high, broker[1])
+        return version
 
     def _next_correlation_id(self) -> int:
         self._correlation_id = (self._correlation_id + 1) % 2**31
@@ -826,16 +852,16 @@ class FastConnection:
 
     def produce(self, *, transactional_id: str | None, acks: int, timeout_ms: int,
                 topic_data: Sequence[ProduceTopicData], max_version: int = PRODUCE_VERSIONS[1],
-                request_timeout_ms: int | None = None) -> Future:
-        """Send a ProduceRequest; the future's value is a :class:`ProduceResult`."""
+                request_timeout_ms: int | None = None, defer: bool = False) -> Future:
+        """Send a ProduceRequest; the future's value is a :class:`ProduceResult`. ``defer``: see :meth:`send`."""
         self._maybe_reauthenticate()
         version = self.version(API_PRODUCE, PRODUCE_VERSIONS[0], min(max_version, PRODUCE_VERSIONS[1]))
         correlation_id = self._next_correlation_id()
         parts = encode_produce_request(version, correlation_id, self.client_id, transactional_id=transactional_id,
                                        acks=acks, timeout_ms=timeout_ms, topic_data=topic_data)
-        return self.send(parts, lambda frame: decode_produce_response(version, frame),
-                         flexible_response=version >= PRODUCE_FLEXIBLE, correlation_id=correlation_id,
-                         timeout_ms=request_timeout_ms, nbytes=4 + _I32.unpack_from(parts[0], 0)[0])
+        return self.send(parts, _PRODUCE_DECODERS[version], flexible_response=version >= PRODUCE_FLEXIBLE,
+                         correlation_id=correlation_id, timeout_ms=request_timeout_ms,
+                         nbytes=4 + _I32.unpack_from(parts[0], 0)[0], defer=defer)
 
     def fetch_async(self, *, min_version: int, max_version: int, request_timeout_ms: int | None = None,
                     **fields) -> Future:
@@ -863,9 +889,12 @@ class FastConnection:
             self._reauthenticate()
 
     def send(self, parts, decoder: Callable[[memoryview], object], *, flexible_response: bool,
-             correlation_id: int, timeout_ms: int | None = None, nbytes: int | None = None) -> Future:
+             correlation_id: int, timeout_ms: int | None = None, nbytes: int | None = None,
+             defer: bool = False) -> Future:
         """Write one framed request (a list of buffers) and queue its decoder; the future resolves in :meth:`wait`.
-        ``nbytes``: the request's size if the caller knows it (else the parts are measured)."""
+        ``nbytes``: the request's size if the caller knows it (else the parts are measured). ``defer``: keep the
+        buffers until :meth:`flush` (or the next undeferred send, or the next read), so several requests queued
+        between two waits leave in one ``sendmsg``; the caller must keep them unchanged until then."""
         future = _FastFuture()
         future.conn = self
         if self.closed:
@@ -876,15 +905,87 @@ class FastConnection:
                 time.sleep(delay)
             self._throttled_until = 0.0
         timeout_s = self.request_timeout_s if timeout_ms is None else timeout_ms / 1000
+        if nbytes is None:
+            nbytes = sum(memoryview(part).nbytes for part in parts)
+        if defer and len(self._unsent) + len(parts) <= _DEFER_MAX_PARTS:
+            self._unsent += parts
+            self._unsent_timeout_s = timeout_s   # the socket timeout their write will run under (see flush)
+        else:
+            if self._unsent:   # the deferred requests leave first: the broker answers in send order
+                self.flush()
+                if self.closed:
+                    return future.failure(Errors.KafkaConnectionError(f"{self!r} is closed"))
+            try:
+                self._set_timeout(timeout_s)
+                self._channel.send(parts)
+            except (OSError, ssl.SSLError) as exc:
+                self._fail(_transport_error(exc, self))
+                return future.failure(_transport_error(exc, self))
+            if request_trace.ACTIVE is not None:
+                request_trace.ACTIVE.writes.append((time.perf_counter(), id(self), 1))
+        self.bytes_sent += nbytes
+        self._in_flight.append((correlation_id, future, decoder, flexible_response, timeout_s))
+        if request_trace.ACTIVE is not None:
+            self._trace_send(parts, correlation_id, nbytes)
+        return future
+
+    def _trace_send(self, parts, correlation_id: int, nbytes: int | None) -> None:
+        api_key = _HEADER.unpack_from(parts[0], 0)[1] if len(parts[0]) >= _HEADER.size else -1
+        size = sum(memoryview(part).nbytes for part in parts) if nbytes is None else nbytes
+        request_trace.ACTIVE.sends.append((time.perf_counter(), id(self), api_key, correlation_id, size,
+                                           len(self._in_flight)))
+
+    def flush(self) -> None:
+        """Hand the deferred requests to the kernel (one ``sendmsg``); on failure the connection fails and every
+        request in flight on it with it."""
+        if not self._unsent:
+            return
+        parts, self._unsent = self._unsent, []
         try:
-            self._set_timeout(timeout_s)
+            self._set_timeout(self._unsent_timeout_s)
             self._channel.send(parts)
         except (OSError, ssl.SSLError) as exc:
             self._fail(_transport_error(exc, self))
-            return future.failure(_transport_error(exc, self))
-        self.bytes_sent += sum(memoryview(part).nbytes for part in parts) if nbytes is None else nbytes
-        self._in_flight.append((correlation_id, future, decoder, flexible_response, timeout_s))
-        return future
+            return
+        if request_trace.ACTIVE is not None:
+            request_trace.ACTIVE.writes.append((time.perf_counter(), id(self), -1))
+
+    def answered(self, future: Future) -> bool:
+        """Whether ``future`` is resolved, after reading (never waiting for) the answers that already arrived:
+        those whole in the receive buffer and, on a plain socket, what the kernel holds already."""
+        if future.is_done:
+            return True
+        if self._unsent or not self._in_flight or self.closed:
+            return False
+        asked = not (self._timeout_s and isinstance(self._channel, PlainChannel))  # TLS: only what _rbuf holds
+        while self._in_flight:
+            if not self._frame_buffered():
+                if asked:
+                    return False
+                self._read_ready()   # one non-blocking read, only when the buffer has no whole answer
+                asked = True
+                continue
+            self._read_one()
+            if future.is_done:
+                return True
+        return False
+
+    def _frame_buffered(self) -> bool:
+        have = self._rend - self._rstart
+        return have >= 4 and have >= 4 + _I32.unpack_from(self._rbuf, self._rstart)[0]
+
+    def _read_ready(self) -> None:
+        """Move what the kernel holds for us into ``_rbuf`` without waiting. The socket has a timeout, so its
+        descriptor is non-blocking (CPython's timeout mode) and ``readv`` returns at once; a closed or failed socket
+        is left for the next blocking read to report."""
+        if self._rstart and self._rend - self._rstart < 4096:   # room at the end: move the unread bytes forward
+            have = self._rend - self._rstart
+            self._rview[:have] = self._rview[self._rstart:self._rend]
+            self._rstart, self._rend = 0, have
+        if self._rend >= _RECV_BUFFER:
+            return
+        with contextlib.suppress(OSError):   # BlockingIOError: nothing yet
+            self._rend += os.readv(self._sock.fileno(), [self._rview[self._rend:]])
 
     @property
     def in_flight(self) -> int:
@@ -906,15 +1007,24 @@ class FastConnection:
         """Read the oldest request's response. Its timeout runs from now, when we start waiting for it, not from
         when it was sent: a request sent ahead (a prefetch while the caller writes, or one queued behind another's
         long poll) is not failed for our own delay in reading; the clock measures only the broker's silence."""
+        if self._unsent:
+            self.flush()
+            if self.closed:
+                return
         correlation_id, future, decoder, flexible, timeout_s = self._in_flight[0]
         if deadline is not None:
             timeout_s = min(timeout_s, deadline - time.monotonic())
             if timeout_s <= 0:
                 self._fail(Errors.RequestTimedOutError(f"{self!r}: no answer in time"))
                 return
+        trace = request_trace.ACTIVE
+        if trace is not None:
+            began, ready = time.perf_counter(), self._answer_ready()
         try:
             self._set_timeout(timeout_s)
             frame = self._receive_frame()
+            if trace is not None:
+                trace.answers.append((began, time.perf_counter(), id(self), correlation_id, ready))
         except (OSError, ssl.SSLError, Errors.KafkaError) as exc:
             self._fail(_transport_error(exc, self))
             return
@@ -945,6 +1055,15 @@ class FastConnection:
         if throttle:
             self._throttled_until = time.monotonic() + throttle / 1000
         future.success(value)
+
+    def _answer_ready(self) -> bool:
+        """(Tracing only) whether bytes of the next answer are buffered or in the socket already."""
+        if self._rend > self._rstart:
+            return True
+        try:  # the socket has a timeout, so recv(MSG_PEEK) would wait for the bytes: ask the kernel instead
+            return _I32N.unpack(fcntl.ioctl(self._sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0] > 0
+        except OSError:
+            return True
 
     def _set_timeout(self, timeout_s: float) -> None:
         """``settimeout`` only when the value changes: each call is an ``ioctl`` in CPython, and nearly every
@@ -1018,6 +1137,7 @@ class FastConnection:
             self.closed = True
             self._reauth_at = None
             self._rstart = self._rend = 0            # unread bytes of a closed connection answer nothing
+            self._unsent = []
             with contextlib.suppress(OSError):
                 self._sock.close()
         while self._in_flight:

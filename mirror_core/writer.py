@@ -81,6 +81,9 @@ PRODUCE_MAX_VERSION = 11
 # Produce requests in flight per broker connection (so per partition too): the broker keeps the idempotence
 # state of the last 5 batches per producer and partition, and kafka-python pauses a connection at 5 in flight.
 MAX_IN_FLIGHT = 5
+# After waiting for an answer, the pipeline takes the answers that already arrived before sending again, but only
+# while more than this many requests stay in flight (work queued at the broker while the answers are handled)
+KEEP_QUEUED = 3
 # Inside a transaction, writes are retried for at most this share of transaction.timeout.ms from its begin: the rest
 # is left for the commit, so a retried write ends as a retriable error before the coordinator aborts under it.
 TRANSACTION_RETRY_SHARE = 0.5
@@ -504,6 +507,9 @@ class BatchWriter:
                 tp = (topic_response.name, part.index)
                 if tp not in items:
                     continue
+                if not part.error_code:  # NO_ERROR, never final: the common answer, taken without the checks
+                    outcome[tp] = (Errors.NoError, part.base_offset)
+                    continue
                 error = Errors.for_code(part.error_code)
                 owners.get(tp, self)._raise_if_final(items[tp], error, part.error_message)
                 outcome[tp] = (error, part.base_offset)
@@ -583,6 +589,13 @@ class _Pipeline:
     order; a failure stops new sends until every request in flight has been answered, then retries after a
     backoff (or re-initialises the producer id of the writer whose state the broker lost); unacknowledged request
     bytes stay under ``max_inflight_bytes`` (one request may exceed it alone).
+
+    Turns (:meth:`run`): :meth:`_fill` queues the requests the limits allow and :meth:`_Transport.flush` hands them
+    to the sockets before anything waits (one ``sendmsg`` per connection per turn); then the oldest answer is
+    waited for, and the answers already received are taken while more than ``KEEP_QUEUED`` requests stay in
+    flight. Only the timing of sends changes: which batches a request carries, their order and every limit above
+    are decided exactly as with one send per answer. ``leaders`` caches each partition's leader for a healthy
+    stretch only (cleared by any failed batch and before every retry).
     """
 
     def __init__(self, jobs: Sequence[tuple[BatchWriter, Sequence[OutgoingBatch], list[int], Sequence[int]]],
@@ -608,14 +621,26 @@ class _Pipeline:
         self.last_error = "no leader"
         self.backoff = Backoff(give_up_after=writer._retry_window_s())
         self.transport = _Transport(writer.client)
+        # (writer slot, tp) -> leader node, looked up once per healthy stretch: forgotten whenever a request fails
+        # (a moved leader answers NOT_LEADER_OR_FOLLOWER, which fails it) and before every retry, so a retry
+        # always asks the client's metadata afresh, as each send did before
+        self.leaders: dict[tuple, int] = {}
 
     def run(self) -> None:
+        # Per turn: send what the limits allow (the requests queued in one turn leave together, one sendmsg per
+        # connection), wait for the oldest answer, then take the answers that have already arrived as long as
+        # more than KEEP_QUEUED requests stay in flight: the refill then goes out in one sendmsg, and the broker
+        # (one request per connection at a time) still has queued work while this process handles the answers.
+        inflight, transport = self.inflight, self.transport
         try:
             while self.unacked:
                 if not self.draining:
                     self._fill()
-                if self.inflight:
-                    self._complete(self.inflight.popleft())
+                    transport.flush()
+                if inflight:
+                    self._complete(inflight.popleft())
+                    while len(inflight) > KEEP_QUEUED and transport.answered(inflight[0].future):
+                        self._complete(inflight.popleft())
                 else:
                     self._retry()
         except BaseException:
@@ -626,38 +651,53 @@ class _Pipeline:
 
     def _fill(self) -> None:
         """Send requests, one batch per partition each, until a limit is hit or nothing is left to send."""
+        sent, node_load, leaders = self.sent, self.node_load, self.leaders
         while True:
-            groups: dict[int, dict[tuple[str, int], _Pending]] = collections.defaultdict(dict)
-            keys: dict[int, list] = collections.defaultdict(list)
-            sizes: dict[int, int] = collections.defaultdict(int)
+            groups: dict[int, dict[tuple[str, int], _Pending]] = {}
+            keys: dict[int, list] = {}
+            sizes: dict[int, int] = {}
+            total = 0  # bytes of this pass's requests
             for key, queue in self.unacked.items():
+                count = sent[key]
+                if count >= len(queue):
+                    continue
                 slot, tp = key
-                if self.sent[key] >= len(queue):
-                    continue
-                if self.sent[key] and tp not in self.writers[slot]._acknowledged:
+                if count and tp not in self.writers[slot]._acknowledged:
                     continue  # the broker may have no state for our producer id here: see the class docstring
-                node = self._leader(key)
-                if node is None or self.node_load[node] >= MAX_IN_FLIGHT or tp in groups[node]:
+                node = leaders.get(key)
+                if node is None:
+                    node = self._leader(key)
+                    if node is None:
+                        continue
+                if node_load[node] >= MAX_IN_FLIGHT:
                     continue
-                size = len(queue[self.sent[key]].batch.data)
-                if groups[node] and sizes[node] + size > self.max_request_bytes:
+                group = groups.get(node)
+                if group is not None and tp in group:
                     continue
-                busy = self.inflight or any(groups.values())
-                if busy and self.inflight_bytes + sum(sizes.values()) + size > self.max_inflight_bytes:
+                pending = queue[count]
+                size = len(pending.batch.data)
+                if group and sizes[node] + size > self.max_request_bytes:
                     continue
-                groups[node][tp] = queue[self.sent[key]]
+                if (self.inflight or total) and self.inflight_bytes + total + size > self.max_inflight_bytes:
+                    continue
+                if group is None:
+                    group = groups[node] = {}
+                    keys[node], sizes[node] = [], 0
+                group[tp] = pending
                 keys[node].append(key)
                 sizes[node] += size
-            groups = {node: items for node, items in groups.items() if items}
+                total += size
             if not groups:
                 return
             for node, items in groups.items():
                 self._send(node, items, keys[node], sizes[node])
 
     def _leader(self, key: tuple) -> int | None:
+        """The partition's leader, remembered in ``leaders`` until a request fails (see ``_forget_leaders``)."""
         slot, tp = key
         try:
-            return self.writer.client.leader_for(*tp)[0]
+            node = self.leaders[key] = self.writer.client.leader_for(*tp)[0]
+            return node
         except Errors.KafkaError as exc:
             queue = self.unacked[key]
             self.writers[slot]._raise_if_final(queue[self.sent[key]], type(exc), None)
@@ -673,7 +713,8 @@ class _Pipeline:
             writer._stamp(p, self.send_seq[key])
             self.send_seq[key] = next_sequence(self.send_seq[key], p.records)
             self.sent[key] += 1
-        future = self.transport.send(node, self.writer, items, self.writer.produce_timeout_ms + 5_000)
+        timeout_ms = self.writer.produce_timeout_ms
+        future = self.transport.send(node, self.writer, items, timeout_ms + 5_000, timeout_ms)
         self.inflight.append(_Request(node, items, keys, size, future))
         if self.stats is not None:
             self.stats.requests += 1
@@ -688,19 +729,24 @@ class _Pipeline:
         self.transport.wait(request.future)
         self.node_load[request.node] -= 1
         self.inflight_bytes -= request.size
-        owners = {key[1]: self.writers[key[0]] for key in request.keys}
+        if len(request.keys) == 1 and len(self.writers) == 1:
+            owners = None  # the one writer: _outcome's default
+        else:
+            owners = {key[1]: self.writers[key[0]] for key in request.keys}
         outcome = self.writer._outcome(request.node, request.items, request.future, owners)
+        failed = self.failed
         for key, (tp, p) in zip(request.keys, request.items.items(), strict=True):
             error, base_offset = outcome.get(tp, (None, -1))
-            if key in self.failed:            # behind a failed batch: resent after it, whatever its answer
+            if failed and key in failed:      # behind a failed batch: resent after it, whatever its answer
                 if error is Errors.NoError and base_offset >= 0 and p.landed_at < 0:
                     p.landed_at = base_offset  # written (or a duplicate of a write) while an earlier one was not
                 continue
             if error is Errors.NoError or error is Errors.DuplicateSequenceNumberError:
                 self._acknowledge(key, p, base_offset)
             else:
-                self.failed[key] = (p, error)
+                failed[key] = (p, error)
                 self.draining = True
+                self.leaders.clear()
                 if error is not None:
                     self.last_error = error.__name__
                     if error not in _STATE_LOST:
@@ -726,6 +772,7 @@ class _Pipeline:
         """Nothing in flight and batches left: every unacked batch is resent, after a backoff or a new producer id."""
         for key in self.sent:
             self.sent[key] = 0
+        self.leaders.clear()
         lost = [(key, p, error) for key, (p, error) in self.failed.items() if error in _STATE_LOST]
         self.failed.clear()
         self.draining = False
@@ -790,25 +837,41 @@ class _Transport:
     without a copy, no event-loop turns); one offering ``send_async(node, request, timeout_ms)`` / ``wait(future)``
     is used through them; any other client (test fakes) synchronously through ``send``, its futures coming back
     resolved. All requests of one write to one broker take the same route, so their order is the send order.
+
+    On the fast route the requests of one turn of the pipeline are deferred and leave together at :meth:`flush`
+    (one ``sendmsg`` per connection; a wait or any other request on the connection sends them first, see
+    :meth:`FastConnection.send`); :meth:`answered` takes answers that already arrived without waiting.
     """
 
     def __init__(self, client):
         self.client = client
         self._fast = getattr(client, "fast_connection", None)
         self._native = hasattr(client, "send_async") and hasattr(client, "wait")
+        self._deferred: list = []  # fast connections holding deferred requests until flush()
 
-    def send(self, node: int, writer: BatchWriter, items: dict[tuple[str, int], _Pending], timeout_ms: int) -> Future:
+    def send(self, node: int, writer: BatchWriter, items: dict[tuple[str, int], _Pending], timeout_ms: int,
+             produce_timeout_ms: int) -> Future:
+        """Send one Produce request; ``timeout_ms`` bounds the wait for its answer, ``produce_timeout_ms`` is the
+        request's own timeout field (the writer's :attr:`BatchWriter.produce_timeout_ms`, computed once per send)."""
         if self._fast is not None:
             try:
                 conn = self._fast(node)
                 if conn is not None:
-                    by_topic: dict[str, list] = {}
-                    for (topic, partition), p in items.items():
-                        by_topic.setdefault(topic, []).append((partition, p.batch.data))
-                    return conn.produce(transactional_id=writer.transactional_id if writer._in_txn else None,
-                                        acks=writer.acks, timeout_ms=writer.produce_timeout_ms,
-                                        topic_data=list(by_topic.items()), max_version=PRODUCE_MAX_VERSION,
-                                        request_timeout_ms=timeout_ms)
+                    if len(items) == 1:
+                        ((topic, partition), p), = items.items()
+                        topic_data = [(topic, [(partition, p.batch.data)])]
+                    else:
+                        by_topic: dict[str, list] = {}
+                        for (topic, partition), p in items.items():
+                            by_topic.setdefault(topic, []).append((partition, p.batch.data))
+                        topic_data = list(by_topic.items())
+                    future = conn.produce(transactional_id=writer.transactional_id if writer._in_txn else None,
+                                          acks=writer.acks, timeout_ms=produce_timeout_ms,
+                                          topic_data=topic_data, max_version=PRODUCE_MAX_VERSION,
+                                          request_timeout_ms=timeout_ms, defer=True)
+                    if conn not in self._deferred:
+                        self._deferred.append(conn)
+                    return future
             except Errors.KafkaError as exc:
                 return Future().failure(exc)
         request = writer._produce_request(items)
@@ -820,6 +883,18 @@ class _Transport:
         except Errors.KafkaError as exc:
             future.failure(exc)
         return future
+
+    def flush(self) -> None:
+        """Hand every deferred request to its connection's socket."""
+        if self._deferred:
+            deferred, self._deferred = self._deferred, []
+            for conn in deferred:
+                conn.flush()
+
+    def answered(self, future: Future) -> bool:
+        """Whether ``future`` is resolved already, reading (never waiting for) answers that arrived."""
+        conn = getattr(future, "conn", None)
+        return future.is_done if conn is None else conn.answered(future)
 
     def wait(self, future: Future) -> None:
         conn = getattr(future, "conn", None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 import uuid
 
 import kafka.errors as Errors
@@ -229,11 +230,13 @@ def test_fetch_records_are_a_view_into_the_frame():
 class _Broker(threading.Thread):
     """Answers ApiVersions, then each Produce request with a ProduceResponse v11 (base offset = request count)."""
 
-    def __init__(self, listener: socket.socket, *, swap_correlation: bool = False, close_after: int | None = None):
+    def __init__(self, listener: socket.socket, *, swap_correlation: bool = False, close_after: int | None = None,
+                 gate: threading.Event | None = None):
         super().__init__(daemon=True)
         self.listener = listener
         self.swap_correlation = swap_correlation
         self.close_after = close_after
+        self.gate = gate  # when given, Produce requests are answered only once it is set
         self.requests: list[bytes] = []
 
     def run(self):
@@ -252,6 +255,8 @@ class _Broker(threading.Thread):
                 self.requests.append(head + frame)
                 if self.close_after is not None and len(self.requests) > self.close_after:
                     return
+                if self.gate is not None:
+                    self.gate.wait(10)
                 R = ProduceResponse.TopicProduceResponse
                 body = bytes(ProduceResponse(responses=[R(name="t", partition_responses=[
                     R.PartitionProduceResponse(index=0, error_code=0, base_offset=len(self.requests))])],
@@ -330,6 +335,66 @@ def test_unreachable_broker_is_a_retriable_connection_error():
     with pytest.raises(Errors.KafkaConnectionError) as info:
         fp.FastConnection(*address, connect_timeout_s=1)
     assert info.value.retriable
+
+
+def _base_offsets(futures):
+    return [f.value.responses[0].partition_responses[0].base_offset for f in futures]
+
+
+@pytest.mark.timeout(30)
+def test_deferred_requests_stay_until_flushed_then_leave_in_order(listener):
+    """Requests sent with defer=True reach the broker only at flush(); answers keep the send order."""
+    broker = _Broker(listener)
+    broker.start()
+    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    futures = [conn.produce(transactional_id=None, acks=-1, timeout_ms=1000, defer=True,
+                            topic_data=[("t", [(0, bytearray(b"x" * n))])]) for n in (1, 2, 3)]
+    time.sleep(0.2)
+    assert broker.requests == [] and not any(f.is_done for f in futures)
+    conn.flush()
+    conn.wait(futures[-1])
+    assert _base_offsets(futures) == [1, 2, 3]
+    assert [len(r) for r in broker.requests] == sorted(len(r) for r in broker.requests)   # sent in order
+    conn.close()
+
+
+@pytest.mark.timeout(30)
+def test_deferred_requests_leave_before_a_wait_or_an_undeferred_request(listener):
+    """Nothing waits for an answer to a request still held back: a wait sends the deferred requests first, and
+    so does a request sent without defer (behind them, in order); a long queue of deferred requests goes out
+    before the iovec limit is reached."""
+    broker = _Broker(listener)
+    broker.start()
+    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    first = [conn.produce(transactional_id=None, acks=-1, timeout_ms=1000, defer=True,
+                          topic_data=[("t", [(0, bytearray(b"a"))])]) for _ in range(2)]
+    conn.wait(first[0])                                           # no flush(): the wait sends them
+    many = [conn.produce(transactional_id=None, acks=-1, timeout_ms=1000, defer=True,
+                         topic_data=[("t", [(0, bytearray(b"b"))])]) for _ in range(300)]
+    last = _produce(conn)                                         # undeferred: after the deferred ones
+    conn.wait(last)
+    assert _base_offsets(first + many + [last]) == list(range(1, 304))
+    conn.close()
+
+
+@pytest.mark.timeout(30)
+def test_answered_takes_arrived_answers_without_waiting(listener):
+    """answered() is True once a request's answer is in (reading it and the ones before it), and False at once,
+    without blocking, while the broker has not answered."""
+    gate = threading.Event()
+    broker = _Broker(listener, gate=gate)
+    broker.start()
+    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    futures = [_produce(conn) for _ in range(3)]
+    started = time.monotonic()
+    assert not conn.answered(futures[0])
+    assert time.monotonic() - started < 0.5                       # did not wait for the broker
+    gate.set()
+    deadline = time.monotonic() + 5
+    while not conn.answered(futures[2]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(f.is_done for f in futures) and _base_offsets(futures) == [1, 2, 3]
+    conn.close()
 
 
 def test_uuid_round_trip_of_the_reader():
