@@ -29,6 +29,7 @@ certificate chain is always verified (against ``ssl.ca.location``, or the system
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import ssl
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ _LOWAT_FROM = 4096              # a partial record missing this much or more: wa
 # Linux grows the receive buffer for a low-water mark above about half of it and clamps the TCP window to the mark
 # then, which a record-sized mark never reaches with the default 128 KiB buffer.
 _LOWAT_MAX = 2**14 + 2048 + _RECORD_HEADER
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
 
 
 class HandshakeRefused(Exception):
@@ -260,30 +262,38 @@ class TlsChannel:
 
 def whole_records(buf, end: int) -> tuple[int, int]:
     """(bytes of ``buf[:end]`` that are whole TLS records, counted from the start; bytes the record after them
-    still misses — at least 1). Only the headers are read; OpenSSL judges the rest (a length beyond the protocol's
-    limit is its record-overflow error, not ours)."""
+    still misses — at least 1). Only the headers are read; OpenSSL judges the rest: a header announcing more than any
+    TLS record can hold counts everything buffered as whole, so OpenSSL reads that header at once and raises its
+    record-overflow error (instead of waiting for bytes a garbled stream will never send)."""
     pos = 0
     while True:
         if end - pos < _RECORD_HEADER:
             return pos, _RECORD_HEADER - (end - pos)
-        after = pos + _RECORD_HEADER + (buf[pos + 3] << 8 | buf[pos + 4])
+        length = buf[pos + 3] << 8 | buf[pos + 4]
+        if length > _LOWAT_MAX - _RECORD_HEADER:   # no TLS record is this long: let OpenSSL refuse it now
+            return end, 1
+        after = pos + _RECORD_HEADER + length
         if after > end:
             return pos, after - end
         pos = after
 
 
 def _sendmsg_all(sock: socket.socket, pending: list) -> None:
-    """``sendmsg`` until every buffer is written (partial sends resume mid-buffer, nothing is joined)."""
-    while pending:
-        sent = sock.sendmsg(pending)
-        while sent:
-            first = pending[0].nbytes if isinstance(pending[0], memoryview) else len(pending[0])
-            if sent >= first:
-                sent -= first
-                pending.pop(0)
-            else:
-                pending[0] = memoryview(pending[0]).cast("B")[sent:]
-                sent = 0
+    """``sendmsg`` until every buffer is written (partial sends resume mid-buffer, nothing is joined), at most
+    ``_IOV_MAX`` buffers per call: Linux refuses more (EMSGSIZE), and a Produce request shared by many lanes has two
+    buffers per partition."""
+    i, count = 0, len(pending)
+    while i < count:
+        sent = sock.sendmsg(pending[i:i + _IOV_MAX])
+        while i < count:   # consume what was written; empty buffers count as written
+            part = pending[i]
+            size = part.nbytes if isinstance(part, memoryview) else len(part)
+            if sent < size:
+                if sent:
+                    pending[i] = memoryview(part).cast("B")[sent:]
+                break
+            sent -= size
+            i += 1
 
 
 def _verify_reason(exc: ssl.SSLCertVerificationError, hostname: str) -> str:
