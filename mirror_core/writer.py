@@ -734,6 +734,9 @@ class _Pipeline:
         else:
             owners = {key[1]: self.writers[key[0]] for key in request.keys}
         outcome = self.writer._outcome(request.node, request.items, request.future, owners)
+        if not outcome and request.future.failed():  # the connection failed: say so if the retries run out
+            exc = request.future.exception
+            self.last_error = f"{type(exc).__name__}: {exc}"[:300]
         failed = self.failed
         for key, (tp, p) in zip(request.keys, request.items.items(), strict=True):
             error, base_offset = outcome.get(tp, (None, -1))
