@@ -46,7 +46,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.daemon_bench import PYTHON, RESULTS, ROOT, Daemon, _free_port, _lanes_owned, _value, _wait
+from bench.daemon_bench import PYTHON, RESULTS, ROOT, Daemon, _free_port, _value, _wait
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # broker settings of the private pair beyond the sandbox's: Kafka's own retention-check period (the sandbox's 1 s,
@@ -120,11 +120,26 @@ def socket_bytes(pid: int, port: int) -> dict[str, tuple[int, int]]:
     return found
 
 
-def bytes_between(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> tuple[int, int]:
-    """(sent, received) over a window, summed over the connections alive at its end (new ones counted from 0)."""
-    sent = sum(s - before.get(k, (0, 0))[0] for k, (s, _) in after.items())
-    received = sum(r - before.get(k, (0, 0))[1] for k, (_, r) in after.items())
-    return sent, received
+def bytes_between(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[tuple[int, int]]:
+    """(sent, received) of each connection over a window, busiest first: the connections alive at its end (new
+    ones counted from 0; one closed during the window is not counted)."""
+    return sorted(((s - before.get(k, (0, 0))[0], r - before.get(k, (0, 0))[1]) for k, (s, r) in after.items()),
+                  key=lambda pair: -sum(pair))
+
+
+def metric(daemon: Daemon, name: str) -> float:
+    """A metric's sum from the daemon's /metrics (rendering thousands of lanes' series takes a while on a loaded
+    machine: a generous timeout, a few tries)."""
+    import urllib.request
+
+    for _ in range(5):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=20) as resp:
+                body = resp.read().decode()
+            return sum(float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", body, re.M))
+        except OSError:
+            time.sleep(1)
+    raise RuntimeError(f"daemon /metrics did not answer; log {daemon.log}")
 
 
 class Window:
@@ -145,7 +160,7 @@ class Window:
         self.began = time.monotonic()
         self.cpu0 = cpu_s(self.pid)
         self.brokers0 = {name: cpu_s(self.pair.pid(name)) for name in ("source", "target")}
-        self.rounds0 = self.daemon.metric_sum("shoal_fetch_rounds_total")
+        self.rounds0 = metric(self.daemon, "shoal_fetch_rounds_total")
         self.wire0 = {name: socket_bytes(self.pid, self.pair.port(name)) for name in ("source", "target")}
         self._sampler.start()
         return self
@@ -156,17 +171,21 @@ class Window:
         seconds = time.monotonic() - self.began
         wire = {name: bytes_between(self.wire0[name], socket_bytes(self.pid, self.pair.port(name)))
                 for name in ("source", "target")}
-        rounds = self.daemon.metric_sum("shoal_fetch_rounds_total") - self.rounds0
+        rounds = metric(self.daemon, "shoal_fetch_rounds_total") - self.rounds0
         per_min = 60 / seconds
+        totals = {name: (sum(s for s, _ in conns), sum(r for _, r in conns)) for name, conns in wire.items()}
         self.result = {
             "seconds": round(seconds, 1),
             "cpu_s_per_min": round((cpu_s(self.pid) - self.cpu0) * per_min, 2),
             "rss_mib": round(statistics.median(self.rss), 1) if self.rss else None,
             "fetch_rounds_per_s": round(rounds / seconds, 2),
-            "source_sent_per_round": round(wire["source"][0] / max(rounds, 1)),
-            "source_received_per_round": round(wire["source"][1] / max(rounds, 1)),
-            "target_sent_per_s": round(wire["target"][0] / seconds),
-            "target_received_per_s": round(wire["target"][1] / seconds),
+            "source_sent_per_round": round(totals["source"][0] / max(rounds, 1)),
+            "source_received_per_round": round(totals["source"][1] / max(rounds, 1)),
+            "target_sent_per_s": round(totals["target"][0] / seconds),
+            "target_received_per_s": round(totals["target"][1] / seconds),
+            # each connection's (sent, received) bytes per second, busiest first: which client the bytes are
+            "source_connections_per_s": [(round(s / seconds), round(r / seconds)) for s, r in wire["source"]],
+            "target_connections_per_s": [(round(s / seconds), round(r / seconds)) for s, r in wire["target"]],
             "broker_cpu_s_per_min": {name: round((cpu_s(self.pair.pid(name)) - self.brokers0[name]) * per_min, 2)
                                      for name in ("source", "target")},
         }
@@ -175,8 +194,9 @@ class Window:
 # ---- start-up -----------------------------------------------------------------------------------------------------
 def start_daemon(daemon: Daemon, lanes: int, timeout_s: float) -> dict:
     """Start the daemon; wait until every lane is opened and a fetch round followed. Seconds since the process
-    start: ``held_s`` (``shoal_lanes_owned`` == lanes, 0.5 s resolution), ``opened_s`` (the last ``lane_opened``,
-    from the log: ms), ``ready_s`` (the first fetch round after it)."""
+    start, from its log (ms; /metrics is not scraped meanwhile: rendering thousands of lanes costs the daemon):
+    ``held_s`` (the last ``lane_acquired``), ``opened_s`` (the last ``lane_opened``), ``ready_s`` (the first fetch
+    round after that, 0.5 s resolution)."""
     from datetime import datetime
 
     offset = daemon.log.stat().st_size if daemon.log.exists() else 0  # a restart appends to the same log
@@ -184,7 +204,8 @@ def start_daemon(daemon: Daemon, lanes: int, timeout_s: float) -> dict:
     began = time.monotonic()
     daemon.start()
     opened: set[str] = set()
-    last_opened = held_s = rounds_at = None
+    held: set[str] = set()
+    last_opened = last_held = rounds_at = None
     while True:
         if time.monotonic() - began > timeout_s:
             raise RuntimeError(f"{lanes} lanes not opened within {timeout_s:.0f}s ({len(opened)} were); "
@@ -192,25 +213,28 @@ def start_daemon(daemon: Daemon, lanes: int, timeout_s: float) -> dict:
         if daemon.proc.poll() is not None:
             raise RuntimeError(f"daemon exited {daemon.proc.returncode} during start-up; log {daemon.log}")
         time.sleep(0.5)
-        if held_s is None and _lanes_owned(daemon) >= lanes:
-            held_s = time.monotonic() - began
         with open(daemon.log, "rb") as log:
             log.seek(offset)
             chunk = log.read()
         end = chunk.rfind(b"\n") + 1
         offset += end
         for line in chunk[:end].decode(errors="replace").splitlines():
-            found = re.search(r"event=lane_opened .*lane=(\S+)", line)
+            found = re.search(r"event=lane_(opened|acquired) .*lane=(\S+)", line)
             if found:
-                opened.add(found.group(1))
-                last_opened = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                if found.group(1) == "opened":
+                    opened.add(found.group(2))
+                    last_opened = at
+                else:
+                    held.add(found.group(2))
+                    last_held = at
         if len(opened) < lanes:
             continue
-        rounds = daemon.metric_sum("shoal_fetch_rounds_total")
+        rounds = metric(daemon, "shoal_fetch_rounds_total")
         if rounds_at is None:
             rounds_at = rounds
         elif rounds > rounds_at:
-            return {"held_s": round(held_s, 1) if held_s is not None else None,
+            return {"held_s": round(last_held - began_wall, 1) if last_held is not None else None,
                     "opened_s": round(last_opened - began_wall, 1),
                     "ready_s": round(time.monotonic() - began, 1)}
 
@@ -350,8 +374,10 @@ def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args) -> dict:
     try:
         out["start_cold"] = start_daemon(first, partitions, args.startup_timeout_s)
         began = time.monotonic()
-        _wait(lambda: first.metric_sum("shoal_records_copied_total") >= partitions * args.seed_records,
-              args.startup_timeout_s, "the seeded records on the target")
+        while metric(first, "shoal_records_copied_total") < partitions * args.seed_records:  # 1 s: each scrape
+            if time.monotonic() - began > args.startup_timeout_s:                            # renders every lane
+                raise RuntimeError(f"the seeded records were not all copied; log {first.log}")
+            time.sleep(1.0)
         out["start_cold"]["caught_up_s"] = round(out["start_cold"]["ready_s"] + time.monotonic() - began, 1)
         print(json.dumps({"partitions": partitions, "start_cold": out["start_cold"]}), flush=True)
         time.sleep(args.settle_s)
@@ -379,7 +405,7 @@ def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args) -> dict:
         print(json.dumps({"partitions": partitions, "start_warm": out["start_warm"]}), flush=True)
     finally:
         second.stop()
-    if args.profile_s:
+    if args.profile_s and partitions == max(args.partitions):
         stats = workdir / f"{pipeline}.pstats"
         profiled = daemon(python_args=("-m", "cProfile", "-o", str(stats)))
         try:
@@ -388,6 +414,10 @@ def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args) -> dict:
         finally:
             profiled.stop()
         out["profile_top"] = profile_top(stats)
+        RESULTS.mkdir(exist_ok=True)
+        kept = RESULTS / f"daemon-scale-{args.tag}-{partitions}.pstats"
+        kept.write_bytes(stats.read_bytes())
+        out["profile_file"] = str(kept)
         print(f"\nprofile, {partitions} partitions (warm start + {args.profile_s:g}s idle, main thread, own time):")
         print("\n".join(out["profile_top"]), flush=True)
     tgt_admin = TopicAdmin(ClusterConfig("target", pair.client_config("target")))
@@ -446,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease-compat", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--startup-timeout-s", type=float, default=600.0)
     parser.add_argument("--broker-heap", default="-Xms256m -Xmx1g")
-    parser.add_argument("--profile-s", type=float, default=0.0, help="per N, a third start under cProfile")
+    parser.add_argument("--profile-s", type=float, default=0.0,
+                        help="for the largest N, a third start under cProfile, running this long after start-up")
     parser.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
