@@ -317,9 +317,20 @@ def check_exact(pair: PrivatePair, topics: list[str]) -> int:
 
 
 def seed(pair: PrivatePair, topics: list[str], partitions: int, records: int) -> None:
+    """``records`` records in every partition, each acknowledged (a delivery error — a topic the producer does not
+    know yet, say — is an error here, not a silently idle partition)."""
     from confluent_kafka import Producer
 
     from mirror_core.cluster import ClusterConfig
+
+    failed: list[str] = []
+    acked = [0]
+
+    def delivered(err, _msg):
+        if err is None:
+            acked[0] += 1
+        else:
+            failed.append(err.str())
 
     producer = Producer(ClusterConfig("source", pair.client_config("source")).confluent(
         **{"enable.idempotence": True, "linger.ms": 20}))
@@ -327,10 +338,13 @@ def seed(pair: PrivatePair, topics: list[str], partitions: int, records: int) ->
         for p in range(partitions):
             for i in range(records):
                 producer.produce(topic, partition=p, key=b"seed%d" % i, value=b"seed record %d of %s-%d" % (i,
-                                 topic.encode(), p))
+                                 topic.encode(), p), on_delivery=delivered)
         producer.poll(0)
-    if producer.flush(60):
-        raise RuntimeError("seed records not all acknowledged")
+    left = producer.flush(120)
+    wanted = len(topics) * partitions * records
+    if left or failed or acked[0] != wanted:
+        raise RuntimeError(f"seed records: {acked[0]} of {wanted} acknowledged, {left} unflushed, errors "
+                           f"{sorted(set(failed))[:3]}")
 
 
 def profile_top(path: Path, count: int = 25) -> list[str]:
@@ -356,6 +370,7 @@ def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args) -> dict:
     created = time.monotonic()
     for topic in topics:
         src_admin.create(topic, per_topic, None)
+    _wait(lambda: all(src_admin.list_topics().get(topic) == per_topic for topic in topics), 60, "the topics")
     seed(pair, topics, per_topic, args.seed_records)
     busy = [(topics[0], 0), (topics[1], 0)] if len(topics) > 1 else [(topics[0], 0), (topics[0], 1)]
     pinned = {"commit_interval_ms": args.commit_interval_ms, "poll_interval_ms": args.poll_interval_ms,
