@@ -95,6 +95,23 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds so far of ``pid``'s threads by kind: ``main`` (the daemon's loop), ``librdkafka`` (threads named
+    ``rdk:*``: the group membership's consumer, admin clients, the lease producer) and ``other`` (the lane
+    workers, watches, the metrics server: Python does not name its threads for the OS)."""
+    out = {"main": 0.0, "librdkafka": 0.0, "other": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        kind = "main" if task.name == str(pid) else "librdkafka" if name.startswith("rdk:") else "other"
+        out[kind] += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return out
+
+
 def memory_mib(pid: int) -> tuple[float, float]:
     """(RSS now, peak RSS) of ``pid`` in MiB."""
     values = {}
@@ -159,6 +176,7 @@ class Window:
     def __enter__(self) -> Window:
         self.began = time.monotonic()
         self.cpu0 = cpu_s(self.pid)
+        self.threads0 = thread_cpu_s(self.pid)
         self.brokers0 = {name: cpu_s(self.pair.pid(name)) for name in ("source", "target")}
         self.rounds0 = metric(self.daemon, "shoal_fetch_rounds_total")
         self.wire0 = {name: socket_bytes(self.pid, self.pair.port(name)) for name in ("source", "target")}
@@ -177,6 +195,8 @@ class Window:
         self.result = {
             "seconds": round(seconds, 1),
             "cpu_s_per_min": round((cpu_s(self.pid) - self.cpu0) * per_min, 2),
+            "cpu_s_per_min_by_thread": {kind: round((spent - self.threads0[kind]) * per_min, 2)
+                                        for kind, spent in thread_cpu_s(self.pid).items()},
             "rss_mib": round(statistics.median(self.rss), 1) if self.rss else None,
             "fetch_rounds_per_s": round(rounds / seconds, 2),
             "source_sent_per_round": round(totals["source"][0] / max(rounds, 1)),
@@ -461,6 +481,12 @@ def print_tables(results: list[dict]) -> None:
                   f"{w['fetch_rounds_per_s']} | {w['source_sent_per_round']:,} | {w['source_received_per_round']:,} | "
                   f"{w['target_sent_per_s']:,} | {w['target_received_per_s']:,} | "
                   f"{w['broker_cpu_s_per_min']['source']}, {w['broker_cpu_s_per_min']['target']} | {lat} |")
+    print("\n| partitions | window | CPU s/min: main thread | librdkafka threads | other threads |")
+    print("|---:|---|---:|---:|---:|")
+    for r in results:
+        for name in ("idle", "busy"):
+            t = r[name]["cpu_s_per_min_by_thread"]
+            print(f"| {r['partitions']:,} | {name} | {t['main']} | {t['librdkafka']} | {t['other']} |")
     print("\n| partitions | peak RSS MiB (first run, second start) | RSS after warm start MiB |")
     print("|---:|---:|---:|")
     for r in results:
