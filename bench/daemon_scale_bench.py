@@ -394,7 +394,9 @@ def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args) -> dict:
     seed(pair, topics, per_topic, args.seed_records)
     busy = [(topics[0], 0), (topics[1], 0)] if len(topics) > 1 else [(topics[0], 0), (topics[0], 1)]
     pinned = {"commit_interval_ms": args.commit_interval_ms, "poll_interval_ms": args.poll_interval_ms,
-              "rescan_interval_s": args.rescan_interval_s, "lease_compat": args.lease_compat}
+              "rescan_interval_s": args.rescan_interval_s}
+    if args.lease_compat is not None:  # else the daemon's default
+        pinned["lease_compat"] = {"true": True, "false": False}.get(args.lease_compat, args.lease_compat)
     out = {"kind": "scale", "partitions": partitions, "topics": len(topics), "per_topic": per_topic,
            "busy_partitions": len(busy), "seed_records": args.seed_records, "daemon": pinned,
            "setup_s": round(time.monotonic() - created, 1)}
@@ -514,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=1000)
     parser.add_argument("--poll-interval-ms", type=int, default=200)
     parser.add_argument("--rescan-interval-s", type=float, default=10.0)
-    parser.add_argument("--lease-compat", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--lease-compat", help="the pipeline's lease_compat (true/false, or a mode name); default: "
+                                               "the daemon's default")
     parser.add_argument("--startup-timeout-s", type=float, default=600.0)
     parser.add_argument("--broker-heap", default="-Xms256m -Xmx1g")
     parser.add_argument("--profile-s", type=float, default=0.0,
