@@ -16,7 +16,10 @@ Mirrors, each its own process, copying the whole topic (4 partitions of ~650-byt
   for the measured round trip);
 - ``shoal-copy-sasl``: the same over SASL_SSL with SCRAM-SHA-512 on both sides (the far broker's secure listener
   through the same proxy and link, the sandbox target's secure listener), TLS on Shoal's fast path;
-- ``shoal-copy-1p``: the same, one partition only (its rate is judged against the link too);
+- ``shoal-copy-1p``: the same, of a topic of its own with ONE partition (``--one-partition-records``, by default
+  300,000 records, ~166 MB: about ten link-sized fetches at 200 ms, so the first fetch's transfer, which lands before
+  the steady window opens, does not inflate the rate as a 41 MB partition did); its rate is judged against the link
+  too, over the middle 60 % (``middle_60pct_MBps``) as well;
 - ``backfill``: ``shoal backfill plan`` + ``shoal backfill run`` (PySpark ``local[2]``, the real job; CPU is the
   whole process tree: the spark-submit JVM and its Python workers);
 - ``backfill-units``: the code a backfill task runs per unit (:class:`CheckpointedCopier`), units one after
@@ -260,18 +263,18 @@ def order_event(i: int) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def generate(bootstrap: str, topic: str, records: int) -> None:
+def generate(bootstrap: str, topic: str, records: int, partitions: int = PARTITIONS) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "log_level": 0, "enable.idempotence": True,
                          "acks": "all", "compression.type": "none", "batch.size": 256 * 1024, "linger.ms": 20})
     for i in range(records):
         while True:
             try:
-                producer.produce(topic, key=b"ord-%012d" % i, value=order_event(i), partition=i % PARTITIONS)
+                producer.produce(topic, key=b"ord-%012d" % i, value=order_event(i), partition=i % partitions)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -280,14 +283,14 @@ def generate(bootstrap: str, topic: str, records: int) -> None:
         raise RuntimeError("generating the data did not finish")
 
 
-def source_facts(bootstrap: str, topic: str) -> dict:
+def source_facts(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict:
     """Records and on-disk batch bytes per partition (read once through Shoal's fetcher, before shaping)."""
     from mirror_core.fetcher import RawBatchFetcher, list_offsets
     from mirror_core.kafka_wire import WireClient
 
     out = {"ends": {}, "records": 0, "bytes": 0}
     with WireClient("far", {"bootstrap.servers": bootstrap}) as client:
-        for p in range(PARTITIONS):
+        for p in range(partitions):
             end = list_offsets(client, topic, p, "latest")
             out["ends"][p] = end
             fetcher = RawBatchFetcher(client, topic, p, 0, end, max_bytes=8 << 20)
@@ -590,8 +593,8 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
                    "--master", "local[2]"]
         script = " && ".join(shlex.join(c) for c in (plan_cmd, run_cmd))
         return ["sh", "-c", script], target_topic, everything, None
-    if mirror == "shoal-copy-1p":
-        return [py, "-m", "mirror_core.cli", "copy", *copy_args, "--partitions", "0"], target_topic, [0], None
+    if mirror == "shoal-copy-1p":  # ctx["topic"] is the one-partition topic here
+        return [py, "-m", "mirror_core.cli", "copy", *copy_args], target_topic, [0], None
     if mirror == "shoal-copy-before":  # the same command from another tree (--before-tree), without --link-mbps
         return [py, "-m", "mirror_core.cli", "copy", *copy_args[:-2]], target_topic, everything, None
     if mirror in ("backfill-units", "deep"):
@@ -692,6 +695,13 @@ def run(args) -> dict:
         out["source"] = {"records": facts["records"], "bytes": facts["bytes"],
                          "bytes_per_record": facts["bytes"] / facts["records"]}
         print(f"source: {facts['records']} records, {facts['bytes'] / 1e6:.1f} MB", flush=True)
+        single_topic, single_facts = f"lb.single.{run_id}", None
+        if "shoal-copy-1p" in args.mirrors:
+            generate(broker.bootstrap, single_topic, args.one_partition_records, partitions=1)
+            single_facts = source_facts(broker.bootstrap, single_topic, partitions=1)
+            out["source_one_partition"] = {"records": single_facts["records"], "bytes": single_facts["bytes"]}
+            print(f"one-partition source: {single_facts['records']} records, {single_facts['bytes'] / 1e6:.1f} MB",
+                  flush=True)
         shape(args.rate_mbit)
         for rtt in args.rtt_ms:
             proxy.stop()
@@ -700,16 +710,15 @@ def run(args) -> dict:
             out.setdefault("measured_rtt_ms", {})[str(rtt)] = measured
             print(f"-- RTT {rtt} ms (a Metadata round trip through the proxy: {measured:.1f} ms)", flush=True)
             for mirror in args.mirrors:
-                ctx = {"run": run_id, "rtt": rtt, "topic": topic, "source": broker.bootstrap,
-                       "target": target_conf, "facts": facts, "link_MBps": args.rate_mbit / 8,
+                one_partition = mirror == "shoal-copy-1p"
+                mirror_facts = single_facts if one_partition else facts
+                ctx = {"run": run_id, "rtt": rtt, "topic": single_topic if one_partition else topic,
+                       "source": broker.bootstrap, "target": target_conf, "facts": mirror_facts,
+                       "link_MBps": args.rate_mbit / 8,
                        "source_secure": broker.secure_config(), "target_secure": target_secure,
                        "backfill_plan_args": shlex.split(args.backfill_plan_args)}
                 cmd, target_topic, partitions, done = mirror_command(mirror, ctx, work)
-                if mirror == "shoal-copy-1p":
-                    expected = facts["ends"][0]
-                    byte_share = expected / facts["records"]
-                else:
-                    expected, byte_share = facts["records"], 1.0
+                expected = mirror_facts["records"]
                 watch = TargetWatch(target_conf, target_topic, partitions)
                 tree = args.before_tree if mirror == "shoal-copy-before" else ROOT
                 env = {**os.environ, "PYTHONPATH": str(tree), "COLUMNS": "200", "SHOAL_SANDBOX_DIR": str(sandbox_dir)}
@@ -722,8 +731,8 @@ def run(args) -> dict:
                     continue
                 finally:
                     watch.close()
-                source_bytes = facts["bytes"] * byte_share
-                per_record = out["source"]["bytes_per_record"]
+                source_bytes = mirror_facts["bytes"]
+                per_record = mirror_facts["bytes"] / mirror_facts["records"]
                 steady, active_cpu = active_phase(result["samples"], expected, per_record)
                 middle = steady_rate(result["samples"], expected, per_record)
                 row = {"rtt_ms": rtt, "mirror": mirror, "steady_MBps": steady,
@@ -753,6 +762,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rtt-ms", type=float, nargs="+", default=[0, 50, 200])
     parser.add_argument("--rate-mbit", type=float, default=160.0, help="link rate (default 160 Mbit/s = 20 MB/s)")
     parser.add_argument("--records", type=int, default=150_000)
+    parser.add_argument("--one-partition-records", type=int, default=300_000,
+                        help="records of the one-partition topic shoal-copy-1p copies")
     parser.add_argument("--mirrors", nargs="+", default=list(MIRRORS), choices=MIRRORS)
     parser.add_argument("--send-buffer", type=int, default=-1,
                         help="the far broker's socket.send.buffer.bytes (default -1: OS autotuning; Kafka's is 102400)")

@@ -17,6 +17,8 @@ unchanged position, with the high watermark / last stable / log start offsets la
 re-asked at once as a full request inside :meth:`PendingRound.collect`: callers never see it. In a session the
 broker keeps the partition order itself and moves a partition that returned data to the end (Kafka's
 IncrementalFetchContext), so the rotation below matters for full requests only.
+Closing the client closes its sessions on their brokers (:meth:`RoundSessions.close`, best effort, at most
+``CLOSE_TIMEOUT_S``): a session left open holds a slot of the broker's session cache until a busier one evicts it.
 
 Invariants: a partition appears in at most one request per round; one partition's error never touches another's
 result (each outcome is its own); a fetcher's position moves only when its part of a response was accepted; memory
@@ -28,6 +30,8 @@ first ones fill ``max_bytes``.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,10 +39,19 @@ from dataclasses import dataclass, field
 import kafka.errors as Errors
 from kafka.protocol.consumer import IsolationLevel
 
+from mirror_core.errors import ClusterUnavailableError
 from mirror_core.fetch_session import FetchSession, PartitionKey, SessionAnswer, SessionRequest
 from mirror_core.fetcher import FetchResult, RawBatchFetcher, send_fetch, wait_fetch
 from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.wire_fastpath import FetchTopicSpec
+
+log = logging.getLogger(__name__)
+
+# a leader look-up that reached no broker at all (not a broker's answer such as LEADER_NOT_AVAILABLE)
+_UNREACHABLE = (Errors.KafkaConnectionError, Errors.NodeNotReadyError, Errors.KafkaTimeoutError,
+                ClusterUnavailableError)
+
+CLOSE_TIMEOUT_S = 1.0    # a client's goodbye to its fetch sessions, all brokers together (RoundSessions.close)
 
 
 @dataclass
@@ -85,6 +98,50 @@ class RoundSessions:
             found = self.by_broker[(broker, slot)] = FetchSession(enabled=self.enabled)
         return found
 
+    def close(self, client: WireClient, *, timeout_s: float = CLOSE_TIMEOUT_S) -> int:
+        """Close every session on its broker (:meth:`FetchSession.close`: its id at FINAL_EPOCH, no partitions),
+        on the same connection slot, all sent before any answer is read; best effort within ``timeout_s`` overall,
+        never raising (a session not closed is evicted by its broker in time). Returns how many the brokers
+        confirmed. A connection with a request of an uncollected round still on it (the round a stopping daemon
+        sent ahead) would answer that long poll first: it is closed and a fresh one, bounded by the time left,
+        carries the goodbye. The sessions are forgotten here in any case: a later round starts new ones."""
+        deadline = time.monotonic() + timeout_s
+        sent = []
+        for (broker, slot), session in sorted(self.by_broker.items()):
+            request = session.close()
+            left = deadline - time.monotonic()
+            if request is None or left <= 0:
+                continue
+            try:
+                sent.append(((broker, slot), _send_goodbye(client, broker, slot, request, left)))
+            except Exception as exc:  # noqa: BLE001 - best effort: the broker evicts it in time
+                log.debug("fetch session %d with broker %d not closed: %s", request.session_id, broker, exc)
+        self.by_broker.clear()
+        closed = 0
+        for (broker, _slot), future in sent:
+            try:
+                wait_fetch(client, future, timeout_s=max(deadline - time.monotonic(), 0.0))
+            except Exception as exc:  # noqa: BLE001 - e.g. authentication failing now
+                log.debug("fetch session with broker %d not closed: %s", broker, exc)
+                continue
+            if future.is_done and future.succeeded() and not future.value.error_code:
+                closed += 1
+            else:
+                log.debug("fetch session with broker %d not closed: %s", broker,
+                          future.exception if future.is_done and future.failed() else "no answer in time")
+        return closed
+
+
+def _send_goodbye(client: WireClient, broker: int, slot: int, request: SessionRequest, timeout_s: float):
+    """Send one session's closing request (see :meth:`RoundSessions.close`) and return its future."""
+    if getattr(client, "fast_connection", None) is not None:
+        conn = client.fast_connection(broker, slot, timeout_s=timeout_s)
+        if conn is not None and conn.in_flight:   # behind an uncollected round's long poll: a fresh connection
+            conn.close()
+            client.fast_connection(broker, slot, timeout_s=timeout_s)
+    return send_fetch(client, broker, [], max_wait_ms=0, max_bytes=1, isolation=IsolationLevel.READ_COMMITTED,
+                      session=request, slot=slot, request_timeout_ms=max(1, int(timeout_s * 1000)))
+
 
 _SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -92,10 +149,15 @@ _SESSIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def round_sessions(client: WireClient) -> RoundSessions:
     """The fetch sessions of ``client``'s rounds (made on first use; set ``enabled`` on it to opt out). One client
     is used by one thread (:class:`~mirror_core.kafka_wire.WireClient`), so its rounds never overlap in a session
-    except by a round dropped unread, which the session notices (and then starts afresh)."""
+    except by a round dropped unread, which the session notices (and then starts afresh). They are closed on their
+    brokers when the client is closed (:meth:`RoundSessions.close`, run by ``WireClient.close``): whoever owns
+    the client — the daemon at shutdown, ``shoal copy`` at its end — closes its sessions by closing it. Sessions
+    passed to :func:`send_round` explicitly are their caller's to close."""
     found = _SESSIONS.get(client)
     if found is None:
         found = _SESSIONS[client] = RoundSessions()
+        if hasattr(client, "on_close"):
+            client.on_close(found.close)
     return found
 
 
@@ -232,10 +294,18 @@ def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_b
     sessions = round_sessions(client) if sessions is None else sessions
     outcomes = [PartitionOutcome() for _ in fetchers]
     by_leader: dict[int, list[tuple[int, int]]] = {}  # leader → [(index into fetchers, leader epoch)]
+    unreachable: BaseException | None = None  # a leader look-up of this round found no broker of the cluster
     for index, fetcher in enumerate(fetchers):
+        if unreachable is not None and not fetcher.leader_known:
+            # every look-up would wait the same way (a re-bootstrap of the whole cluster, seconds each): with the
+            # source down, one per round, not one per partition (2,000 lanes would block the loop for hours)
+            _failed(fetcher, outcomes[index], unreachable)
+            continue
         try:
             leader, epoch = fetcher.locate()
         except Exception as exc:  # noqa: BLE001 - one partition's trouble stays with it (kafka or TopicRecreated)
+            if isinstance(exc, _UNREACHABLE):
+                unreachable = exc
             _failed(fetcher, outcomes[index], exc)
             continue
         by_leader.setdefault(leader, []).append((index, epoch))

@@ -139,7 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     ho.add_argument("--pipeline", required=True)
     ho.add_argument("--topic", required=True, help="source topic")
     ho.add_argument("--partitions", help="e.g. 0,2-4 (default: all with a checkpoint)")
-    ho.add_argument("--wait-s", type=float, default=0.0, help="wait until a daemon holds every lane")
+    ho.add_argument("--wait-s", type=float, default=0.0, help="wait until a daemon holds every lane (a member of "
+                    "the pipeline's daemon group on --source has its partition assigned)")
+    ho.add_argument("--source", default="source", metavar="CLUSTER",
+                    help="the source cluster, where the daemons' group lives (read by --wait-s; default: source)")
 
     vf = sub.add_parser("verify", help="verification checks")
     vf_sub = vf.add_subparsers(dest="action", required=True, metavar="CHECK")
@@ -319,7 +322,8 @@ def _handoff(args: argparse.Namespace, sandbox, console) -> int:
 
     target = resolve_cluster(args.target, sandbox, role="target")
     partitions = _handed_partitions(args, target)
-    done = hand_off(target, args.pipeline, args.topic, partitions, wait_for_daemon_s=args.wait_s)
+    source = resolve_cluster(args.source, sandbox, role="source") if args.wait_s > 0 else None
+    done = hand_off(target, args.pipeline, args.topic, partitions, wait_for_daemon_s=args.wait_s, source=source)
     for cp in done:
         console.print(f"{cp.topic}-{cp.partition}: owner {cp.owner} epoch {cp.owner_epoch}, daemon resumes at "
                       f"{cp.position} (target {cp.target_topic}-{cp.target_partition} next offset {cp.target_next})",

@@ -5,8 +5,7 @@
 Each loop: re-evaluate the topic regex now and then (new topics get their target topic through the same
 preflight as a copy, partitions added on the source are added on the target, and every ``config_sync_interval_s``
 the topic configs that matter are synced to the target), hold the eligible lanes the pipeline's consumer group
-assigned to this process (:mod:`mirror_core.daemon_membership`; or, with ``membership: leases``, leases on a fair
-share of them), then
+assigned to this process (:mod:`mirror_core.daemon_membership`), then
 one **fetch round**: one Fetch request per source broker carrying every held partition it leads
 (:mod:`mirror_core.broker_fetch`, the Java consumer's way; the request long-polls ``poll_interval_ms``, so an idle
 daemon waits on the brokers, not on a timer), and each
@@ -24,22 +23,23 @@ clear status and is not retried (an operator decides); a retriable source error 
 retries the fetch with a short backoff; an
 unreachable target closes the lane's session and retries with backoff, resuming from the last committed checkpoint
 — nothing is buffered across a failure, so memory stays at one fetch round plus one flush however long the target
-is down; a failed rescan or lease round is logged and retried on the next round, never the end of the process.
+is down; a failed rescan or group round is logged and retried on the next round, never the end of the process.
 Memory per round is bounded by ``fetch_max_bytes`` per source broker.
 
-Membership (``membership: group``, the default): the daemons of a pipeline are members of one consumer group on the
+Membership: the daemons of a pipeline are members of one consumer group on the
 source; Kafka detects dead members and balances the partitions; an assigned partition is a lane this process holds
 once it is eligible. A revocation is honoured once per pass of the main loop (after that pass's lane work has
 returned, so about one copy round): the lane's transaction is finished (every copy ends
 with its commit) or aborted, the lane dropped, and only then the partition given back (the hand-shake and its
-timeout: :mod:`mirror_core.daemon_membership`). With ``lease_compat`` a group daemon also keeps off lanes an older,
-lease-based daemon holds by a live lease, and writes lease records for its own lanes, so both kinds can run side by
-side during an upgrade. With ``membership: leases`` (the previous release's way, kept for the upgrade) leases are
-renewed between lanes, so a backlog never lets a lease lapse, and a membership heartbeat makes a newcomer that
-holds no lane yet count, so the others give lanes back down to a fair share.
+timeout: :mod:`mirror_core.daemon_membership`). A daemon also keeps off lanes an older, lease-based daemon holds by
+a live lease, and — ``lease_compat``, by default only while such a daemon is seen — writes lease records for its
+own lanes so the old one keeps off them: both kinds run side by side during an upgrade (:mod:`mirror_core.leases`).
+A lane that is not simply copying (retrying, stalled) has a health record of its own in the checkpoint topic,
+written when its state changes (:mod:`mirror_core.lane_health_records`), so the Shoal page and ``shoal lanes
+status`` see it.
 
-Shutdown: SIGTERM lets the round in progress finish (it ends with a commit), leaves the group (and releases the
-leases) and exits; if that
+Shutdown: SIGTERM lets the round in progress finish (it ends with a commit), leaves the group (and releases its
+compat lease records, if any) and exits; if that
 cannot finish within ``shutdown_grace_s`` (the target is down, say) the process stops without it: the open
 transaction is aborted by the broker and the next start resumes at the last committed checkpoint. SIGKILL loses
 nothing, for the same reason: every committed round carries its checkpoint.
@@ -87,12 +87,14 @@ from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.handoff import DAEMON_OWNER, new_worker_id
 from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.lane_control import persist_lane_state
-from mirror_core.lane_status import HALTED, RETIRED, RETRYING, STALLED, LaneHealth, PersistedLaneState, classify_failure
+from mirror_core.lane_health_records import LaneHealthWriter, live_health, plan_health_writes
+from mirror_core.lane_status import HALTED, RETIRED, LaneHealth, PersistedLaneState, classify_failure
 from mirror_core.lane_workers import LaneClients, LaneWorkerPool
-from mirror_core.leases import Lease, LeaseStore, now_ms
+from mirror_core.leases import Lease, LeaseStore, compat_records_wanted, lease_based_daemon_seen, now_ms
 from mirror_core.planner import NamingPolicy, TopicPattern
 from mirror_core.preflight import run_preflight
 from mirror_core.preflight_rules import is_internal_topic
+from mirror_core.source_reachability import SourceReachability, is_transport_failure
 
 log = logging.getLogger("shoal.daemon")
 REPAIRABLE_REJECTIONS = ("MESSAGE_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_TIMESTAMP")  # config sync may fix
@@ -178,8 +180,13 @@ class ShallowMirrorDaemon:
         self._next_rescan = 0.0
         self._next_lease = 0.0
         self.membership: GroupMembership | None = None  # membership: group (else leases)
+        self.source_reachability = SourceReachability(config.source.name)  # one statement during a source outage
+        self.metrics.source_problem = lambda: self.source_reachability.problem(time.monotonic())
         self._group_changed = threading.Event()  # set by the membership's poll thread: assigned/revoking changed
         self._waiting_for_lease: set[str] = set()  # assigned lanes an older lease-based daemon still holds
+        self._compat_writing = False  # lease_compat records are being written (logged when that changes)
+        self._compat_records_until = 0  # wall-clock ms our last compat lease records expire (0: none written)
+        self._health_written: dict[str, tuple[dict, int]] = {}  # lane → the health record we wrote, when (ms)
         self._group_topics: list[str] | None = None  # the subscription, as of the last rescan
         self._answered_generation = -1  # the membership generation _answer_revocations last looked at
         self._lanes_idle = True  # no lane work runs on another thread now (see _leases_if_due)
@@ -218,10 +225,10 @@ class ShallowMirrorDaemon:
             self.store = CheckpointStore(cfg.target, target, topic=cfg.checkpoint_topic)
             self.store.ensure_topic()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
+            self.health_records = LaneHealthWriter(self.leases.producer)
             self._size_for_link()
             self.workers = LaneWorkerPool(cfg.commit_workers, self._worker_clients)
-            if cfg.membership == "group":
-                self._join_group()
+            self._join_group()
             self.retention.start()
             self.pruner.start()
             forced = False
@@ -233,6 +240,7 @@ class ShallowMirrorDaemon:
                         self._next_rescan = now + cfg.rescan_interval_s
                         self._housekeeping("rescan", self._rescan)
                     self._leases_if_due()
+                    self._report_source_reachability()
                     self._apply_prune_floors()
                     self._renew_fences()
                     if self._copy_round() is None:  # nothing to fetch: no lane held, or all backing off
@@ -249,7 +257,7 @@ class ShallowMirrorDaemon:
                 self.retention.stop()  # no join: an assessment stuck on a slow source must not eat the grace
                 self.pruner.stop()
                 self.workers.close()  # no join either: a worker stuck on a dead target must not eat the grace
-                if not forced:  # leases of a forced stop just expire (the target may be the reason for it)
+                if not forced:  # records of a forced stop just expire (the target may be the reason for it)
                     self._shutdown()
         event("stop", pipeline=cfg.pipeline, worker=self.worker_id)
 
@@ -267,7 +275,7 @@ class ShallowMirrorDaemon:
     def _leases_if_due(self, *, lanes_idle: bool = True) -> None:
         """Called between lanes: membership work that is due. Group: revocations are answered at once (a lock and
         a set read when there is none), the assignment is applied when it changed or every ``lease_ttl_s / 3``
-        (the lease records of ``lease_compat`` are renewed then). Leases: the lease round when due.
+        (the compat lease records and lane health records are written then, when due).
 
         ``lanes_idle=False``: lane work may be running on other threads right now (a pool's progress tick): then
         no lane's writer is touched here and revocations are answered only once that work has returned (the next
@@ -292,8 +300,8 @@ class ShallowMirrorDaemon:
         if now >= self._next_lease or self._group_changed.is_set():
             self._next_lease = now + self.config.lease_ttl_s / 3
             self._group_changed.clear()
-            self._housekeeping("leases", self._maintain_group if self.membership is not None
-                               else self._maintain_leases)
+            if self.membership is not None:
+                self._housekeeping("leases", self._maintain_group)
             if self.membership is not None and lanes_idle:  # a revocation begun during that round: answered
                 self._answer_revocations()                   # before any lane opens
 
@@ -367,13 +375,28 @@ class ShallowMirrorDaemon:
                 event("group_joined", group=self.membership.group, cluster=self.config.source.name,
                       protocol=self.membership.protocol)
 
+    def _report_source_reachability(self) -> None:
+        """The source stopped answering, or answers again (mirror_core.source_reachability): said once per change."""
+        change = self.source_reachability.check(time.monotonic())
+        if change is not None:
+            self.metrics.source_reachable.set(0 if change.unreachable else 1)
+            event("source_unreachable" if change.unreachable else "source_reachable",
+                  logging.ERROR if change.unreachable else logging.INFO, cluster=change.cluster,
+                  **({"failing_for_s": round(change.since_s, 1), "error": change.error, "note": change.problem}
+                     if change.unreachable else {"unreachable_for_s": round(change.since_s, 1)}))
+
     def _housekeeping(self, what: str, action) -> None:
-        """Run a rescan or a lease round; a failure (e.g. the target restarting) is logged and retried on the next
+        """Run a rescan or a group round; a failure (e.g. the target restarting) is logged and retried on the next
         round instead of ending the daemon. Lanes keep copying meanwhile; their writers are fenced by the broker if
         a lease lapses and another daemon takes over."""
+        began = time.monotonic()
         try:
             action()
+            if what == "rescan":  # the source's metadata answered
+                self.source_reachability.answered(began)
         except Exception as exc:  # noqa: BLE001 - a daemon outlives transient cluster trouble
+            if what == "rescan" and is_transport_failure(exc):
+                self.source_reachability.unanswered(began, exc)
             self.metrics.errors.labels(what).inc()
             event(f"{what}_failed", logging.WARNING, error=f"{type(exc).__name__}: {exc}",
                   exc_info=not isinstance(exc, MirrorError))
@@ -381,17 +404,6 @@ class ShallowMirrorDaemon:
     def _shutdown(self) -> None:
         if self.membership is not None:
             self._leave_group()
-            return
-        for lane in sorted(self.held):
-            try:
-                self.leases.release(self.config.pipeline, lane, self.worker_id)
-            except Exception as exc:  # noqa: BLE001 - best effort: an unreleased lease just expires
-                event("lease_release_failed", logging.WARNING, lane=lane, error=exc)
-        self.held.clear()
-        try:
-            self.leases.leave(self.config.pipeline, self.worker_id)
-        except Exception as exc:  # noqa: BLE001
-            event("membership_release_failed", logging.WARNING, error=exc)
 
     # ---- topics and lanes --------------------------------------------------------------------------------------
     def _rescan(self) -> None:
@@ -528,46 +540,6 @@ class ShallowMirrorDaemon:
             lane: {"topic": s.topic, "partition": s.partition, **s.health.as_dict()}
             for lane, s in self.lanes.items()})
 
-    def _live_health(self, lane: str) -> dict | None:
-        """What the lease carries of a held lane's live state (retrying/stalled), None while it copies."""
-        state = self.lanes.get(lane)
-        health = state.health if state is not None else None
-        if health is None or health.state not in (RETRYING, STALLED):
-            return None
-        return {"state": health.state, "reason": health.reason, "message": (health.message or "")[:500],
-                "attempts": health.attempts, "since_ms": health.since_ms}
-
-    def _maintain_leases(self) -> None:
-        pipeline, me, now = self.config.pipeline, self.worker_id, now_ms()
-        leases, members = self.leases.read_with_members(pipeline)
-        eligible = self._eligible()
-        expires = now + int(self.config.lease_ttl_s * 1000)
-        self.leases.heartbeat(pipeline, me, expires)  # so the others count us even while we hold no lane
-        # live daemons: holders of unexpired leases and of unexpired membership heartbeats (a newcomer holds none)
-        others = {lease.holder for lease in [*leases.values(), *members.values()] if lease.held_by_other(me, now)}
-        share = math.ceil(len(eligible) / (len(others) + 1)) if eligible else 0
-        for lane in sorted(self.held):  # renew ours, drop what someone else took over
-            current = leases.get(lane)
-            if current is not None and current.held_by_other(me, now) or lane not in eligible:
-                self._drop(lane, "lease taken by another daemon" if lane in eligible else "not eligible")
-                continue
-            self.leases.write(Lease(pipeline, lane, me, expires, self._live_health(lane)))
-        for lane in eligible:
-            if len(self.held) >= share:
-                break
-            current = leases.get(lane)
-            if lane in self.held or (current is not None and current.held_by_other(me, now)):
-                continue
-            self.leases.write(Lease(pipeline, lane, me, expires))
-            self.held.add(lane)
-            event("lane_acquired", lane=lane, worker=me)
-        while len(self.held) > share:  # give lanes back so newcomers get a fair share
-            lane = max(self.held)
-            self._drop(lane, "rebalance")
-            self.leases.release(pipeline, lane, me)
-        self.metrics.lanes.set(len(self.held))
-        self.status.lanes_held = sorted(self.held)
-
     # ---- membership through the consumer group (mirror_core.daemon_membership) ---------------------------------
     def _join_group(self) -> None:
         cfg = self.config
@@ -581,7 +553,8 @@ class ShallowMirrorDaemon:
         self.membership = GroupMembership(
             cfg.source, cfg.pipeline, self.worker_id, protocol=protocol, revoke_timeout_s=cfg.revoke_timeout_s,
             classic_session_timeout_ms=cfg.group_session_timeout_ms if protocol == "classic" else None,
-            metadata_refresh_ms=int(cfg.rescan_interval_s * 1000), on_change=self._group_changed.set)
+            metadata_refresh_ms=int(cfg.rescan_interval_s * 1000), on_change=self._group_changed.set,
+            reachability=self.source_reachability)
         self._answered_generation = -1  # a new membership counts its generations anew
         self._fenced.clear()  # ... and its assignment is a new one
         if self._group_topics is not None:
@@ -611,7 +584,7 @@ class ShallowMirrorDaemon:
             self._drop(lane, "revoked by the group")
         # our lease records are released while the partitions are still ours (the revocation waits for released()),
         # so no other group daemon has written its record of the lane yet: the release cannot erase it
-        if closed and self.config.lease_compat:
+        if closed and self._compat_records_live():
             self._housekeeping("leases", lambda: self._release_own_leases(closed))
         self.membership.released(revoking, as_of=generation)
         self.metrics.lanes.set(len(self.held))
@@ -648,14 +621,14 @@ class ShallowMirrorDaemon:
         its next holder may have written its own record since, which a release would erase."""
         if records is None:
             records = self.leases.read(self.config.pipeline)
-        ours = self.membership.view().assigned if self.membership is not None else None
+        ours = self.membership.view().assigned
         limit = now_ms() + 1000  # a record about to expire may be taken over before our release lands
         release = []
         for lane in lanes:
             record, state = records.get(lane), self.lanes.get(lane)
             if record is None or record.holder != self.worker_id or record.expires_ms <= limit:
                 continue
-            if ours is not None and (state is None or (state.topic, state.partition) not in ours):
+            if state is None or (state.topic, state.partition) not in ours:
                 continue
             release.append(Lease(self.config.pipeline, lane, self.worker_id, 0, group=True))
         self.leases.write_many(release)
@@ -674,12 +647,14 @@ class ShallowMirrorDaemon:
                 event("lane_abort_failed", logging.INFO, lane=state.lane, error=f"{type(exc).__name__}: {exc}")
 
     def _maintain_group(self) -> None:
-        """Hold exactly the eligible lanes whose source partition the group assigned to this process — minus, with
-        ``lease_compat``, lanes an older lease-based daemon holds by a live lease — and renew our lease records."""
+        """Hold exactly the eligible lanes whose source partition the group assigned to this process — minus lanes
+        an older lease-based daemon holds by a live lease (read in every ``lease_compat`` mode: the upgrade path) —
+        write our compat lease records while they are wanted (:func:`~mirror_core.leases.compat_records_wanted`),
+        and the lane health records that changed."""
         pipeline, me, now = self.config.pipeline, self.worker_id, now_ms()
         eligible = self._eligible()
         assigned = self.membership.assigned()
-        records = self.leases.read(pipeline) if self.config.lease_compat else {}
+        records, members = self.leases.read_with_members(pipeline)
         blocked = {lane: lease.holder for lane, lease in records.items() if lease.blocks_group_daemon(me, now)}
         fenced = self._fenced_out(self.membership.generation)
         want = {lane for lane in eligible if (self.lanes[lane].topic, self.lanes[lane].partition) in assigned
@@ -689,7 +664,7 @@ class ShallowMirrorDaemon:
             self._close_lane(self.lanes[lane])
             self._drop(lane, f"leased by {blocked[lane]}" if lane in blocked else
                        "not eligible" if lane not in eligible else "not assigned")
-        if dropped and self.config.lease_compat:
+        if dropped and self._compat_records_live():
             self._release_own_leases(dropped, records)
         for lane in sorted(want - self.held):
             self.held.add(lane)
@@ -701,12 +676,46 @@ class ShallowMirrorDaemon:
             event("lane_waits_for_lease", lane=lane, holder=blocked[lane],
                   note="assigned by the group, held by a lease-based daemon; taken when that lease ends")
         self._waiting_for_lease = waiting
-        if self.config.lease_compat:  # one batch: every record produced, one flush (not a round trip per lane)
-            expires = now + int(self.config.lease_ttl_s * 1000)
-            self.leases.write_many([Lease(pipeline, lane, me, expires, self._live_health(lane), group=True)
-                                    for lane in sorted(self.held)])
         self.metrics.lanes.set(len(self.held))
         self.status.lanes_held = sorted(self.held)
+        self._write_compat_records(lease_based_daemon_seen(records, members, me, now), now)
+        self._write_health_records(now)
+
+    def _write_compat_records(self, old_daemon: str | None, now: int) -> None:
+        """``lease_compat``: a lease record (marked ``group``) per held lane, in one batch (every record produced, one
+        flush: not a round trip per lane) — always, never, or (auto) only while a lease-based daemon is seen."""
+        wanted = compat_records_wanted(self.config.lease_compat, old_daemon)
+        if wanted != self._compat_writing:
+            self._compat_writing = wanted
+            event("lease_compat_records", state="writing" if wanted else "stopped", mode=self.config.lease_compat,
+                  lease_based_daemon=old_daemon or "-",
+                  note="lease records for our lanes, so a lease-based daemon keeps off them" if wanted else
+                       "no lease-based daemon seen: nothing written per lane; our last records expire by themselves")
+        if not wanted:
+            return
+        expires = now + int(self.config.lease_ttl_s * 1000)
+        self.leases.write_many([Lease(self.config.pipeline, lane, self.worker_id, expires, group=True)
+                                for lane in sorted(self.held)])
+        self._compat_records_until = expires
+
+    def _compat_records_live(self) -> bool:
+        """Whether a compat lease record we wrote may still be live (then a lane we give up is released)."""
+        return now_ms() < self._compat_records_until
+
+    def _write_health_records(self, now: int) -> None:
+        """The health records that are due (:func:`~mirror_core.lane_health_records.plan_health_writes`): a held
+        lane's record when it enters or changes retrying/stalled, rewritten every ``HEALTH_REFRESH_S`` while that
+        lasts, cleared (tombstone) once it copies again or is no longer ours; one batch, nothing for copying lanes."""
+        current = {lane: live_health(self.lanes[lane].health) for lane in self.held if lane in self.lanes}
+        writes, clears = plan_health_writes({lane: h for lane, h in current.items() if h is not None},
+                                            self._health_written, now)
+        if not writes and not clears:
+            return
+        self.health_records.write(self.config.pipeline, self.worker_id, writes, clears, now)
+        for lane, health in writes.items():
+            self._health_written[lane] = (health, now)
+        for lane in clears:
+            self._health_written.pop(lane, None)
 
     def _fenced_out(self, generation: int) -> set[str]:
         """Lanes not to re-acquire now: fenced while held (another process opened them with the lane's
@@ -744,11 +753,13 @@ class ShallowMirrorDaemon:
         for lane in lanes:
             self._close_lane(self.lanes[lane])
             self._drop(lane, "shutdown")
-        if lanes and self.config.lease_compat:
+        if lanes and self._compat_records_live():
             try:
                 self._release_own_leases(lanes)
             except Exception as exc:  # noqa: BLE001 - best effort: an unreleased lease just expires
                 event("lease_release_failed", logging.WARNING, lanes=",".join(lanes), error=exc)
+        if self._health_written:  # our lanes' health records: cleared (their next holders write their own)
+            self._housekeeping("health_records", lambda: self._write_health_records(now_ms()))
         generation = self.membership.generation
         self.membership.released(self.membership.revoking(), as_of=generation)
         self.membership.close()
@@ -781,7 +792,7 @@ class ShallowMirrorDaemon:
         outcomes = self.workers.run([(state.lane, _call(state.session.renew_fence_if_due)) for state in due],
                                     tick=self._leases_busy)
         for state, (session, generation), outcome in zip(due, began, outcomes, strict=True):
-            if not self._still_ours(state, generation, session):  # dropped meanwhile (a lease round)
+            if not self._still_ours(state, generation, session):  # dropped meanwhile (a group round)
                 continue
             if not outcome.ok:  # classified like any lane error (fenced → dropped)
                 self._failed(state, outcome.error)
@@ -858,7 +869,7 @@ class ShallowMirrorDaemon:
         """Every held lane that may copy now, opened (on the workers, side by side: opening is several round trips
         per lane), with the position its fetch starts at.
 
-        A lease or group round runs as the pool's tick while the workers open lanes, and may drop one of them: the
+        A group round runs as the pool's tick while the workers open lanes, and may drop one of them: the
         opened session and fetcher are then not installed (a later acquisition must open anew: InitProducerId,
         checkpoint read), and an error is not classified (the lane is not ours: no 'retrying', no halt)."""
         candidates = [self.lanes[lane] for lane in sorted(self.held)
@@ -869,7 +880,7 @@ class ShallowMirrorDaemon:
             outcomes = self.workers.run(
                 [(state.lane, functools.partial(self._open, state, session))
                  for state, (session, _) in zip(closed, began, strict=True)],
-                tick=self._leases_busy)  # many opens must not let our leases lapse
+                tick=self._leases_busy)  # revocations are answered meanwhile
             for state, (session, generation), outcome in zip(closed, began, outcomes, strict=True):
                 if not self._still_ours(state, generation, session):
                     if outcome.ok and outcome.value[0] is not session:
@@ -895,7 +906,9 @@ class ShallowMirrorDaemon:
         if not ready:
             self._drop_in_flight()
             return None
+        asked_at = time.monotonic()
         shares = self._take_round(ready)
+        self.source_reachability.observe_round(asked_at, [outcome.error for *_, outcome in shares])
         # Overlap: the next round is sent now and travels while this round's shares are written and committed.
         # Safe because a fetcher's position moves only when a round is collected, and a lane's checkpoint comes
         # from what its writer acknowledged: a lane whose copy fails below is reset (new session, new fetcher at
@@ -911,15 +924,17 @@ class ShallowMirrorDaemon:
             if fetched is not None:
                 work.append((state, state.session, state.generation, start, fetched))
         # a lane's data and checkpoint commit together on its worker; one lane's failure is its own outcome.
-        # Leases are renewed while the workers work: many lanes (or slow commits) must not let them lapse, or
-        # another daemon takes them and the two keep fencing each other
+        # The group round runs while the workers work (revocations seen, compat lease records renewed while an old
+        # daemon is around: they must not lapse, or it takes our lanes and the two keep fencing each other)
         outcomes = self.workers.run(
             [(state.lane, _call(session.copy, start, state.fetcher.position, fetcher=FetchedOnce(fetched, start)))
              for state, session, _generation, start, fetched in work], tick=self._leases_busy)
         copied = 0
         for (state, session, generation, _start, fetched), outcome in zip(work, outcomes, strict=True):
-            if not self._still_ours(state, generation, session):  # dropped meanwhile (a lease round): its books
-                continue                                            # are not ours any more
+            if not self._still_ours(state, generation, session):  # dropped meanwhile (a group round): its books
+                if not outcome.ok:                                  # are not ours any more; a failure is told
+                    event("lane_result_discarded", lane=state.lane, error=f"{type(outcome.error).__name__}: "
+                          f"{outcome.error}", note="the lane was dropped while its worker copied")
                 continue
             if not outcome.ok:
                 self._failed(state, outcome.error)

@@ -16,18 +16,20 @@
     rescan_interval_s: 10                              # topic regex re-evaluated this often
     config_sync_interval_s: 60                         # topic configs that matter synced to the target this often
     retention_interval_s: 60                           # retention margin of the held partitions assessed this often
-    membership: group                                  # group: a consumer group on the source assigns lanes
-                                                       # (mirror_core/daemon_membership.py); leases: the old
-                                                       # lease records (kept only for the upgrade, see below)
+    membership: group                                  # the only value: a consumer group on the source assigns
+                                                       # lanes (mirror_core/daemon_membership.py); the old
+                                                       # `leases` mode was removed (an error names the upgrade)
     group_protocol: auto                               # auto | consumer (KIP-848, Kafka 4) | classic (older)
     group_session_timeout_ms: null                     # a dead daemon's lanes move after this; null: the
                                                        # broker's default (KIP-848: set as a group config,
                                                        # within the broker's group.consumer.min/max bounds)
     revoke_timeout_s: 30                               # a revocation waits this long for the lane's last commit
-    lease_compat: true                                 # group daemons honour live leases of lease-based daemons
-                                                       # and write lease records for the lanes they hold (so an
-                                                       # older daemon keeps off them, and the handoff wait and
-                                                       # the Shoal page see the holder): upgrade without a stop
+    lease_compat: auto                                 # lease records for the lanes this daemon holds, so a
+                                                       # lease-based daemon of an older release keeps off them:
+                                                       # auto = only while one is seen (a live lease or member
+                                                       # heartbeat of it in the checkpoint topic); always; off.
+                                                       # Live leases of old daemons are honoured in every mode
+                                                       # (docs/daemon-membership.md, "Upgrading")
     lease_ttl_s: 15
     metrics_port: 9308                                 # 0: no HTTP endpoint
     metrics_host: 127.0.0.1                            # 0.0.0.0 in a container, so probes and Prometheus reach it
@@ -62,6 +64,8 @@ from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import ConfigError
 from mirror_core.retention_policy import RetentionPolicy
 
+LEASE_COMPAT_MODES = ("auto", "always", "off")
+
 
 @dataclass(frozen=True)
 class PipelineConfig:
@@ -84,7 +88,7 @@ class PipelineConfig:
     group_protocol: str = "auto"
     group_session_timeout_ms: int | None = None
     revoke_timeout_s: float = 30.0
-    lease_compat: bool = True
+    lease_compat: str = "auto"
     lease_ttl_s: float = 15.0
     metrics_port: int = 9308
     metrics_host: str = "127.0.0.1"
@@ -102,8 +106,12 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("exactly-once", "at-least-once"):
             raise ConfigError(f"pipeline {self.pipeline!r}: mode {self.mode!r} is not exactly-once or at-least-once")
-        if self.membership not in ("group", "leases"):
-            raise ConfigError(f"pipeline {self.pipeline!r}: membership {self.membership!r} is not group or leases")
+        if self.membership != "group":
+            raise ConfigError(f"pipeline {self.pipeline!r}: membership {self.membership!r} is not group (the only "
+                              "membership since the lease-based mode was removed)")
+        if self.lease_compat not in LEASE_COMPAT_MODES:
+            raise ConfigError(f"pipeline {self.pipeline!r}: lease_compat {self.lease_compat!r} is not one of "
+                              f"{', '.join(LEASE_COMPAT_MODES)}")
         if self.group_protocol not in ("auto", "consumer", "classic"):
             raise ConfigError(f"pipeline {self.pipeline!r}: group_protocol {self.group_protocol!r} is not auto, "
                               "consumer or classic")
@@ -143,10 +151,12 @@ def load_pipeline_config(path: Path) -> PipelineConfig:
         raise ConfigError(f"pipeline file {path}: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"pipeline file {path}: expected a mapping")
-    return pipeline_config_from_mapping(raw, base=Path(path).parent)
+    return pipeline_config_from_mapping(raw, base=Path(path).parent, where=f"pipeline file {path}")
 
 
-def pipeline_config_from_mapping(raw: Mapping, *, base: Path = Path(".")) -> PipelineConfig:
+def pipeline_config_from_mapping(raw: Mapping, *, base: Path = Path("."), where: str = "pipeline file"
+                                 ) -> PipelineConfig:
+    _refuse_removed_settings(raw, where)
     known = {f.name for f in fields(PipelineConfig)}
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -157,8 +167,21 @@ def pipeline_config_from_mapping(raw: Mapping, *, base: Path = Path(".")) -> Pip
     values = dict(raw)
     for role in ("source", "target"):
         values[role] = _cluster(role, raw[role], base)
+    if isinstance(raw.get("lease_compat"), bool):  # YAML reads `off` as false; true/false of earlier releases
+        values["lease_compat"] = "always" if raw["lease_compat"] else "off"  # kept their meaning
     values["retention"] = RetentionPolicy.from_mapping(raw.get("retention"), where="pipeline file: retention")
     return PipelineConfig(**values)
+
+
+def _refuse_removed_settings(raw: Mapping, where: str) -> None:
+    """Settings of earlier releases that no longer exist, refused with what to do instead."""
+    if raw.get("membership") == "leases":
+        raise ConfigError(
+            f"{where}: pipeline {raw.get('pipeline')!r} says `membership: leases`, the lease-based mode, which was "
+            "removed: daemons now share lanes through a consumer group on the source. To upgrade, delete the "
+            "`membership` line (or write `membership: group`) and start the new daemon next to the old ones; it "
+            "reads their lease records and keeps off every lane an old daemon still holds until that process "
+            "stops (docs/daemon-membership.md, \"Upgrading from the lease-based daemon\")")
 
 
 def _cluster(role: str, spec, base: Path) -> ClusterConfig:

@@ -57,6 +57,7 @@ log = logging.getLogger("shoal.daemon.membership")
 
 POLL_S = 0.5                    # the poll thread's cadence (the group's liveness is librdkafka's, this only serves
 MAX_POLL_INTERVAL_MS = 300_000  # callbacks); the rebalance timeout the revocation wait must stay far below
+ERROR_LOG_EVERY_S = 30.0        # a repeated librdkafka error (the source unreachable) is logged this often
 PROTOCOLS = ("auto", "consumer", "classic")
 
 Partition = tuple[str, int]
@@ -130,7 +131,7 @@ class GroupMembership:
 
     def __init__(self, source: ClusterConfig, pipeline: str, worker_id: str, *, protocol: str,
                  revoke_timeout_s: float = 30.0, classic_session_timeout_ms: int | None = None,
-                 metadata_refresh_ms: int | None = None, on_change=None):
+                 metadata_refresh_ms: int | None = None, on_change=None, reachability=None):
         if revoke_timeout_s * 1000 >= MAX_POLL_INTERVAL_MS / 2:
             raise ConfigError(f"revoke_timeout_s {revoke_timeout_s:g} must stay well below the group's rebalance "
                               f"timeout ({MAX_POLL_INTERVAL_MS / 1000:g}s)")
@@ -141,6 +142,10 @@ class GroupMembership:
                                            classic_session_timeout_ms=classic_session_timeout_ms,
                                            metadata_refresh_ms=metadata_refresh_ms)
         self._on_change = on_change  # called (no arguments, on the poll thread) when assigned/revoking changed
+        # a SourceReachability (mirror_core.source_reachability), told when every source broker is down for the
+        # group's consumer (librdkafka's _ALL_BROKERS_DOWN) and when an assignment arrives (the coordinator answered)
+        self._reachability = reachability
+        self._errors_logged: dict[str, tuple[float, int]] = {}  # error code → (last logged, repeats since)
         self._lock = threading.Condition()
         self._assigned: set[Partition] = set()
         self._revoking: set[Partition] = set()
@@ -281,6 +286,8 @@ class GroupMembership:
         if tps:
             consumer.incremental_assign(tps)
             consumer.pause(tps)
+        if self._reachability is not None:
+            self._reachability.answered(time.monotonic())
         with self._lock:
             self._assigned |= {(tp.topic, tp.partition) for tp in partitions}
             self._joined = True
@@ -334,8 +341,25 @@ class GroupMembership:
         self._changed()
 
     def _on_error(self, error) -> None:
+        """librdkafka's error callback (the poll thread). An unreachable source repeats the same connection error
+        many times a second: each error code is logged once per :data:`ERROR_LOG_EVERY_S` (the latest text), with
+        how often it repeated meanwhile."""
+        from confluent_kafka import KafkaError
+
         self.error = str(error)
-        log.warning("event=membership_error group=%s error=%s", self.group, error)
+        code = error.code() if hasattr(error, "code") else None
+        if self._reachability is not None and code == KafkaError._ALL_BROKERS_DOWN:
+            self._reachability.unanswered(time.monotonic(), f"every broker of the group's consumer is down ({error})")
+        now = time.monotonic()
+        kind = str(code) if code is not None else self.error   # the texts vary (timings, addresses): by code
+        last, repeats = self._errors_logged.get(kind, (None, 0))
+        if last is not None and now - last < ERROR_LOG_EVERY_S:
+            self._errors_logged[kind] = (last, repeats + 1)
+            return
+        if len(self._errors_logged) > 100:   # codes are few; texts of code-less errors could be many
+            self._errors_logged.clear()
+        self._errors_logged[kind] = (now, 0)
+        log.warning("event=membership_error group=%s error=%s repeated=%d", self.group, error, repeats)
 
     def _changed(self) -> None:
         if self._on_change is not None:

@@ -4,7 +4,8 @@
 lane is ``halted`` or ``stalled`` (:mod:`mirror_core.lane_status`), with every lane's state in its JSON body, so an
 orchestrator alerts without restarting a daemon whose other lanes are fine — and while the daemon's consumer group
 never formed (``group_problem``: subscribed to a non-empty selection, never assigned anything; the body says what
-to check), since such a daemon holds no lane and copies nothing.
+to check), since such a daemon holds no lane and copies nothing, and while the source cluster answers nothing
+(``source_problem``, :mod:`mirror_core.source_reachability`; the sentence under ``"source"``).
 
 Names follow Prometheus conventions and what MirrorMaker 2 operators look for: records and bytes copied, replication
 latency, record age, lag per partition, deep batches, errors by kind; retention margins come from
@@ -73,6 +74,11 @@ class DaemonMetrics:
                                   "never forms (protocol not supported, group ACL missing) holds no lane",
                                   registry=r)
         self.group_problem: str | None = None  # why the group has not formed (set by the daemon loop), for /readyz
+        self.source_reachable = Gauge("shoal_source_reachable", "0 while the source cluster answers nothing this "
+                                      "daemon asks (fetches, metadata, the group's coordinator), 1 otherwise",
+                                      registry=r)
+        self.source_reachable.set(1)
+        self.source_problem = None  # callable → the sentence while the source is unreachable, else None; /readyz
         self.healthy = True
         self.last_loop = time.monotonic()
         self._lanes_lock = threading.Lock()
@@ -123,10 +129,13 @@ class DaemonMetrics:
             lanes = sorted(self._lanes.values(), key=lambda lane: lane["lane"])
         blocking = [lane["lane"] for lane in lanes if lane["state"] in NOT_READY]
         problem = self.group_problem
-        ready = not blocking and problem is None
+        source = self.source_problem() if self.source_problem is not None else None
+        ready = not blocking and problem is None and source is None
         body = {"ready": ready, "not_ready_lanes": blocking, "lanes": lanes}
         if problem is not None:
             body["group"] = problem
+        if source is not None:
+            body["source"] = source
         return ready, body
 
 

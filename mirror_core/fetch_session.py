@@ -34,6 +34,14 @@ repeated. A transport failure, an answer that does not fit the session (a partit
 partition left out we know nothing about), or a request built while the previous one is still unanswered (a round
 dropped unread) also drop the session; the next request is full and closes the old session (its id with epoch 0).
 
+Closing (:meth:`FetchSession.close`): a session holds one slot of the broker's session cache (and the state of every
+partition in it) until it is closed or evicted, and a live session is evicted only for a busier one — so a client
+that goes away closes its sessions, as the Java consumer does on close. The rule (Kafka's FetchManager.newContext):
+a full request (epoch 0 or FINAL_EPOCH) that names a session id removes that session, whatever its epoch; at
+FINAL_EPOCH (-1) no new session is made. So the closing request is the session's id, epoch -1, no partitions, no
+forgotten partitions; the broker answers it with session id 0 and nothing else, and a later incremental request
+with the old id gets FETCH_SESSION_ID_NOT_FOUND.
+
 Invariants (where the state lives: :class:`FetchSession`):
 
 - ``_sent`` is exactly the broker's view of the session: every partition in it was named by a request the broker
@@ -46,6 +54,9 @@ Invariants (where the state lives: :class:`FetchSession`):
   of the last response that named it; a partition is reported "unchanged" only from there.
 - ``enabled=False`` (or a broker that refuses sessions) gives exactly the sessionless request of Kafka < 1.1
   clients: session id 0, epoch -1, every partition named.
+- After :meth:`FetchSession.close` nothing of the old session is kept (id, epoch, ``_sent``, ``_ends``, the
+  unanswered request): whether or not the broker got the closing request, a later :meth:`build` is full and opens a
+  new session, and an answer to a request of the old session is never taken.
 """
 
 from __future__ import annotations
@@ -125,6 +136,7 @@ class SessionStats:
     full_requests: int = 0
     incremental_requests: int = 0
     sessions_lost: int = 0              # session errors, transport failures, answers that did not fit
+    sessions_closed: int = 0            # closing requests built (close)
 
 
 class FetchSession:
@@ -227,6 +239,24 @@ class FetchSession:
             return result
         self._commit(request, response, result)
         return result
+
+    def close(self) -> SessionRequest | None:
+        """The request that closes this session on the broker (its id, FINAL_EPOCH, no partitions; see the module
+        docstring), or None when the broker holds no session of ours (none made, sessions off, or already closed
+        by the broker). Forgets the session here at once, whether or not the request is ever sent or answered: a
+        closing request that never arrives leaves the session to the broker's eviction, nothing worse."""
+        if not self.enabled or self.session_id == INVALID_SESSION_ID:
+            request = None
+        else:
+            self._tokens += 1
+            request = SessionRequest(self.session_id, FINAL_EPOCH, [], [], (), self._tokens,
+                                     True if self._by_id is None else self._by_id)
+            self.stats.sessions_closed += 1
+        self.session_id, self.epoch = INVALID_SESSION_ID, INITIAL_EPOCH
+        self._sent, self._ends = {}, {}
+        self._by_id = None
+        self._outstanding = None
+        return request
 
     # -- state -----------------------------------------------------------------------------------------------
 

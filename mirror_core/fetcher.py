@@ -234,6 +234,11 @@ class RawBatchFetcher:
             self._leader = self.client.leader_for(self.topic, self.partition)
         return self._leader
 
+    @property
+    def leader_known(self) -> bool:
+        """Whether :meth:`locate` answers without asking the cluster."""
+        return self._leader is not None
+
     def forget_leader(self) -> None:
         """After a retriable error: look the leader (and the topic id) up again before the next request."""
         self._leader = None
@@ -411,15 +416,16 @@ def kafka_python_fetch_request(topics: Sequence[FetchTopicSpec], *, max_wait_ms:
 
 def send_fetch(client: WireClient, leader: int, topics: Sequence[FetchTopicSpec], *, max_wait_ms: int,
                max_bytes: int, isolation: IsolationLevel, session: SessionRequest | None = None,
-               slot: int = 0) -> Future:
+               slot: int = 0, request_timeout_ms: int | None = None) -> Future:
     """Send one FetchRequest for ``topics`` to ``leader`` and return its future at once (several brokers can be
     asked at the same time); :func:`wait_fetch` reads the answer. Topic ids are used (v13+) when every topic has
     one. With ``session`` (a :class:`~mirror_core.fetch_session.SessionRequest`) the request is that session's
     (its named partitions replace ``topics``). ``slot``: which of the client's connections to the leader (fast
     path only). The hand-encoded route (:mod:`mirror_core.wire_fastpath`) is taken when the client offers it;
-    transport failures come back on the future as kafka-python's (retriable) errors."""
+    transport failures come back on the future as kafka-python's (retriable) errors. ``request_timeout_ms``: how
+    long the broker may stay silent (default: the client's request timeout plus ``max_wait_ms``)."""
     by_id = session.by_id if session is not None else all(spec.topic_id is not None for spec in topics)
-    timeout_ms = client.request_timeout_ms + max_wait_ms
+    timeout_ms = client.request_timeout_ms + max_wait_ms if request_timeout_ms is None else request_timeout_ms
     try:
         fast = (client.fast_connection(leader, slot) if slot else client.fast_connection(leader)) \
             if hasattr(client, "fast_connection") else None
@@ -442,13 +448,15 @@ def send_fetch(client: WireClient, leader: int, topics: Sequence[FetchTopicSpec]
         return Future().failure(exc)
 
 
-def wait_fetch(client: WireClient, future: Future) -> None:
-    """Read until ``future`` (from :func:`send_fetch`) is answered; errors stay on the future."""
+def wait_fetch(client: WireClient, future: Future, *, timeout_s: float | None = None) -> None:
+    """Read until ``future`` (from :func:`send_fetch`) is answered; errors stay on the future. ``timeout_s``
+    bounds the wait: past it the future is failed (hand-encoded route, whose connection is closed then) or left
+    unresolved (kafka-python's)."""
     conn = getattr(future, "conn", None)
     if conn is not None:
-        conn.wait(future)
+        conn.wait(future) if timeout_s is None else conn.wait(future, timeout_s=timeout_s)
     elif not future.is_done:
-        client.wait(future)
+        client.wait(future) if timeout_s is None else client.wait(future, timeout_s=timeout_s)
 
 
 _WHICH = {

@@ -24,23 +24,31 @@ from mirror_core.checkpointed import DAEMON_OWNER, default_lane, lane_transactio
 from mirror_core.cluster import ClusterConfig
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka_wire import WireClient
-from mirror_core.leases import LeaseStore, now_ms
+from mirror_core.leases import now_ms
 from mirror_core.writer import BatchWriter
 
 
 def hand_off(target: ClusterConfig, pipeline: str, topic: str, partitions: list[int], *,
-             wait_for_daemon_s: float = 0.0) -> list[Checkpoint]:
+             wait_for_daemon_s: float = 0.0, source: ClusterConfig | None = None) -> list[Checkpoint]:
     """Transfer each partition's lane to the daemon at its checkpoint position; optionally wait until a daemon
-    holds every lane. Returns the handed-off checkpoints."""
+    holds every lane (the daemon group on ``source``, needed then, has the partitions assigned; or, during an
+    upgrade, a lease-based daemon holds them by a live lease). Returns the handed-off checkpoints."""
+    if wait_for_daemon_s > 0 and source is None:
+        raise ConfigError(f"pipeline {pipeline!r}: waiting for the daemon needs the source cluster (the daemons' "
+                          "group lives there)")
     handed: list[Checkpoint] = []
     with WireClient.for_cluster(target) as client:
         store = CheckpointStore(target, client)
         for partition in partitions:
             handed.append(_hand_off_partition(store, client, pipeline, topic, partition))
         if wait_for_daemon_s > 0:
-            _wait_for_daemon(store, target, pipeline, [default_lane(c.target_topic, c.target_partition)
-                                                       for c in handed], wait_for_daemon_s)
+            _wait_for_daemon(store, source, pipeline, handed_lanes(handed), wait_for_daemon_s)
     return handed
+
+
+def handed_lanes(handed: list[Checkpoint]) -> dict[str, tuple[str, int]]:
+    """Lane → source partition of handed-off checkpoints (what the wait looks for)."""
+    return {default_lane(c.target_topic, c.target_partition): (c.topic, c.partition) for c in handed}
 
 
 def _hand_off_partition(store: CheckpointStore, client: WireClient, pipeline: str, topic: str,
@@ -79,29 +87,52 @@ def _hand_off_partition(store: CheckpointStore, client: WireClient, pipeline: st
     return updated
 
 
-def _wait_for_daemon(store: CheckpointStore, target: ClusterConfig, pipeline: str, lanes: list[str],
+def _wait_for_daemon(store: CheckpointStore, source: ClusterConfig, pipeline: str, lanes: dict[str, tuple[str, int]],
                      timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
-        missing = lanes_without_daemon(store, target, pipeline, lanes)
+        try:
+            missing, unreadable = lanes_without_daemon(store, source, pipeline, lanes), None
+        except MirrorError as exc:  # the group could not be described: not "no daemon", keep looking
+            missing, unreadable = sorted(lanes), exc
         if not missing:
             return
         if time.monotonic() > deadline:
+            if unreadable is not None:
+                error = MirrorError(f"pipeline {pipeline!r}: could not tell whether a daemon holds lanes "
+                                    f"{', '.join(missing)} within {timeout_s:.0f}s: {unreadable}")
+                error.retriable = True
+                raise error
             raise MirrorError(f"pipeline {pipeline!r}: no daemon took lanes {', '.join(missing)} within "
-                              f"{timeout_s:.0f}s; is `shoal mirror run` running for this pipeline?")
+                              f"{timeout_s:.0f}s (no member of the daemon group shoal.{pipeline}.daemons on cluster "
+                              f"{source.name!r} has their partitions assigned); is `shoal mirror run` running for "
+                              "this pipeline?")
         time.sleep(0.5)
 
 
-def lanes_without_daemon(store: CheckpointStore, target: ClusterConfig, pipeline: str, lanes: list[str]) -> list[str]:
-    """The ``lanes`` no daemon holds a live lease on right now (one look; the Airflow trigger polls this)."""
-    held = LeaseStore(store, target.confluent()).read(pipeline)
-    return [lane for lane in lanes if lane not in held or held[lane].expires_ms <= now_ms()]
+def lanes_without_daemon(store: CheckpointStore, source: ClusterConfig, pipeline: str,
+                         lanes: dict[str, tuple[str, int]]) -> list[str]:
+    """The ``lanes`` (lane → source partition) no daemon holds right now: not assigned to a member of the daemon
+    group on ``source`` and not held by a live lease of a lease-based daemon (an upgrade). One look; the Airflow
+    trigger polls this. Raises a retriable :class:`MirrorError` when the group cannot be described and live leases
+    do not cover every lane — unknown is not "no daemon"."""
+    from mirror_core.lane_holders import lanes_without_daemon as without
+    from mirror_core.mirror_status import read_lane_holders
+
+    holders, _group = read_lane_holders(source, store, pipeline, timeout_s=10.0)
+    missing = without(holders, lanes)
+    if missing and holders.group is None:
+        error = MirrorError(holders.group_error or f"pipeline {pipeline!r}: the daemon group could not be read")
+        error.retriable = True
+        raise error
+    return missing
 
 
-def daemon_missing_lanes(target: ClusterConfig, pipeline: str, lanes: list[str]) -> list[str]:
+def daemon_missing_lanes(source: ClusterConfig, target: ClusterConfig, pipeline: str,
+                         lanes: dict[str, tuple[str, int]]) -> list[str]:
     """:func:`lanes_without_daemon` with a client of its own."""
     with WireClient.for_cluster(target) as client:
-        return lanes_without_daemon(CheckpointStore(target, client), target, pipeline, lanes)
+        return lanes_without_daemon(CheckpointStore(target, client), source, pipeline, lanes)
 
 
 @dataclass(frozen=True)

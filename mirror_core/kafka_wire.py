@@ -56,7 +56,7 @@ import random
 import ssl
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import kafka.errors as Errors
@@ -79,7 +79,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
 DEFAULT_BOOTSTRAP_TIMEOUT_MS = 30_000
+RECONNECT_BACKOFF_MAX_MS = 1_000  # the Java client's reconnect.backoff.max.ms (kafka-python's default: 30 s)
 REBOOTSTRAP_TIMEOUT_MS = 10_000  # a metadata request that found no known broker retries from the bootstrap list
+REBOOTSTRAP_RETRY_TIMEOUT_MS = 2_000  # ... while the last re-bootstrap found no broker (the cluster is down)
 
 
 def kafka_python_kwargs(config: Mapping[str, str], cluster_name: str = "cluster") -> dict:
@@ -87,10 +89,13 @@ def kafka_python_kwargs(config: Mapping[str, str], cluster_name: str = "cluster"
 
     The key translation and validation (unknown keys refused by name, secrets never echoed) is
     :func:`mirror_core.cluster.kafka_python_kwargs`, shared with the rest of Shoal; this adds what the data plane
-    needs on top: a receive limit large enough for Fetch responses.
+    needs on top: a receive limit large enough for Fetch responses, and reconnect backoffs capped at the Java
+    client's 1 s (``reconnect.backoff.max.ms``): kafka-python's 30 s cap kept a daemon from noticing for up to half
+    a minute that a source cluster that had been down answered again.
     """
     kwargs = cluster_kafka_python_kwargs(cluster_name, config)
     kwargs.setdefault("receive_message_max_bytes", DEFAULT_RECEIVE_MESSAGE_MAX_BYTES)
+    kwargs.setdefault("reconnect_backoff_max_ms", RECONNECT_BACKOFF_MAX_MS)
     return kwargs
 
 
@@ -234,6 +239,10 @@ class WireClient:
         # over more slots where one connection's window per round trip is below the link (see send_round)
         self._fast: dict[tuple[int, int], FastConnection] = {}
         self._closed = False
+        self._rebootstrap_failed = False   # the last re-bootstrap (metadata) found no broker: see metadata()
+        # run by close() while the client can still send: the fetch sessions its rounds opened are closed there
+        # (mirror_core.broker_fetch.round_sessions registers that), so every owner that closes the client closes them
+        self._close_hooks: list[Callable[[WireClient], object]] = []
         first_error = self._first_contact(bootstrap_timeout_ms)
         try:
             self._manager.bootstrap(bootstrap_timeout_ms)
@@ -247,18 +256,31 @@ class WireClient:
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
+    def on_close(self, hook: Callable[[WireClient], object]) -> None:
+        """Call ``hook(self)`` when the client is closed, before its connections go: best-effort goodbyes to the
+        brokers (closing fetch sessions). A hook bounds its own time and its errors are logged, never raised."""
+        self._close_hooks.append(hook)
+
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
-        for conn in self._fast.values():
-            conn.close()
-        self._fast.clear()
+        hooks, self._close_hooks = self._close_hooks, []
         try:
-            self._manager.close()
-            self._net.poll(timeout_ms=0)
-        finally:
-            self._net.close()
+            for hook in hooks:
+                try:
+                    hook(self)
+                except Exception as exc:  # noqa: BLE001 - a goodbye that fails must not stop the close
+                    log.debug("cluster %r: close hook failed: %s", self.cluster_name, _one_line(exc))
+        finally:  # even interrupted (KeyboardInterrupt), the connections go
+            self._closed = True
+            for conn in self._fast.values():
+                conn.close()
+            self._fast.clear()
+            try:
+                self._manager.close()
+                self._net.poll(timeout_ms=0)
+            finally:
+                self._net.close()
 
     def __enter__(self) -> WireClient:
         return self
@@ -302,22 +324,25 @@ class WireClient:
             raise MirrorError(f"wire client for cluster {self.cluster_name!r} is closed")
         return self._net.call_soon_with_future(self._manager.send, request, node_id, timeout_ms)
 
-    def wait(self, future) -> None:
-        """Drive the network loop until ``future`` is resolved; authentication failures become
-        :class:`ClusterUnavailableError`, other errors stay on the future."""
+    def wait(self, future, *, timeout_s: float | None = None) -> None:
+        """Drive the network loop until ``future`` is resolved (or ``timeout_s`` passed: it may then be unresolved);
+        authentication failures become :class:`ClusterUnavailableError`, other errors stay on the future."""
         if not future.is_done:
-            self._net.poll(future=future)
+            self._net.poll(future=future, timeout_ms=None if timeout_s is None else max(0, int(timeout_s * 1000)))
         if future.failed() and isinstance(future.exception, _AUTH_ERRORS):
             raise self._unavailable(future.exception) from None
 
-    def fast_connection(self, node_id: int, slot: int = 0) -> FastConnection | None:
+    def fast_connection(self, node_id: int, slot: int = 0, *, timeout_s: float | None = None
+                        ) -> FastConnection | None:
         """This client's own hand-encoded connection to ``node_id`` for Produce / Fetch
         (:mod:`mirror_core.wire_fastpath`; TLS and SASL as the cluster settings say), made on first use and again
         after a failure; None when the client was made with ``fast_path=False`` (or reaches the cluster through
         a proxy), and the caller uses :meth:`send` / :meth:`send_async`. ``slot``: which of several connections
         to the broker (each its own socket, so its own TCP window; the kafka-python route has only one).
         Raises kafka-python's retriable errors when the broker cannot be reached, and
-        :class:`ClusterUnavailableError` (not retriable) when it refuses our certificate check or login."""
+        :class:`ClusterUnavailableError` (not retriable) when it refuses our certificate check or login.
+        ``timeout_s``: bounds connecting and every request of a connection made now (a goodbye at close); else the
+        connect timeout is 10 s and requests use the client's request timeout."""
         if not self._fast_enabled:
             return None
         if self._closed:
@@ -328,9 +353,11 @@ class WireClient:
         broker = self._manager.cluster.broker_metadata(node_id)
         if broker is None:
             raise Errors.NodeNotReadyError(f"no address known for broker {node_id} of cluster {self.cluster_name!r}")
+        bounds = {} if timeout_s is None else {"connect_timeout_s": max(timeout_s, 0.01)}
         conn = FastConnection(broker.host, broker.port, client_id=self._client_id, node_id=node_id,
-                              request_timeout_s=self.request_timeout_ms / 1000, security=self._fast_security,
-                              cluster_name=self.cluster_name)
+                              request_timeout_s=self.request_timeout_ms / 1000 if timeout_s is None
+                              else max(timeout_s, 0.01), security=self._fast_security,
+                              cluster_name=self.cluster_name, **bounds)
         self._fast[(node_id, slot)] = conn
         return conn
 
@@ -393,8 +420,16 @@ class WireClient:
             response = self.send(None, request)
         except (Errors.NodeNotReadyError, Errors.KafkaConnectionError):
             # every broker this client knows may be gone (stopped, replaced): start over from the bootstrap
-            # addresses once, like the Java client's metadata.recovery.strategy=rebootstrap
-            self._manager.bootstrap(REBOOTSTRAP_TIMEOUT_MS, refresh=True)
+            # addresses once, like the Java client's metadata.recovery.strategy=rebootstrap. After a re-bootstrap
+            # that found nobody (the cluster is down), the next ones only look whether it is back: a caller's
+            # loop (the daemon's) must not wait the full timeout on every look-up through a long outage
+            timeout_ms = REBOOTSTRAP_RETRY_TIMEOUT_MS if self._rebootstrap_failed else REBOOTSTRAP_TIMEOUT_MS
+            try:
+                self._manager.bootstrap(timeout_ms, refresh=True)
+            except Exception:
+                self._rebootstrap_failed = True
+                raise
+            self._rebootstrap_failed = False
             response = self.send(None, request)
         self._manager.cluster.update_metadata(response)  # learn broker addresses for new leaders
         result = {}

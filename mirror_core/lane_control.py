@@ -165,25 +165,37 @@ def _ledger_row(cp: Checkpoint, halt: PersistedLaneState, lost: tuple[int, int] 
 
 
 def lane_states(target: ClusterConfig, pipeline: str) -> list[dict]:
-    """Every lane of ``pipeline`` with a checkpoint: its persisted state (``copying`` when none is stored), reason,
-    offsets, owner and lease holder, as the daemon left them on the target."""
+    """Every lane of ``pipeline`` with a checkpoint: its state — the persisted ``halted``/``retired``, else the
+    ``retrying``/``stalled`` its holder's live health record reports (:mod:`mirror_core.lane_health_records`), else
+    ``copying`` — reason, offsets and owner, as the daemons left them on the target; ``lease_holder``: a lease-based
+    daemon of an older release holding the lane by a live lease (an upgrade in progress), else None."""
+    from mirror_core.lane_health_records import read_health_records
+    from mirror_core.lane_holders import LaneHolders
     from mirror_core.leases import LeaseStore
 
     with WireClient.for_cluster(target) as client:
         store = CheckpointStore(target, client)
         checkpoints = store.read_all(pipeline, whole_maps=False)
         leases = LeaseStore(store, producer_config={}).read(pipeline)
+        health = read_health_records(store, pipeline)
+    now = _now_ms()
+    holders = LaneHolders(None, leases, health, now)
     rows = []
     for (_pl, topic, partition), cp in sorted(checkpoints.items()):
         lane = default_lane(cp.target_topic, cp.target_partition)
         stopped = cp.lane_state
-        lease = leases.get(lane)
-        rows.append({"lane": lane, "topic": topic, "partition": partition,
-                     "state": stopped.state if stopped else "copying", "reason": stopped.reason if stopped else "none",
-                     "message": stopped.message if stopped else None, "since_ms": stopped.since_ms if stopped else None,
-                     "position": cp.position, "range_end": stopped.range_end if stopped else None,
-                     "owner": cp.owner, "lease_holder": lease.holder if lease else None,
-                     "lost_ranges": [list(r) for r in cp.lost_ranges]})
+        live = None if stopped else holders.live_health(lane)
+        old = holders.holder((topic, partition), lane)
+        row = {"lane": lane, "topic": topic, "partition": partition,
+               "state": stopped.state if stopped else "copying", "reason": stopped.reason if stopped else "none",
+               "message": stopped.message if stopped else None, "since_ms": stopped.since_ms if stopped else None,
+               "position": cp.position, "range_end": stopped.range_end if stopped else None,
+               "owner": cp.owner, "lease_holder": old.removesuffix(" (lease)") if old else None,
+               "lost_ranges": [list(r) for r in cp.lost_ranges]}
+        if live is not None:
+            row.update(state=live.state, reason=live.reason, message=live.message, since_ms=live.since_ms,
+                       attempts=live.attempts, reported_by=live.holder)
+        rows.append(row)
     return rows
 
 

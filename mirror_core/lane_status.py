@@ -149,13 +149,15 @@ class LaneHealth:
         return body
 
 
-def observed_state(persisted_state: str | None, *, lag: int, lease_live: bool, owner: str | None,
+def observed_state(persisted_state: str | None, *, lag: int, held: bool | None, owner: str | None,
                    updated_ms: int | None, now_ms: int, stall_after_s: float) -> tuple[str, str | None]:
-    """A lane's state as seen from outside the daemon (the Shoal page reads checkpoints and leases, not the
-    daemon's memory): a persisted ``halted``/``retired`` wins; a lane with data to copy whose checkpoint has not
-    moved for ``stall_after_s`` is ``stalled`` (with why: no live lease, or no progress); else ``copying``.
-    (``retrying`` lives in the daemon's memory: its ``/readyz`` and metrics show it, and the holder writes it into
-    the lane's lease, where the page reads it.)"""
+    """A lane's state as seen from outside the daemon (the Shoal page reads checkpoints, the daemon group and
+    records, not the daemon's memory): a persisted ``halted``/``retired`` wins; a lane with data to copy whose
+    checkpoint has not moved for ``stall_after_s`` is ``stalled`` (with why: no daemon holds it, or no progress);
+    else ``copying``. ``held``: a daemon holds the lane (its partition assigned in the daemon group, or a live lease
+    of a lease-based daemon), None when that is unknown (the group could not be read). (``retrying`` lives in the
+    daemon's memory: its ``/readyz`` and metrics show it, and the holder writes it into the lane's health record,
+    where the page reads it: :mod:`mirror_core.lane_health_records`.)"""
     if persisted_state in (HALTED, RETIRED):
         return persisted_state, None
     if lag <= 0 or updated_ms is None:
@@ -165,31 +167,8 @@ def observed_state(persisted_state: str | None, *, lag: int, lease_live: bool, o
         return COPYING, None
     if owner is not None and owner.startswith("backfill:"):
         return STALLED, f"owned by {owner}, no checkpoint for {idle_s:.0f}s while {lag} offsets behind"
-    if not lease_live:
-        return STALLED, f"no daemon holds the lane (no live lease); {lag} offsets behind, last checkpoint " \
-                        f"{idle_s:.0f}s ago"
-    return STALLED, f"no checkpoint for {idle_s:.0f}s while {lag} offsets behind"
-
-
-def lease_health(leases, now_ms: int) -> list[str]:
-    """One sentence per lease holder of a pipeline (lanes held, how fresh the leases are), or that no daemon has
-    taken a lane. ``leases``: lane -> lease with ``holder`` and ``expires_ms`` (and ``group``: written by a daemon
-    whose lanes the consumer group assigns; the others are lease-based daemons of an older release)."""
-    if not leases:
-        return ["no daemon lease: no daemon has taken a lane of this pipeline"]
-    holders: dict[str, list[int]] = {}
-    grouped: set[str] = set()
-    for lease in leases.values():
-        holders.setdefault(lease.holder, []).append(lease.expires_ms)
-        if getattr(lease, "group", False):
-            grouped.add(lease.holder)
-    out = []
-    for holder, expiries in sorted(holders.items()):
-        live = sum(1 for exp in expiries if exp > now_ms)
-        expired = len(expiries) - live
-        oldest = min(expiries)
-        kind = " (group member)" if holder in grouped else " (lease-based)" if grouped else ""
-        out.append(f"{holder}{kind}: holds {live} lane(s)" + (
-            f", {expired} lease(s) EXPIRED (oldest {max(0, now_ms - oldest) / 1000:.0f}s ago): that daemon is gone "
-            "or stuck" if expired else f", leases renewed (next expiry in {(oldest - now_ms) / 1000:.0f}s)"))
-    return out
+    if held is False:
+        return STALLED, f"no daemon holds the lane (no member of the daemon group has it, no live lease); {lag} " \
+                        f"offsets behind, last checkpoint {idle_s:.0f}s ago"
+    unknown = " (the daemon group could not be read)" if held is None else ""
+    return STALLED, f"no checkpoint for {idle_s:.0f}s while {lag} offsets behind{unknown}"

@@ -1,21 +1,21 @@
-"""Leases on lanes, so several daemon processes share a pipeline's lanes.
+"""Lease records of the lease-based daemon (an older release), read and written only for the upgrade.
 
-A lease is a record in the checkpoint topic (key ``{"lease": lane, "pipeline": p}``, value holder + expiry), read
-with READ_COMMITTED like the checkpoints, through the same incremental cache (:class:`CheckpointStore` keeps the
-last value per key of every partition; a lease read refreshes it with only the records appended since). The
-lease only coordinates who *should* write a lane; what makes a second writer harmless is the broker: a lease taker
-opens the lane with its transactional.id, which fences the former holder (a paused or partitioned process cannot
-write after that). Clocks only decide when a lease looks expired; a wrong clock costs a fencing, never data.
+Earlier releases shared a pipeline's lanes through lease records in the checkpoint topic (key ``{"lease": lane,
+"pipeline": p}``, value holder + expiry) and a membership heartbeat per daemon (lane ``__member__:<worker>``), with a
+fair share computed by every daemon. Daemons now share lanes through a consumer group
+(:mod:`mirror_core.daemon_membership`); what stays here is the upgrade path:
 
-Membership: every daemon also keeps a heartbeat record (lane ``__member__:<worker>``) renewed with its leases, so a
-daemon that holds no lane yet (a newcomer) is counted when the others compute their fair share and give lanes back.
-Membership records are never returned as lanes; a clean shutdown deletes its own (tombstone).
+- **reading** (always): a group daemon skips every lane an older daemon holds by a live lease (a record without the
+  ``group`` mark) until that lease is released or expires, and :func:`lease_based_daemon_seen` tells whether such a
+  daemon is around (a live unmarked lease or a live membership heartbeat);
+- **writing** (``lease_compat``; :func:`compat_records_wanted` decides): a lease marked ``"group": true`` for each
+  lane a group daemon holds, so an older daemon counts it and keeps off its lanes. Group daemons ignore each other's
+  records: the group's assignment decides among them. Older readers ignore the extra field.
 
-Since daemons share lanes through a consumer group (:mod:`mirror_core.daemon_membership`), lease records stay only
-for the upgrade (``lease_compat``): a group daemon writes a lease marked ``"group": true`` for each lane it holds, so
-a lease-based daemon of an older release counts it and keeps off its lanes, and it skips every lane an older
-daemon holds by a live lease (no ``group`` mark) until that lease is released or expires. Group daemons ignore each
-other's lease records: the group's assignment decides among them. Older readers ignore the extra field.
+Records are read with READ_COMMITTED like the checkpoints, through the same incremental cache
+(:meth:`CheckpointStore.latest_items`). A record only says who *should* write a lane; what makes a second writer
+harmless is the broker: a lane is opened with its transactional.id, which fences the former holder. Clocks only
+decide when a lease looks expired; a wrong clock costs a fencing, never data.
 """
 
 from __future__ import annotations
@@ -29,16 +29,14 @@ from mirror_core.checkpoint import CheckpointStore, checkpoint_partition
 MEMBER_PREFIX = "__member__:"
 
 
-def member_lane(holder: str) -> str:
-    """The pseudo-lane of a daemon's membership heartbeat."""
-    return MEMBER_PREFIX + holder
+COMPAT_AUTO, COMPAT_ALWAYS, COMPAT_OFF = "auto", "always", "off"
 
 
 @dataclass(frozen=True)
 class Lease:
-    """``health``: the holder's live view of a lane that is not simply copying — ``state`` (retrying or stalled),
-    ``reason``, ``message``, ``attempts``, ``since_ms`` — renewed with the lease, so readers outside the daemon
-    (the Shoal page, ``shoal lanes status``) see what only the daemon's memory knew; None while copying."""
+    """One lane's lease record. ``health``: what a lease-based daemon of the previous release wrote of a lane that
+    was not simply copying (read, never written: lane health now has records of its own,
+    :mod:`mirror_core.lane_health_records`)."""
 
     pipeline: str
     lane: str
@@ -62,10 +60,9 @@ def lease_key(pipeline: str, lane: str) -> bytes:
 class LeaseStore:
     """Reads and writes lane leases next to the checkpoints (same topic, same partitioning by key)."""
 
-    def __init__(self, store: CheckpointStore, producer_config: dict):
+    def __init__(self, store: CheckpointStore, producer_config: dict, producer: SideRecordProducer | None = None):
         self.store = store
-        self._producer_config = producer_config
-        self._producer = None
+        self.producer = producer or SideRecordProducer(store, producer_config)
 
     def read(self, pipeline: str) -> dict[str, Lease]:
         """Lane → lease (membership heartbeats left out)."""
@@ -98,48 +95,78 @@ class LeaseStore:
         that were not."""
         self._produce_many([(lease.pipeline, lease.lane, json.dumps(_body(lease)).encode()) for lease in leases])
 
-    def heartbeat(self, pipeline: str, holder: str, expires_ms: int) -> None:
-        """Renew this daemon's membership (see the module docstring)."""
-        self.write(Lease(pipeline, member_lane(holder), holder, expires_ms))
-
-    def leave(self, pipeline: str, holder: str) -> None:
-        """Delete this daemon's membership record (a tombstone, so compaction drops the key)."""
-        self._produce(pipeline, member_lane(holder), None)
-
-    def _produce(self, pipeline: str, lane: str, value: bytes | None) -> None:
-        self._produce_many([(pipeline, lane, value)])
-
     def _produce_many(self, records: list[tuple[str, str, bytes | None]]) -> None:
+        self.producer.produce([(lease_key(pipeline, lane), value, lane) for pipeline, lane, value in records],
+                              what="lease record(s) of lane(s)")
+
+    def release(self, pipeline: str, lane: str, holder: str, *, group: bool = False) -> None:
+        self.write(Lease(pipeline, lane, holder, 0, group=group))
+
+
+class SideRecordProducer:
+    """Writes records that share the checkpoint topic beside the checkpoints (lease records, lane health records),
+    keyed like them (same partition per key), through one idempotent producer made on first use."""
+
+    def __init__(self, store: CheckpointStore, producer_config: dict):
+        self.store = store
+        self._producer_config = producer_config
+        self._producer = None
+
+    def produce(self, records: list[tuple[bytes, bytes | None, str]], *, what: str, timeout_s: float = 30.0) -> None:
+        """``(key, value or None for a tombstone, name)``: every record produced, then one flush waits for all of
+        them — one round trip for the batch, not one per record. Raises naming the records not acknowledged."""
         from confluent_kafka import Producer
 
         if not records:
             return
         if self._producer is None:
             self._producer = Producer({**self._producer_config, "enable.idempotence": True, "linger.ms": 0})
-        errors: list[str] = []
-        for pipeline, lane, value in records:
-            key = lease_key(pipeline, lane)
-            while True:
-                try:
-                    self._producer.produce(
-                        self.store.topic, key=key, value=value,
-                        partition=checkpoint_partition(key, self.store.partitions),
-                        on_delivery=lambda err, _m, lane=lane: errors.append(f"{lane}: {err}") if err else None)
-                    break
-                except BufferError:  # the local queue is full: let it drain, then go on
-                    self._producer.poll(0.1)
-        deadline = time.monotonic() + 30
-        left = self._producer.flush(0.2)
-        while left and not errors and time.monotonic() < deadline:  # in slices: signal handlers (a SIGTERM's
-            left = self._producer.flush(0.2)                       # grace alarm) run between them
-        if errors or left:
-            from mirror_core.errors import MirrorError
+        _produce_and_flush(self._producer, self.store, records, what, timeout_s)
 
-            lanes = ", ".join(repr(lane) for _p, lane, _v in records[:5]) + (" …" if len(records) > 5 else "")
-            raise MirrorError(f"could not write the lease record(s) of lane(s) {lanes}: {errors or 'timed out'}")
 
-    def release(self, pipeline: str, lane: str, holder: str, *, group: bool = False) -> None:
-        self.write(Lease(pipeline, lane, holder, 0, group=group))
+def _produce_and_flush(producer, store: CheckpointStore, records: list[tuple[bytes, bytes | None, str]],
+                       what: str, timeout_s: float) -> None:
+    errors: list[str] = []
+    for key, value, name in records:
+        while True:
+            try:
+                producer.produce(store.topic, key=key, value=value,
+                                 partition=checkpoint_partition(key, store.partitions),
+                                 on_delivery=lambda err, _m, name=name: errors.append(f"{name}: {err}") if err
+                                 else None)
+                break
+            except BufferError:  # the local queue is full: let it drain, then go on
+                producer.poll(0.1)
+    deadline = time.monotonic() + timeout_s
+    left = producer.flush(0.2)
+    while left and not errors and time.monotonic() < deadline:  # in slices: signal handlers (a SIGTERM's grace
+        left = producer.flush(0.2)                              # alarm) run between them
+    if errors or left:
+        from mirror_core.errors import MirrorError
+
+        names = ", ".join(repr(name) for _k, _v, name in records[:5]) + (" …" if len(records) > 5 else "")
+        raise MirrorError(f"could not write the {what} {names}: {errors or 'timed out'}")
+
+
+def lease_based_daemon_seen(leases: dict[str, Lease], members: dict[str, Lease], me: str, now_ms: int) -> str | None:
+    """The worker id of a lease-based daemon (an older release) that is alive by the records: a live lease without
+    the ``group`` mark, or a live membership heartbeat (only lease-based daemons write those; ``members`` as
+    :meth:`LeaseStore.read_with_members` returns them). None when there is none."""
+    for lease in [*leases.values(), *members.values()]:
+        if lease.blocks_group_daemon(me, now_ms):
+            return lease.holder
+    return None
+
+
+def compat_records_wanted(mode: str, old_daemon: str | None) -> bool:
+    """Whether a group daemon writes lease records for the lanes it holds (``lease_compat``): ``always``; never with
+    ``off``; with ``auto`` only while a lease-based daemon is seen (:func:`lease_based_daemon_seen`). With no such
+    daemon around, nothing is written per held lane."""
+    if mode == COMPAT_ALWAYS:
+        return True
+    if mode == COMPAT_OFF:
+        return False
+    return old_daemon is not None
 
 
 def _body(lease: Lease) -> dict:

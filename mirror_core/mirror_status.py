@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mirror_core.cluster import ClusterConfig
 from mirror_core.daemon_config import PipelineConfig
 from mirror_core.daemon_membership import GroupDescription, describe_group
 from mirror_core.errors import MirrorError
+from mirror_core.lane_holders import LaneHolders
 
 
 @dataclass
@@ -28,21 +30,40 @@ def gather_mirror_status(config: PipelineConfig) -> MirrorStatus:
     from mirror_core.lane_control import lane_states
 
     rows = lane_states(config.target, config.pipeline)
-    group, group_error = None, None
-    try:
-        group = describe_group(config.source, config.pipeline)
-    except MirrorError as exc:
-        group_error = str(exc)
+    group, group_error = describe_group_or_error(config.source, config.pipeline)
     holders = group.holders() if group is not None else {}
     stable = last_stable_offsets(config, [(r["topic"], r["partition"]) for r in rows])
     for row in rows:
         part = (row["topic"], row["partition"])
-        by_group = holders.get(part, [])
         # a lease-based daemon (an older release during an upgrade) shows as the lease holder
-        row["holder"] = ",".join(by_group) or row.get("lease_holder")
+        row["holder"] = ",".join([*holders.get(part, []), *([f"{row['lease_holder']} (lease)"]
+                                                            if row.get("lease_holder") else [])]) or None
         end = stable.get(part)
         row["lag"] = None if end is None or row["position"] is None else max(0, end - row["position"])
     return MirrorStatus(group, group_error, rows)
+
+
+def describe_group_or_error(source: ClusterConfig, pipeline: str, *, timeout_s: float = 15.0
+                            ) -> tuple[GroupDescription | None, str | None]:
+    """(the daemon group, None), or (None, why it could not be described)."""
+    try:
+        return describe_group(source, pipeline, timeout_s=timeout_s), None
+    except MirrorError as exc:
+        return None, str(exc)
+
+
+def read_lane_holders(source: ClusterConfig, store, pipeline: str, *, timeout_s: float = 15.0
+                      ) -> tuple[LaneHolders, GroupDescription | None]:
+    """Who holds the pipeline's lanes (:class:`~mirror_core.lane_holders.LaneHolders`): the daemon group described
+    on ``source``, lease and health records read through ``store`` (a :class:`CheckpointStore` on the target)."""
+    from mirror_core.lane_health_records import read_health_records
+    from mirror_core.leases import LeaseStore, now_ms
+
+    group, group_error = describe_group_or_error(source, pipeline, timeout_s=timeout_s)
+    leases = LeaseStore(store, producer_config={}).read(pipeline)
+    holders = LaneHolders(group.holders() if group is not None else None, leases,
+                          read_health_records(store, pipeline), now_ms(), group_error)
+    return holders, group
 
 
 def last_stable_offsets(config: PipelineConfig, parts: list[tuple[str, int]], *,

@@ -886,19 +886,32 @@ class FastConnection:
         self._in_flight.append((correlation_id, future, decoder, flexible_response, timeout_s))
         return future
 
-    def wait(self, future: Future) -> None:
-        """Read responses in order until ``future`` is resolved (it fails if the connection does)."""
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not answered yet (a new request's answer comes after all of theirs)."""
+        return len(self._in_flight)
+
+    def wait(self, future: Future, *, timeout_s: float | None = None) -> None:
+        """Read responses in order until ``future`` is resolved (it fails if the connection does). ``timeout_s``:
+        at most that long in all, each request's own timeout notwithstanding; past it the connection fails (its
+        unread answers would otherwise wait ahead of the next request's), and ``future`` with it."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not future.is_done:
             if not self._in_flight:
                 future.failure(Errors.KafkaConnectionError(f"{self!r}: no answer pending for this request"))
                 return
-            self._read_one()
+            self._read_one(deadline)
 
-    def _read_one(self) -> None:
+    def _read_one(self, deadline: float | None = None) -> None:
         """Read the oldest request's response. Its timeout runs from now, when we start waiting for it, not from
         when it was sent: a request sent ahead (a prefetch while the caller writes, or one queued behind another's
         long poll) is not failed for our own delay in reading; the clock measures only the broker's silence."""
         correlation_id, future, decoder, flexible, timeout_s = self._in_flight[0]
+        if deadline is not None:
+            timeout_s = min(timeout_s, deadline - time.monotonic())
+            if timeout_s <= 0:
+                self._fail(Errors.RequestTimedOutError(f"{self!r}: no answer in time"))
+                return
         try:
             self._set_timeout(timeout_s)
             frame = self._receive_frame()

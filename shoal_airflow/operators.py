@@ -460,7 +460,7 @@ class ShoalHandoffOperator(BaseOperator):
             for u in load_plan(self.plan_path).units:
                 wanted.setdefault(u.topic, []).append(u.partition)
         out: dict[str, dict] = {}
-        lanes: list[str] = []
+        lanes: dict[str, tuple[str, int]] = {}  # lane → source partition
         wait_s = float(self.wait_for_daemon_s)
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
@@ -476,9 +476,9 @@ class ShoalHandoffOperator(BaseOperator):
                 raise AirflowFailException(f"pipeline {self.pipeline}: no checkpointed partition to hand off")
             for topic, parts in sorted(wanted.items()):
                 for cp in hand_off(target, self.pipeline, topic, sorted(set(parts)),
-                                   wait_for_daemon_s=0.0 if self.deferrable else wait_s):
+                                   wait_for_daemon_s=0.0 if self.deferrable else wait_s, source=source):
                     out[f"{topic}-{cp.partition}"] = {"handoff_position": cp.handoff_position}
-                    lanes.append(default_lane(cp.target_topic, cp.target_partition))
+                    lanes[default_lane(cp.target_topic, cp.target_partition)] = (cp.topic, cp.partition)
         if self.deferrable and wait_s > 0:
             from datetime import timedelta
 
@@ -486,8 +486,10 @@ class ShoalHandoffOperator(BaseOperator):
 
             self.log.info("handed off %d partition(s); waiting (deferred) up to %.0f s for a daemon to hold %s",
                           len(out), wait_s, ", ".join(lanes))
-            self.defer(trigger=ShoalDaemonHoldsTrigger(target_conn_id=self.target_conn_id, pipeline=self.pipeline,
-                                                       lanes=lanes, timeout_s=wait_s, handed=out),
+            self.defer(trigger=ShoalDaemonHoldsTrigger(source_conn_id=self.source_conn_id,
+                                                       target_conn_id=self.target_conn_id, pipeline=self.pipeline,
+                                                       lanes=list(lanes), partitions=[list(p) for p in lanes.values()],
+                                                       timeout_s=wait_s, handed=out),
                        method_name="execute_complete", timeout=timedelta(seconds=wait_s + 60))
         return self._verify(out)
 

@@ -1,6 +1,7 @@
 """The "Shoal" page in the Airflow UI, for the operator at 3 a.m.: per pipeline its lanes with their state (copying,
-stalled, halted with the reason and offsets, retired), lag in offsets, bytes and seconds, daemon health (who holds
-the lanes, how fresh the leases are), retention margins and the deadline chart (inline SVG), the backfill ledger
+stalled, halted with the reason and offsets, retired), lag in offsets, bytes and seconds, daemon health (the
+pipeline's daemon group: its members and who holds which lane, read from the source; lease-based daemons of an
+older release during an upgrade), retention margins and the deadline chart (inline SVG), the backfill ledger
 with runs in flight, links to the DAG runs and to trigger a backfill; and the DR rehearsal history (RTO/RPO).
 
 A FastAPI app mounted by the api-server at ``/shoal`` (``fastapi_apps``) and a nav entry that shows it in an iframe
@@ -49,6 +50,7 @@ _SPEC_KEYS = {"pipeline", "source_conn_id", "target_conn_id", "topics", "at_risk
 SHOAL_DAGS = {"shoal_backfill": "backfill", "shoal_retention_guard": "mirror", "shoal_catchup_handoff": "mirror"}
 CACHE_TTL_S = 15.0       # a reading younger than this is shown again instead of asking the clusters
 READ_DEADLINE_S = 10.0   # the page waits this long for a pipeline's reading, then shows the last one
+GROUP_TIMEOUT_S = 5.0    # describing the daemon group on the source waits this long, then says it is not readable
 RECENT_RUNS = 200        # DAG runs looked at for pipelines and links
 
 
@@ -211,8 +213,8 @@ class LaneRow:
     target_next: int | None = None
     owner: str | None = None
     owner_epoch: int | None = None
-    lease_holder: str | None = None
-    lease_expires_ms: int | None = None
+    holder: str | None = None      # the group members the partition is assigned to; "<worker> (lease)" for a
+    held: bool | None = None       # lease-based daemon; held None: unknown (the daemon group was not readable)
     updated_ms: int | None = None
     state: str = "copying"  # the lane state persisted with the checkpoint: copying, halted or retired
     reason: str = "none"
@@ -242,26 +244,37 @@ class PipelineView:
 
 
 def read_target_state(target, pipeline: str):
-    """``(checkpoints, leases)`` of one pipeline on the target; both empty when there is no checkpoint topic."""
+    """``(checkpoints, leases, health records)`` of one pipeline on the target; all empty when there is no
+    checkpoint topic."""
     from mirror_core.checkpoint import CHECKPOINT_TOPIC, CheckpointStore
     from mirror_core.kafka_wire import WireClient
+    from mirror_core.lane_health_records import read_health_records
     from mirror_core.leases import LeaseStore
 
     with WireClient.for_cluster(target) as client:
         meta = client.metadata([CHECKPOINT_TOPIC]).get(CHECKPOINT_TOPIC)
         if meta is None or meta.error_code:
-            return {}, {}
+            return {}, {}, {}
         store = CheckpointStore(target, client, partitions=len(meta.partitions))
-        return store.read_all(pipeline, whole_maps=False), LeaseStore(store, producer_config={}).read(pipeline)
+        return (store.read_all(pipeline, whole_maps=False), LeaseStore(store, producer_config={}).read(pipeline),
+                read_health_records(store, pipeline))
+
+
+def read_daemon_group(source, pipeline: str):
+    """``(group description, None)`` or ``(None, why it could not be read)`` (the source's group coordinator)."""
+    from mirror_core.mirror_status import describe_group_or_error
+
+    return describe_group_or_error(source, pipeline, timeout_s=GROUP_TIMEOUT_S)
 
 
 def _clock(ms) -> str:
     return "?" if not ms else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
-def lane_rows(checkpoints: Mapping, leases: Mapping, parts: Sequence[tuple[str, int]], last_stable: Mapping,
+def lane_rows(checkpoints: Mapping, holders, parts: Sequence[tuple[str, int]], last_stable: Mapping,
               log_start: Mapping, pipeline: str) -> list[LaneRow]:
-    """Join checkpoints, leases and source offsets per selected partition."""
+    """Join checkpoints, who holds each lane and its live health (``holders``: a
+    :class:`~mirror_core.lane_holders.LaneHolders`) and source offsets per selected partition."""
     from mirror_core.checkpointed import default_lane
 
     rows = []
@@ -272,19 +285,16 @@ def lane_rows(checkpoints: Mapping, leases: Mapping, parts: Sequence[tuple[str, 
             rows.append(LaneRow(None, topic, p, None, stable, max(0, stable - log_start[(topic, p)])))
             continue
         lane = default_lane(cp.target_topic, cp.target_partition)
-        lease = leases.get(lane)
         stopped = getattr(cp, "lane_state", None)
-        live = getattr(lease, "health", None) if lease is not None else None
+        live = holders.live_health(lane) if stopped is None else None
         state = {} if stopped is None else {
             "state": stopped.state, "reason": stopped.reason, "state_detail": stopped.message,
             "state_range": (stopped.position, stopped.range_end)}
-        if stopped is None and live:  # the holder's live view: retrying (attempt n, since when) or stalled
-            state = {"state": live.get("state", "retrying"), "reason": live.get("reason", "unknown"),
-                     "state_detail": f"{live.get('message') or 'failing'} (attempt {live.get('attempts', '?')}, "
-                                     f"failing since {_clock(live.get('since_ms'))})"}
+        if live is not None:  # the holder's health record: retrying (attempt n, since when) or stalled
+            state = {"state": live.state, "reason": live.reason, "state_detail": live.detail(_clock)}
         rows.append(LaneRow(lane, topic, p, cp.position, stable, max(0, stable - cp.position), cp.target_topic,
                             cp.target_partition, cp.target_next, cp.owner, cp.owner_epoch,
-                            lease.holder if lease else None, lease.expires_ms if lease else None, cp.updated_ms,
+                            holders.holder((topic, p), lane), holders.held((topic, p), lane), cp.updated_ms,
                             **state))
     return rows
 
@@ -294,7 +304,7 @@ def collect_pipeline(spec: PipelineSpec, *, ledger_dir: str | None = None, now_m
     from mirror_core.copy_command import topic_metadata_or_error
     from mirror_core.deadlines_report import status_to_dict
     from mirror_core.kafka_wire import WireClient
-    from mirror_core.lane_status import lease_health
+    from mirror_core.lane_holders import LaneHolders, daemon_health
     from mirror_core.ledger import run_summaries
     from mirror_core.plan_inputs import lookup_offsets
     from mirror_core.retention_inputs import assess_positions
@@ -305,16 +315,18 @@ def collect_pipeline(spec: PipelineSpec, *, ledger_dir: str | None = None, now_m
         if ledger_dir:
             view.runs = run_summaries(Path(ledger_dir), spec.pipeline)
         source, target = spec.clusters()
-        checkpoints, leases = read_target_state(target, spec.pipeline)
+        checkpoints, leases, health = read_target_state(target, spec.pipeline)
+        group, group_error = read_daemon_group(source, spec.pipeline)
+        holders = LaneHolders(group.holders() if group is not None else None, leases, health, now_ms, group_error)
         topics = list(spec.topics) or sorted({t for (_pl, t, _p) in checkpoints})
-        view.daemon = lease_health(leases, now_ms)
+        view.daemon = daemon_health(group, group_error, leases, now_ms)
         if not topics:
             return view
         with WireClient.for_cluster(source) as client:
             parts = [(t, p) for t in topics for p in sorted(topic_metadata_or_error(client, t).partitions)]
             stable = lookup_offsets(client, parts, "last_stable")
             start = lookup_offsets(client, parts, "earliest")
-        rows = lane_rows(checkpoints, leases, parts, stable, start, spec.pipeline)
+        rows = lane_rows(checkpoints, holders, parts, stable, start, spec.pipeline)
         positions = {(r.topic, r.partition): r.position for r in rows if r.position is not None}
         verdict = assess_positions(source, {t: None for t in topics}, positions, spec.policy, target=target)
         statuses, copy = verdict.statuses, verdict.copy
@@ -342,11 +354,10 @@ def with_lag_and_state(rows: Sequence[LaneRow], verdict, now_ms: int, stall_afte
         lag_bytes = snap.unmirrored_bytes if snap is not None else None
         ts = snap.position_ts if snap is not None and r.lag > 0 else None
         lag_s = None if r.lag > 0 and ts is None else (max(0.0, (now_ms - ts) / 1000) if ts is not None else 0.0)
-        live = r.lease_expires_ms is not None and r.lease_expires_ms > now_ms
-        if live and r.state in ("retrying", "stalled"):  # the holder said so in its lease: it knows best
+        if r.state in ("retrying", "stalled"):  # the holder said so in its live health record: it knows best
             out.append(dataclasses.replace(r, lag_bytes=lag_bytes, lag_s=lag_s))
             continue
-        state, why = observed_state(None if r.state == "copying" else r.state, lag=r.lag, lease_live=live,
+        state, why = observed_state(None if r.state == "copying" else r.state, lag=r.lag, held=r.held,
                                     owner=r.owner, updated_ms=r.updated_ms, now_ms=now_ms,
                                     stall_after_s=stall_after_s)
         changes = {"lag_bytes": lag_bytes, "lag_s": lag_s, "state": state}
@@ -392,12 +403,10 @@ def _table(headers: Sequence[str], rows: Sequence[str]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def _lease_text(row: LaneRow, now_ms: int) -> str | None:
-    if row.lease_holder is None:
-        return None
-    left_s = (row.lease_expires_ms - now_ms) / 1000
-    when = f"expires in {left_s:.0f}s" if left_s > 0 else f"expired {-left_s:.0f}s ago"
-    return f"{row.lease_holder} ({when})"
+def _holder_text(row: LaneRow) -> str | None:
+    if row.holder is None and row.held is None and row.lane is not None:
+        return "? (daemon group not readable)"
+    return row.holder
 
 
 def _lanes_table(view: PipelineView, now_ms: int) -> str:
@@ -407,13 +416,13 @@ def _lanes_table(view: PipelineView, now_ms: int) -> str:
         age = None if r.updated_ms is None else f"{max(0, now_ms - r.updated_ms) / 1000:.0f}s ago"
         rows.append('<tr class="lane">' + "".join((
             _cell(r.lane or "(no checkpoint)", cls="" if r.lane else "dim"), _cell(f"{r.topic}-{r.partition}"),
-            _cell(target), _cell(r.owner), _cell(r.owner_epoch, num=True), _cell(_lease_text(r, now_ms)),
+            _cell(target), _cell(r.owner), _cell(r.owner_epoch, num=True), _cell(_holder_text(r)),
             _cell(r.position, num=True), _cell(r.last_stable, num=True), _cell(r.lag, num=True),
             _cell(None if r.lag_bytes is None else f"{r.lag_bytes / 1e6:.2f} MB", num=True),
             _cell(None if r.lag_s is None else _seconds(r.lag_s), num=True),
             _cell(r.target_next, num=True), _cell(age), _cell(r.state, cls=r.state),
             _cell(None if r.reason == "none" else r.reason), _cell(_state_text(r)))) + "</tr>")
-    return _table(("lane", "source partition", "target partition", "owner", "epoch", "lease holder", "position",
+    return _table(("lane", "source partition", "target partition", "owner", "epoch", "held by", "position",
                    "last stable offset", "lag (offsets)", "lag (bytes)", "lag (oldest uncopied)", "target next",
                    "checkpoint updated", "state", "reason",
                    "what happened"), rows)

@@ -81,13 +81,16 @@ class ShoalPollTrigger(BaseTrigger):
         from mirror_core.errors import MirrorError
 
         deadline = time.monotonic() + self.timeout_s
+        last_error = None
         while True:
             try:
                 event = await asyncio.to_thread(self.check)
+                last_error = None
             except MirrorError as exc:
                 if not exc.retriable:
                     yield TriggerEvent({"status": "error", "message": str(exc)})
                     return
+                last_error = str(exc)
                 self.log.warning("%s: check failed (will retry): %s", type(self).__name__, exc)
             except Exception as exc:  # noqa: BLE001 - report it, never crash the triggerer
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
@@ -97,31 +100,39 @@ class ShoalPollTrigger(BaseTrigger):
                     yield TriggerEvent(event)
                     return
             if time.monotonic() > deadline:
-                yield TriggerEvent({"status": "timeout", "message": f"still waiting after {self.timeout_s:.0f} s"})
+                why = f"; the last check failed: {last_error}" if last_error else ""
+                yield TriggerEvent({"status": "timeout", "message": f"still waiting after {self.timeout_s:.0f} s{why}"})
                 return
             await asyncio.sleep(self.poll_interval_s)
 
 
 class ShoalDaemonHoldsTrigger(ShoalPollTrigger):
-    """Fires ``{"status": "held"}`` once a daemon holds a live lease on every one of ``lanes`` (the handoff's wait,
-    off the worker)."""
+    """Fires ``{"status": "held"}`` once a daemon holds every one of ``lanes`` — a member of the pipeline's daemon
+    group on the source has their partitions assigned (``partitions``: ``[topic, partition]`` per lane, in order),
+    or, during an upgrade, a lease-based daemon holds them by a live lease (the handoff's wait, off the worker). A
+    group that cannot be described is retried, and named in the timeout, never taken for "no daemon"."""
 
-    def __init__(self, *, target_conn_id: str, pipeline: str, lanes: list[str], poll_interval_s: float = 2.0,
-                 timeout_s: float = 120.0, handed: dict | None = None) -> None:
+    def __init__(self, *, source_conn_id: str, target_conn_id: str, pipeline: str, lanes: list[str],
+                 partitions: list[list], poll_interval_s: float = 2.0, timeout_s: float = 120.0,
+                 handed: dict | None = None) -> None:
         super().__init__(poll_interval_s=poll_interval_s, timeout_s=timeout_s)
-        self.target_conn_id, self.pipeline, self.lanes = target_conn_id, pipeline, list(lanes)
+        self.source_conn_id, self.target_conn_id, self.pipeline = source_conn_id, target_conn_id, pipeline
+        self.lanes, self.partitions = list(lanes), [list(p) for p in partitions]
         self.handed = handed or {}   # the handed-off positions, passed back in the event (offsets and names only)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("shoal_airflow.triggers.ShoalDaemonHoldsTrigger",
-                {"target_conn_id": self.target_conn_id, "pipeline": self.pipeline, "lanes": self.lanes,
+                {"source_conn_id": self.source_conn_id, "target_conn_id": self.target_conn_id,
+                 "pipeline": self.pipeline, "lanes": self.lanes, "partitions": self.partitions,
                  "poll_interval_s": self.poll_interval_s, "timeout_s": self.timeout_s, "handed": self.handed})
 
     def check(self) -> dict | None:
         from mirror_core.handoff import daemon_missing_lanes
         from shoal_airflow.hooks import ShoalKafkaHook
 
-        missing = daemon_missing_lanes(ShoalKafkaHook(self.target_conn_id).get_cluster(), self.pipeline, self.lanes)
+        lanes = {lane: (topic, int(part)) for lane, (topic, part) in zip(self.lanes, self.partitions, strict=True)}
+        missing = daemon_missing_lanes(ShoalKafkaHook(self.source_conn_id).get_cluster(),
+                                       ShoalKafkaHook(self.target_conn_id).get_cluster(), self.pipeline, lanes)
         if missing:
             self.log.info("pipeline %s: no daemon holds %s yet", self.pipeline, ", ".join(missing))
             return None

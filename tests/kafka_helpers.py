@@ -113,10 +113,19 @@ class KafkaTestCluster:
             consumer.close()
 
 
+class PrivateKafkaCluster(KafkaTestCluster):
+    """A :class:`KafkaTestCluster` of a private broker (:func:`private_broker`), which a test may stop and start
+    again (``broker``: its :class:`~mirror_core.sandbox.broker.SandboxBroker`; same ports and data on restart)."""
+
+    def __init__(self, config: ClusterConfig, broker):
+        super().__init__(config)
+        self.broker = broker
+
+
 def private_broker(name: str, tmp_path_factory, *, extra_properties: str = ""):
     """A private single-node Kafka 4 broker with the sandbox's settings plus ``extra_properties`` (lines of
     ``server.properties``), on free ports, for a test module that needs a broker configured unlike the shared ones;
-    yields its :class:`KafkaTestCluster` and stops it afterwards (use from a module-scoped fixture)."""
+    yields its :class:`PrivateKafkaCluster` and stops it afterwards (use from a module-scoped fixture)."""
     import contextlib
     import os
 
@@ -135,7 +144,7 @@ def private_broker(name: str, tmp_path_factory, *, extra_properties: str = ""):
         broker = _Broker(spec, tmp_path_factory.mktemp(name), sandbox_from_environ(os.environ).cache_dir)
         broker.start(timeout=120)
         try:
-            yield KafkaTestCluster(ClusterConfig(name, {"bootstrap.servers": spec.bootstrap}))
+            yield PrivateKafkaCluster(ClusterConfig(name, {"bootstrap.servers": spec.bootstrap}), broker)
         finally:
             broker.stop()
 

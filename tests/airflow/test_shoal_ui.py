@@ -16,7 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 USER, ROLE = "shoal_viewer", "viewer"
-HOLDER = "ui-test-worker"
+HOLDER = "ui-test-worker"   # a member of the pipeline's daemon group (it holds both lanes)
+OLD_HOLDER = "ui-old-daemon"  # a lease-based daemon of an older release, by a live lease on lane 0 (an upgrade)
 FIRST, LATER = 20, 5  # records per partition copied, then records produced to partition 0 after the copy
 
 
@@ -70,9 +71,11 @@ def token(api_app):
 
 @pytest.fixture(scope="module")
 def pipeline(airflow_connections, sandbox, source_cluster, target_cluster):
-    """A two-partition topic copied exactly once by ``shoal copy``, a lease on lane 0, then more data on
-    partition 0 (lag 5 there, 0 on partition 1); the ``shoal_pipelines`` Variable names it."""
+    """A two-partition topic copied exactly once by ``shoal copy``, a member of the pipeline's daemon group holding
+    both partitions (a GroupMembership, as a daemon joins), a live lease of an older daemon on lane 0, then more
+    data on partition 0 (lag 5 there, 0 on partition 1); the ``shoal_pipelines`` Variable names it."""
     from mirror_core.checkpoint import CheckpointStore
+    from mirror_core.daemon_membership import GroupMembership
     from mirror_core.kafka_wire import WireClient
     from mirror_core.leases import Lease, LeaseStore, now_ms
 
@@ -88,13 +91,23 @@ def pipeline(airflow_connections, sandbox, source_cluster, target_cluster):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     with WireClient.for_cluster(target_cluster.config) as wire:
         leases = LeaseStore(CheckpointStore(target_cluster.config, wire), target_cluster.config.confluent())
-        leases.write(Lease(name, f"dr.{topic}-0", HOLDER, now_ms() + 600_000))
+        leases.write(Lease(name, f"dr.{topic}-0", OLD_HOLDER, now_ms() + 600_000))
     source_cluster.produce(topic, [(b"k", b"late")] * LATER, partition=0)
+    member = GroupMembership(source_cluster.config, name, HOLDER, protocol="consumer", revoke_timeout_s=5)
+    member.subscribe([topic])
+    member.start()
     spec = [{"pipeline": name, "source_conn_id": "shoal_source", "target_conn_id": "shoal_target",
              "topics": [topic]}]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AIRFLOW_VAR_SHOAL_PIPELINES", json.dumps(spec))
-        yield {"name": name, "topic": topic}
+    try:
+        deadline = time.monotonic() + 60
+        while len(member.assigned()) < 2:
+            assert time.monotonic() < deadline, f"the group member got no assignment: {member.error}"
+            time.sleep(0.2)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("AIRFLOW_VAR_SHOAL_PIPELINES", json.dumps(spec))
+            yield {"name": name, "topic": topic}
+    finally:
+        member.close(5)
 
 
 def test_plugin_registers_the_app_and_a_nav_entry(client, token):
@@ -117,6 +130,8 @@ def test_page_shows_the_pipelines_lanes_lag_and_deadline_chart(client, token, pi
     assert f"<h2>{pipeline['name']}</h2>" in page
     assert f"dr.{topic}-0" in page and f"dr.{topic}-1" in page
     assert HOLDER in page and "<svg" in page and "Retention margins" in page
+    assert f"daemon group shoal.{pipeline['name']}.daemons: 1 member(s)" in page          # daemon health, from
+    assert f"{OLD_HOLDER} (lease-based daemon of an older release): holds 1 lane(s)" in page  # the group + leases
 
     data = client.get("/shoal/pipelines.json", headers={"Authorization": f"Bearer {token}"}).json()
     assert data["error"] is None
@@ -126,7 +141,8 @@ def test_page_shows_the_pipelines_lanes_lag_and_deadline_chart(client, token, pi
     assert {p: (lanes[p]["lane"], lanes[p]["position"], lanes[p]["lag"]) for p in lanes} == {
         0: (f"dr.{topic}-0", FIRST, LATER), 1: (f"dr.{topic}-1", FIRST, 0)}
     assert lanes[0]["owner"] and lanes[0]["owner_epoch"] is not None
-    assert (lanes[0]["lease_holder"], lanes[1]["lease_holder"]) == (HOLDER, None)
+    assert (lanes[0]["holder"], lanes[1]["holder"]) == (f"{HOLDER},{OLD_HOLDER} (lease)", HOLDER)
+    assert lanes[0]["held"] is True and lanes[1]["held"] is True
     assert {(s["partition"], s["position"]) for s in view["retention"]} == {(0, FIRST), (1, FIRST)}
     assert all(s["status"] == "SAFE" for s in view["retention"])
 
@@ -150,6 +166,7 @@ def test_a_halted_lane_shows_its_state_reason_and_offsets_on_the_page():
     """Unit level: a checkpoint carrying a persisted halt renders as a halted row with the reason, the offsets and
     the way out; a healthy lane renders as copying."""
     from mirror_core.checkpoint import Checkpoint
+    from mirror_core.lane_holders import LaneHolders
     from mirror_core.lane_status import PersistedLaneState
     from shoal_airflow.shoal_ui import PipelineSpec, PipelineView, lane_rows, render_pipeline
 
@@ -157,8 +174,9 @@ def test_a_halted_lane_shows_its_state_reason_and_offsets_on_the_page():
                               "from source offset 5: MESSAGE_SIZE_TOO_LARGE", 1_000, 0, 5)
     checkpoints = {("p", "t", p): Checkpoint("p", "t", p, 7, "dr.t", p, None, "daemon", 1,
                                              lane_state=halt if p == 0 else None) for p in (0, 1)}
-    rows = lane_rows(checkpoints, {}, [("t", 0), ("t", 1)], {("t", 0): 20, ("t", 1): 7}, {("t", 0): 0, ("t", 1): 0},
-                     "p")
+    holders = LaneHolders({("t", 0): ["daemon-a"], ("t", 1): ["daemon-a"]}, {}, {}, 2_000)
+    rows = lane_rows(checkpoints, holders, [("t", 0), ("t", 1)], {("t", 0): 20, ("t", 1): 7},
+                     {("t", 0): 0, ("t", 1): 0}, "p")
     assert [(r.state, r.reason) for r in rows] == [("halted", "batch_rejected"), ("copying", "none")]
     page = render_pipeline(PipelineView(PipelineSpec("p", "src", "dst"), lanes=rows), now_ms=2_000)
     assert '<td class="halted">halted</td>' in page and '<td class="copying">copying</td>' in page

@@ -1,11 +1,12 @@
 """Hole: an at-least-once lane wrote through an idempotent producer without a transactional.id, so nothing but the
-lease kept a former holder from writing. A daemon paused past its lease (GC, SIGSTOP, a VM freeze) and resumed
-kept writing the lane next to the daemon that had taken it over: both wrote the target partition, interleaved.
-Now at-least-once lanes hold the lane's transactional.id and fence the lane's partitions at open, so the broker
-refuses the resumed holder's writes (INVALID_PRODUCER_EPOCH) and it drops the lane as fenced.
+membership kept a former holder from writing. A daemon paused past its membership (GC, SIGSTOP, a VM freeze) and
+resumed kept writing the lane next to the daemon that had taken it over: both wrote the target partition,
+interleaved. Now at-least-once lanes hold the lane's transactional.id and fence the lane's partitions at open, so the
+broker refuses the resumed holder's writes (INVALID_PRODUCER_EPOCH) and it drops the lane as fenced.
 
-The contention is real: two daemon processes share the pipeline; the one holding the lane is stopped with SIGSTOP
-mid-stream until its lease expires and the other takes over, then continued with SIGCONT — twice, each way round.
+The contention is real: two daemon processes share the pipeline through its daemon group; the one holding the lane
+is stopped with SIGSTOP mid-stream until the group's session timeout expires it and the other takes over, then
+continued with SIGCONT — twice, each way round.
 """
 
 from __future__ import annotations
@@ -15,18 +16,22 @@ import signal
 import time
 
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
-    LEASE_MEMBERSHIP,
+    QUICK_GROUP,
     LoadProducer,
     contents,
     daemon_factory,
     held_lanes,
     include_prefix,
+    quick_group_source,
     wait_caught_up,
     wait_for,
     write_pipeline,
 )
 
 COMMIT_BYTES = 64 * 1024
+# a resumed holder's write refused by the broker: the lane dropped as fenced, or — when the group round dropped the
+# lane (its assignment lost) while the write was on its way — the refused write reported with the discarded result
+FENCED_WRITE = re.compile(r"reason=fenced: writer|event=lane_result_discarded .*error=ProducerFencedError: writer")
 
 
 def _contiguous_runs(target: list, source: list) -> list[tuple[int, int]]:
@@ -44,9 +49,9 @@ def _contiguous_runs(target: list, source: list) -> list[tuple[int, int]]:
     return [tuple(run) for run in runs]
 
 
-def _pause_holder_until_taken_over(daemons: dict, target_cluster, pipeline: str, lane: str) -> str:
+def _pause_holder_until_taken_over(daemons: dict, source_cluster, pipeline: str, lane: str) -> str:
     """SIGSTOP the lane's holder until the other daemon holds the lane and copied, then SIGCONT it."""
-    holder = wait_for(lambda: held_lanes(target_cluster, pipeline).get(lane), 30, "a holder of the lane",
+    holder = wait_for(lambda: (held_lanes(source_cluster, pipeline) or {}).get(lane), 30, "a holder of the lane",
                       daemons=tuple(daemons.values()))
     other = next(d for name, d in daemons.items() if name != holder)
     copied_before = other.log_text().count("event=copied")
@@ -60,13 +65,14 @@ def _pause_holder_until_taken_over(daemons: dict, target_cluster, pipeline: str,
 
 
 def test_two_at_least_once_daemons_contending_for_a_lane_never_interleave(
-        sandbox, source_cluster, target_cluster, unique_name, tmp_path, daemon_factory):  # noqa: F811
+        sandbox, quick_group_source, target_cluster, unique_name, tmp_path, daemon_factory):  # noqa: F811
+    source_cluster = quick_group_source
     prefix = unique_name()
     topic, target_topic = f"{prefix}.t", f"dr.{prefix}.t"
     source_cluster.create_topic(topic)
     pipeline = f"alo-{prefix.rsplit('.', 1)[-1]}"
     config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), mode="at-least-once",
-                            commit_bytes=COMMIT_BYTES, lease_ttl_s=2, **LEASE_MEMBERSHIP)  # paused past the lease
+                            commit_bytes=COMMIT_BYTES, **QUICK_GROUP)  # paused past the session
     load = LoadProducer(source_cluster, [topic], rate=400, txn_every_s=1.0, seed=44, value_bytes=(50, 200))
     load.start()
     # both daemons start together: their first runs race before the lane has any checkpoint (each writes a
@@ -74,14 +80,14 @@ def test_two_at_least_once_daemons_contending_for_a_lane_never_interleave(
     lane = f"{target_topic}-0"
     try:
         daemons = {name: daemon_factory(config, name).start() for name in ("alo-a", "alo-b")}
-        # a resumed holder either writes first (and the broker fences it) or sees first that its lease was taken
-        # (the lease is checked every 0.2 s while lane work runs): which comes first is timing; pause again (at
-        # most 5 times) until the broker fence has been exercised, or the last assertion below fails
+        # a resumed holder either writes first (and the broker fences it) or learns first that the group took its
+        # assignment (its poll thread runs beside the copy): which comes first is timing; pause again (at most 5
+        # times) until the broker fence has been exercised, or the last assertion below fails
         paused = []
         while len(paused) < 2 or (len(paused) < 5 and not any(
-                "reason=fenced: writer" in daemons[name].log_text() for name in paused)):
-            paused.append(_pause_holder_until_taken_over(daemons, target_cluster, pipeline, lane))
-            time.sleep(3)  # the resumed daemon runs on: it either writes (and is fenced) or sees the lease lost
+                FENCED_WRITE.search(daemons[name].log_text()) for name in paused)):
+            paused.append(_pause_holder_until_taken_over(daemons, source_cluster, pipeline, lane))
+            time.sleep(3)  # the resumed daemon runs on: it either writes (and is fenced) or sees its assignment lost
     finally:
         load.stop()
     wait_caught_up(source_cluster, target_cluster, pipeline, {topic: 1}, daemons=tuple(daemons.values()))
@@ -99,9 +105,10 @@ def test_two_at_least_once_daemons_contending_for_a_lane_never_interleave(
     per_window = COMMIT_BYTES // 50 + 64  # smallest record plus the flush that crossed the window
     assert all(r <= per_window for r in rewinds), f"more than one commit window re-copied: {rewinds}"
     for name in set(paused):
-        assert re.search(rf"event=lane_dropped lane={re.escape(lane)} reason=(fenced|lease taken)", logs[name]), \
+        dropped = rf"event=lane_dropped lane={re.escape(lane)} reason=(fenced|revoked by the group|not assigned)"
+        assert re.search(dropped, logs[name]), \
             f"{name} resumed as a former holder without dropping the lane:\n{daemons[name].tail()}"
-    fenced_by_broker = [name for name in paused if "reason=fenced: writer" in logs[name]]
+    fenced_by_broker = [name for name in paused if FENCED_WRITE.search(logs[name])]
     print(f"paused {paused}; fenced by the broker: {fenced_by_broker}; rewinds {rewinds}, reported {reported}")
     assert fenced_by_broker, "no resumed holder tried to write (the broker fence was not exercised)"
     assert all(d.alive for d in daemons.values())

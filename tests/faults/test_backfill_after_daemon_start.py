@@ -71,7 +71,7 @@ def test_a_backfill_takes_over_an_untouched_daemon_lane_and_is_refused_clearly_o
              "the daemon dropping the taken lane", daemons=(daemon,))
     assert checkpoints(target_cluster, pipeline)[(topic, 0)].owner == "backfill:run-1"
 
-    hand_off(target_cluster.config, pipeline, topic, [0], wait_for_daemon_s=30)
+    hand_off(target_cluster.config, pipeline, topic, [0], wait_for_daemon_s=30, source=source_cluster.config)
     wait_caught_up(source_cluster, target_cluster, pipeline, {topic: 2}, daemons=(daemon,))
     rc, _ = daemon.terminate()
     assert rc == 0, daemon.tail()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
-    LEASE_MEMBERSHIP,
+    QUICK_GROUP,
     checkpoints,
     contents,
     daemon_factory,
     include_prefix,
+    quick_group_source,
     wait_caught_up,
     wait_for,
     write_pipeline,
@@ -22,14 +23,15 @@ from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a 
 
 
 def test_a_daemon_stopped_before_its_first_copy_resumes_where_it_started_not_at_a_new_latest(
-        sandbox, source_cluster, target_cluster, unique_name, tmp_path, daemon_factory):  # noqa: F811
+        sandbox, quick_group_source, target_cluster, unique_name, tmp_path, daemon_factory):  # noqa: F811
+    source_cluster = quick_group_source
     prefix = unique_name()
     topic, target_topic = f"{prefix}.t", f"dr.{prefix}.t"
     source_cluster.create_topic(topic)
     source_cluster.produce(topic, [(b"old", b"before-%d" % i) for i in range(10)])  # "latest": not copied
     pipeline = f"first-{prefix.rsplit('.', 1)[-1]}"
     config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), new_partitions="latest",
-                            **LEASE_MEMBERSHIP)  # killed and restarted
+                            **QUICK_GROUP)  # killed and restarted
     first = daemon_factory(config, "first").start()
     wait_for(lambda: "event=lane_opened" in first.log_text(), 60, "the lane opened", daemons=(first,))
     time.sleep(1.0)  # a round or two with nothing to copy

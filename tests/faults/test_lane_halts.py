@@ -19,12 +19,13 @@ from mirror_core.ledger import read_ledger
 from mirror_core.topic_config_sync import ConfigChange, apply_config_changes
 from mirror_core.topics import TopicAdmin
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
-    LEASE_MEMBERSHIP,
+    QUICK_GROUP,
     ROOT,
     assert_exact,
     daemon_factory,
     free_port,
     include_prefix,
+    quick_group_source,
     wait_caught_up,
     wait_for,
     write_pipeline,
@@ -60,7 +61,8 @@ def _shoal(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_refusal_sync_cannot_repair_halts_the_lane_until_the_operator_resumes_it(
-        sandbox, source_cluster, target_cluster, unique_name, tmp_path, daemon_factory):  # noqa: F811
+        sandbox, quick_group_source, target_cluster, unique_name, tmp_path, daemon_factory):  # noqa: F811
+    source_cluster = quick_group_source
     prefix = unique_name()
     halting, repaired = f"{prefix}.halt", f"{prefix}.repair"
     # the big record was accepted under a raised source limit that was lowered again afterwards: the target is
@@ -77,7 +79,7 @@ def test_a_refusal_sync_cannot_repair_halts_the_lane_until_the_operator_resumes_
     pipeline = f"halt-{prefix.rsplit('.', 1)[-1]}"
     port = free_port()
     config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), metrics_port=port,
-                            config_sync_interval_s=3600, stall_after_s=30, **LEASE_MEMBERSHIP)  # killed, restarted
+                            config_sync_interval_s=3600, stall_after_s=30, **QUICK_GROUP)  # killed, restarted
     daemon = daemon_factory(config, "halt-1", port).start()
 
     # halted: reason and offsets in /readyz, /metrics and the log

@@ -83,10 +83,11 @@ def test_a_write_retried_past_the_transaction_timeout_ends_true_and_exact(
     source_cluster.produce(topic, [(b"k%d" % i, b"v%d" % i) for i in range(50, 80)])
     wait_for(lambda: "NotEnoughReplicas" in daemon.log_text(), 20, "the refused write", daemons=(daemon,))
     started = time.monotonic()
-    # what the Shoal page shows meanwhile: the holder writes the lane's live state into its lease
-    health = wait_for(lambda: _lease_health(target_cluster, pipeline, f"{target_topic}-0"), 20,
-                      "the lease to carry the lane's retrying state", daemons=(daemon,))
-    assert health["state"] in ("retrying", "stalled") and health["attempts"] >= 1, health
+    # what the Shoal page and `shoal lanes status` show meanwhile: the holder writes the lane's live state into a
+    # health record of its own when the lane starts retrying
+    health = wait_for(lambda: _health_record(target_cluster, pipeline, f"{target_topic}-0"), 20,
+                      "a health record with the lane's retrying state", daemons=(daemon,))
+    assert health.state in ("retrying", "stalled") and health.attempts >= 1 and health.holder == "ttl-1", health
     # longer than a transaction may live: the coordinator would have aborted it
     time.sleep(max(0.0, COORDINATOR_ABORT_S - (time.monotonic() - started)))
     replicated_target.broker(follower).start()
@@ -99,15 +100,17 @@ def test_a_write_retried_past_the_transaction_timeout_ends_true_and_exact(
         "nobody else wrote the lane: a retried write must not be reported as a fencing\n" + daemon.tail()
     assert "event=lane_error" in log and "NotEnoughReplicas" in log, daemon.tail()
     assert daemon.alive
+    # copying again: the record is cleared (a tombstone), so the page shows the lane copying
+    wait_for(lambda: _health_record(target_cluster, pipeline, f"{target_topic}-0") is None or None, 20,
+             "the health record cleared", daemons=(daemon,))
 
 
-def _lease_health(target_cluster, pipeline: str, lane: str) -> dict | None:
+def _health_record(target_cluster, pipeline: str, lane: str):
     from mirror_core.checkpoint import CheckpointStore
-    from mirror_core.leases import LeaseStore
+    from mirror_core.lane_health_records import read_health_records
 
     with WireClient.for_cluster(target_cluster.config) as client:
-        lease = LeaseStore(CheckpointStore(target_cluster.config, client), {}).read(pipeline).get(lane)
-    return lease.health if lease is not None else None
+        return read_health_records(CheckpointStore(target_cluster.config, client), pipeline).get(lane)
 
 
 def _one_batch_per_record(source_cluster, source: WireClient, topic: str, records: int) -> list:

@@ -15,7 +15,8 @@ import pytest
 from mirror_core.checkpoint import CHECKPOINT_TOPIC_CONFIG, Checkpoint, CheckpointStore, checkpoint_partition
 from mirror_core.errors import ConfigError
 from mirror_core.kafka_wire import WireClient
-from mirror_core.leases import Lease, LeaseStore, member_lane
+from mirror_core.lane_health_records import LaneHealthWriter, read_health_records
+from mirror_core.leases import MEMBER_PREFIX, Lease, LeaseStore, lease_key
 from mirror_core.writer import BatchWriter
 
 PARTITIONS = 3
@@ -261,31 +262,40 @@ def test_recreated_checkpoint_topic_is_read_anew(target_cluster, wire, store):
     assert _fresh(target_cluster, wire, store).read_all() == after
 
 
-def test_leases_read_through_the_same_cache(target_cluster, wire, store):
+def test_leases_and_health_records_read_through_the_same_cache(target_cluster, wire, store):
+    """Lease records and membership heartbeats (as a lease-based daemon of the previous release writes them) and
+    lane health records share the checkpoint topic: each reader picks its own records out of one incremental cache,
+    and neither mistakes the other's."""
     leases = LeaseStore(store, target_cluster.config.confluent())
+    health = LaneHealthWriter(leases.producer)
     far = int(time.time() * 1000) + 600_000
     for lane in ("a", "b", "c"):
         leases.write(Lease("p", lane, "w1", far))
-    leases.heartbeat("p", "w1", far)
-    leases.heartbeat("p", "w2", far)
+    leases.write(Lease("p", MEMBER_PREFIX + "w1", "w1", far))  # the old daemon's membership heartbeats
+    leases.write(Lease("p", MEMBER_PREFIX + "w2", "w2", far))
     leases.write(Lease("other", "a", "w9", far))
+    retrying = {"state": "retrying", "reason": "unavailable", "message": "down", "attempts": 2, "since_ms": 5}
+    health.write("p", "w1", {"a": retrying}, [], far - 600_000)
     _put_cps(target_cluster, store, [_cp("p", 0, 1)])
     lanes, members = leases.read_with_members("p")
     assert {lane: lease.holder for lane, lease in lanes.items()} == {"a": "w1", "b": "w1", "c": "w1"}
     assert set(members) == {"w1", "w2"}
-    assert store.records_read == 7
+    assert {lane: (r.holder, r.state, r.attempts) for lane, r in read_health_records(store, "p").items()} == \
+        {"a": ("w1", "retrying", 2)}
+    assert store.records_read == 8
 
     for n in range(10):
         leases.write(Lease("p", "a", "w1", far + n))
-    leases.leave("p", "w2")
+    leases.producer.produce([(lease_key("p", MEMBER_PREFIX + "w2"), None, "w2")], what="membership")  # old leave
     leases.release("p", "b", "w1")
+    health.write("p", "w1", {}, ["a"], far - 600_000)  # the lane copies again: cleared
     lanes, members = leases.read_with_members("p")
-    assert store.records_read == 7 + 12, "only the renewals, the leave and the release are read"
+    assert store.records_read == 8 + 13, "only the renewals, the leave, the release and the clear are read"
     assert lanes["a"].expires_ms == far + 9 and lanes["b"].expires_ms == 0 and set(members) == {"w1"}
-    assert member_lane("w2") not in lanes
+    assert MEMBER_PREFIX + "w2" not in lanes and read_health_records(store, "p") == {}
     fresh = LeaseStore(_fresh(target_cluster, wire, store), {})
     assert fresh.read_with_members("p") == (lanes, members)
-    assert {k[2] for k in store.read_all("p")} == {0} and store.records_read == 19, \
+    assert {k[2] for k in store.read_all("p")} == {0} and store.records_read == 21, \
         "checkpoints come from the same cache: no re-read"
 
 

@@ -28,7 +28,7 @@ import yaml
 from mirror_core.checkpoint import Checkpoint, CheckpointStore
 from mirror_core.fetcher import list_offsets
 from mirror_core.kafka_wire import WireClient
-from mirror_core.leases import LeaseStore, now_ms
+from tests.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
@@ -51,11 +51,31 @@ def write_pipeline(path: Path, sandbox, pipeline: str, include: str, **overrides
     return path
 
 
-# Tests that kill or stop a daemon and need its lanes back within seconds run the lease path: the shared sandbox
-# source may predate its lowered KIP-848 minimum session timeout (45 s by default, a broker setting), so a killed
-# group member would hold its partitions that long there. The group path's takeover is tested on a private broker
-# with the lowered settings (tests/integration/test_daemon_group.py).
-LEASE_MEMBERSHIP = {"membership": "leases"}
+# Tests that kill or stop a daemon and need its lanes back within seconds give the pipeline's group a short session
+# timeout (KIP-848: a group config the daemon sets, bounded below by the broker's
+# group.consumer.min.session.timeout.ms, which the sandbox lowers to 2 s): a killed member's partitions move after
+# about this long instead of the default 45 s. Use them with the ``quick_group_source`` fixture, which checks the
+# source broker allows it.
+QUICK_GROUP = {"group_session_timeout_ms": 4000}
+
+
+@pytest.fixture(scope="session")
+def quick_group_source(source_cluster):
+    """The shared source, checked to accept QUICK_GROUP's session timeout (a sandbox started before the lowered
+    KIP-848 minimums keeps the 45 s default until it restarts)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient(source_cluster.config.confluent())
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    try:
+        configs = next(iter(admin.describe_configs([resource]).values())).result(timeout=15)
+        minimum = int(configs["group.consumer.min.session.timeout.ms"].value)
+    except Exception as exc:  # noqa: BLE001 - named in the message
+        unavailable(f"cannot read the source broker's group.consumer.min.session.timeout.ms: {exc}")
+    if minimum > QUICK_GROUP["group_session_timeout_ms"]:
+        unavailable(f"the sandbox source allows group session timeouts down to {minimum} ms only: restart it "
+                    "(`shoal sandbox down && shoal sandbox up`) to get the lowered KIP-848 minimums")
+    return source_cluster
 
 
 def include_prefix(prefix: str) -> str:
@@ -255,13 +275,20 @@ def wait_caught_up(source_cluster, target_cluster, pipeline: str, topics: dict[s
         time.sleep(0.5)
 
 
-def held_lanes(target_cluster, pipeline: str) -> dict[str, str]:
-    """Lane → holder of every unexpired lease of the pipeline."""
-    with WireClient.for_cluster(target_cluster.config) as client:
-        leases = LeaseStore(CheckpointStore(target_cluster.config, client), target_cluster.config.confluent())
-        now = now_ms()
-        return {lane: lease.holder for lane, lease in leases.read(pipeline).items()
-                if lease.expires_ms > now and not lane.startswith("__")}
+def held_lanes(source_cluster, pipeline: str, naming_prefix: str = "dr.") -> dict[str, str] | None:
+    """Lane → the worker its source partition is assigned to in the pipeline's daemon group (as `shoal mirror
+    status` reads it); None while the group cannot be described or a partition has more than one assignee."""
+    from mirror_core.daemon_membership import describe_group
+    from mirror_core.errors import MirrorError
+
+    try:
+        group = describe_group(source_cluster.config, pipeline)
+    except MirrorError:
+        return None
+    holders = group.holders()
+    if any(len(workers) != 1 for workers in holders.values()):
+        return None
+    return {f"{naming_prefix}{topic}-{p}": workers[0] for (topic, p), workers in holders.items()}
 
 
 def wait_for(predicate, timeout_s: float, what: str, *, daemons: tuple[DaemonProcess, ...] = ()):
@@ -361,15 +388,16 @@ def test_live_load_exact_new_topic_and_metrics(sandbox, source_cluster, target_c
     assert rc == 0 and seconds < 10, (rc, seconds, daemon.tail())
 
 
-def test_sigkill_and_sigterm_mid_stream(sandbox, source_cluster, target_cluster, unique_name, tmp_path,
+def test_sigkill_and_sigterm_mid_stream(sandbox, quick_group_source, target_cluster, unique_name, tmp_path,
                                         daemon_factory):
     """SIGKILL twice mid-stream and restart: exact. SIGTERM mid-stream: the step in flight ends with a commit,
-    the process exits 0 promptly, its leases are released and no transaction is left open on the target."""
+    the process exits 0 promptly, leaves the daemon group and no transaction is left open on the target."""
+    source_cluster = quick_group_source
     prefix = unique_name()
     topic = f"{prefix}.t"
     source_cluster.create_topic(topic, partitions=2)
     pipeline = f"kill-{prefix.rsplit('.', 1)[-1]}"
-    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), **LEASE_MEMBERSHIP)
+    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), **QUICK_GROUP)
     daemon = daemon_factory(config, "kill-1")
     load = LoadProducer(source_cluster, [topic], rate=1000, seed=22)
     load.start()
@@ -391,7 +419,7 @@ def test_sigkill_and_sigterm_mid_stream(sandbox, source_cluster, target_cluster,
     assert rc == 0, daemon.tail()
     assert seconds < 5, f"SIGTERM took {seconds:.1f}s"
     assert "event=stop" in daemon.log_text()
-    assert held_lanes(target_cluster, pipeline) == {}, "leases released at SIGTERM"
+    assert held_lanes(source_cluster, pipeline) == {}, "the daemon left its group at SIGTERM"
     assert no_hanging_transaction(target_cluster, f"dr.{topic}", 2), "the step in flight ended with a commit"
     # what is on the target now is an exact prefix of the source, per partition
     src, tgt = contents(source_cluster, topic), contents(target_cluster, f"dr.{topic}")
@@ -409,30 +437,30 @@ def test_sigkill_and_sigterm_mid_stream(sandbox, source_cluster, target_cluster,
     print(f"kills that left a transaction open on the target (aborted on restart): {kills_in_txn}/2")
 
 
-def test_two_daemons_one_killed_other_takes_over(sandbox, source_cluster, target_cluster, unique_name, tmp_path,
+def test_two_daemons_one_killed_other_takes_over(sandbox, quick_group_source, target_cluster, unique_name, tmp_path,
                                                  daemon_factory):
-    """Two daemons share a pipeline's lanes through leases; SIGKILL one and the other takes its lanes over once the
-    leases expire (its transactional.id fences the dead one's writer). Still exact."""
+    """Two daemons share a pipeline's lanes through the daemon group; SIGKILL one and the other takes its lanes over
+    once the group's session timeout expires it (its transactional.id fences the dead one's writer). Still exact."""
+    source_cluster = quick_group_source
     prefix = unique_name()
     topic = f"{prefix}.t"
     source_cluster.create_topic(topic, partitions=4)
     pipeline = f"pair-{prefix.rsplit('.', 1)[-1]}"
-    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), **LEASE_MEMBERSHIP)
+    config = write_pipeline(tmp_path / "p.yaml", sandbox, pipeline, include_prefix(prefix), **QUICK_GROUP)
     a = daemon_factory(config, "pair-a").start()
     b = daemon_factory(config, "pair-b").start()
     load = LoadProducer(source_cluster, [topic], rate=800, seed=33)
     load.start()
-    # fair shares: the daemon that started second is counted through its membership heartbeat, so the first one
-    # gives lanes back until each holds two
-    split = wait_for(lambda: (lambda h: h if sorted(Counter(h.values()).items()) == [("pair-a", 2), ("pair-b", 2)]
-                              else None)(held_lanes(target_cluster, pipeline)), 30, "a 2 + 2 split of the lanes",
-                     daemons=(a, b))
+    # the group balances: each member gets two of the four partitions
+    split = wait_for(lambda: (lambda h: h if h and len(h) == 4 and sorted(Counter(h.values()).items()) ==
+                              [("pair-a", 2), ("pair-b", 2)] else None)(held_lanes(source_cluster, pipeline)), 40,
+                     "a 2 + 2 split of the lanes", daemons=(a, b))
     a_lanes = sorted(lane for lane, holder in split.items() if holder == "pair-a")
     time.sleep(2)
     a.kill()
     killed_at = time.monotonic()
-    wait_for(lambda: set(held_lanes(target_cluster, pipeline).values()) == {"pair-b"}
-             and len(held_lanes(target_cluster, pipeline)) == 4, 30, "pair-b holding every lane", daemons=(b,))
+    wait_for(lambda: (lambda h: h is not None and len(h) == 4 and set(h.values()) == {"pair-b"})(
+        held_lanes(source_cluster, pipeline)), 30, "pair-b holding every lane", daemons=(b,))
     takeover_s = time.monotonic() - killed_at
     time.sleep(2)
     load.stop()
@@ -444,7 +472,7 @@ def test_two_daemons_one_killed_other_takes_over(sandbox, source_cluster, target
     assert b.alive
     rc, _ = b.terminate()
     assert rc == 0
-    print(f"lanes of the killed daemon {a_lanes} taken over in {takeover_s:.1f}s (lease_ttl_s 3)")
+    print(f"lanes of the killed daemon {a_lanes} taken over in {takeover_s:.1f}s (session timeout 4 s)")
 
 
 def test_backfill_then_handoff_under_load_seam_is_clean(sandbox, source_cluster, target_cluster, unique_name,
@@ -482,7 +510,7 @@ def test_backfill_then_handoff_under_load_seam_is_clean(sandbox, source_cluster,
     daemon = daemon_factory(config, "hand-1").start()
     wait_for(lambda: "event=lane_discovered" in daemon.log_text(), 30, "lane discovery", daemons=(daemon,))
     time.sleep(2)
-    assert held_lanes(target_cluster, pipeline) == {}, "the daemon must not touch lanes a backfill owns"
+    assert "event=lane_acquired" not in daemon.log_text(), "the daemon must not take lanes a backfill owns"
     assert {k: cp.position for k, cp in checkpoints(target_cluster, pipeline).items()} == \
         {(topic, p): ends[p] for p in range(3)}
 

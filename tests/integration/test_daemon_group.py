@@ -4,8 +4,9 @@
   partition is held by exactly one live process within the lowered session timeout, and the target stays exact
   under live load (independent reader).
 - The upgrade: a lease-based daemon of the previous release (run from a git worktree of it) holds the lanes; a new
-  group daemon joins under live load and writes none of them while the old one's leases live; the old one stops
-  (SIGTERM) and the new one takes every lane; nobody was fenced, the target is exact.
+  group daemon joins under live load and writes none of them while the old one's leases live (and, seeing it, writes
+  lease records of its own: ``lease_compat: auto``); the old one stops (SIGTERM) and the new one takes every lane
+  and stops writing lease records; nobody was fenced, the target is exact.
 - The classic protocol (cooperative-sticky) on the Kafka 3.9 broker: two members split the lanes, the survivor of a
   SIGKILL takes them all.
 
@@ -73,16 +74,34 @@ def lease_reader(group_source, target_cluster):
 
 
 def lease_holders(leases, pipeline: str) -> dict[str, str]:
-    """Lane → holder of every live lease record (group daemons write one per lane they hold: ``lease_compat``)."""
+    """Lane → holder of every live lease record (a lease-based daemon's, or a group daemon's compat record)."""
     now = now_ms()
     return {lane: lease.holder for lane, lease in leases.read(pipeline).items() if lease.expires_ms > now}
 
 
-def one_holder_each(source: KafkaTestCluster, leases, pipeline: str, topic: str, partitions: int,
+def held_by_logs(daemons) -> dict[str, set[str]]:
+    """Lane → the workers whose own log says they hold it now (the last ``lane_acquired`` not followed by a
+    ``lane_dropped`` of the lane, per process run)."""
+    holding: dict[str, set[str]] = {}
+    for daemon in daemons:
+        held: set[str] = set()
+        for line in daemon.log_text().splitlines():
+            if line.startswith("---- start"):
+                held.clear()
+            elif "event=lane_acquired lane=" in line:
+                held.add(line.split("event=lane_acquired lane=", 1)[1].split()[0])
+            elif "event=lane_dropped lane=" in line:
+                held.discard(line.split("event=lane_dropped lane=", 1)[1].split()[0])
+        for lane in held:
+            holding.setdefault(lane, set()).add(daemon.worker_id)
+    return holding
+
+
+def one_holder_each(source: KafkaTestCluster, daemons, pipeline: str, topic: str, partitions: int,
                     live: set[str]) -> dict[int, str] | None:
     """Partition → holder when every partition is assigned by the group to exactly one of the ``live`` workers,
-    each of them holds some, the group has exactly those members, and the daemons' own records agree (each lane
-    held by that worker)."""
+    each of them holds some, the group has exactly those members, and the live daemons' own logs agree (each lane
+    held by that worker alone)."""
     try:
         group = describe_group(source.config, pipeline)
     except MirrorError:  # the coordinator is still starting (a fresh broker): not yet
@@ -93,9 +112,9 @@ def one_holder_each(source: KafkaTestCluster, leases, pipeline: str, topic: str,
     assigned = {p: holders.get((topic, p), []) for p in range(partitions)}
     if any(len(workers) != 1 for workers in assigned.values()):
         return None
-    held = lease_holders(leases, pipeline)
-    lanes = {p: held.get(f"dr.{topic}-{p}") for p in range(partitions)}
-    if any(lanes[p] != assigned[p][0] for p in range(partitions)):
+    held = held_by_logs([d for d in daemons if d.worker_id in live])
+    lanes = {p: held.get(f"dr.{topic}-{p}", set()) for p in range(partitions)}
+    if any(lanes[p] != {assigned[p][0]} for p in range(partitions)):
         return None
     if {workers[0] for workers in assigned.values()} != live:  # a newcomer not given its share yet
         return None
@@ -127,6 +146,7 @@ def group_pipeline(path: Path, sandbox, source: KafkaTestCluster, pipeline: str,
 
 def test_three_daemons_one_killed_one_added_each_partition_held_once(
         sandbox, group_source, target_cluster, lease_reader, unique_name, tmp_path, daemon_factory):  # noqa: F811
+    """... and with no lease-based daemon around, nothing is written per held lane: no lease record at all."""
     prefix = unique_name()
     topic, partitions = f"{prefix}.t", 6
     group_source.create_topic(topic, partitions=partitions)
@@ -135,7 +155,7 @@ def test_three_daemons_one_killed_one_added_each_partition_held_once(
     a, b, c = (daemon_factory(config, f"grp-{n}").start() for n in "abc")
     load = LoadProducer(group_source, [topic], rate=600, seed=71)
     load.start()
-    split = wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions,
+    split = wait_for(lambda: one_holder_each(group_source, (a, b, c), pipeline, topic, partitions,
                                              {"grp-a", "grp-b", "grp-c"}), 60, "each of 3 daemons holding lanes",
                      daemons=(a, b, c))
     assert sorted(Counter(split.values()).values()) == [2, 2, 2], split
@@ -143,7 +163,7 @@ def test_three_daemons_one_killed_one_added_each_partition_held_once(
 
     b.kill()
     killed = time.time()
-    after_kill = wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions,
+    after_kill = wait_for(lambda: one_holder_each(group_source, (a, c), pipeline, topic, partitions,
                                                   {"grp-a", "grp-c"}), 40, "a and c holding every lane",
                           daemons=(a, c))
     assert set(after_kill.values()) == {"grp-a", "grp-c"}
@@ -154,7 +174,7 @@ def test_three_daemons_one_killed_one_added_each_partition_held_once(
     assert takeover_s < SESSION_MS / 1000 + 5, f"lanes of the killed daemon held again after {takeover_s:.1f}s"
 
     d = daemon_factory(config, "grp-d").start()
-    added = wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions,
+    added = wait_for(lambda: one_holder_each(group_source, (a, c, d), pipeline, topic, partitions,
                                              {"grp-a", "grp-c", "grp-d"}), 40, "d sharing the lanes",
                      daemons=(a, c, d))
     assert "grp-d" in added.values()
@@ -175,6 +195,7 @@ def test_three_daemons_one_killed_one_added_each_partition_held_once(
         rc, seconds = daemon.terminate()
         assert rc == 0 and seconds < 10, (daemon.worker_id, rc, seconds, daemon.tail())
     assert describe_group(group_source.config, pipeline).members == (), "every daemon left the group at SIGTERM"
+    assert lease_reader.read(pipeline) == {}, "lease records written with no lease-based daemon around"
     print(f"killed daemon's lanes held again after {takeover_s:.1f}s (session timeout {SESSION_MS} ms)")
 
 
@@ -243,10 +264,16 @@ def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_
         assert "event=lane_acquired" not in new.log_text() and "event=lane_opened" not in new.log_text(), \
             new.tail()
         assert set(lease_holders(lease_reader, pipeline).values()) == {"old-1"}
+        assert "event=lease_compat_records state=writing" in new.log_text(), "auto: an old daemon is seen"
         assert old.stop() == 0, old.tail()
-        wait_for(lambda: set(lease_holders(lease_reader, pipeline).values()) == {"new-1"}
-                 and len(lease_holders(lease_reader, pipeline)) == partitions, 30,
+        wait_for(lambda: set(held_by_logs([new])) == {f"dr.{topic}-{p}" for p in range(partitions)}, 30,
                  "the new daemon holding every lane", daemons=(new,))
+        # the old daemon is gone (it released its leases and its membership at SIGTERM): no more lease records
+        wait_for(lambda: "event=lease_compat_records state=stopped" in new.log_text(), 30,
+                 "the new daemon to stop writing lease records", daemons=(new,))
+        ttl_ms = 3000  # write_pipeline's lease_ttl_s: our last compat records expire within it
+        time.sleep(ttl_ms / 1000 + 1)
+        assert lease_holders(lease_reader, pipeline) == {}, "lease records still written with no old daemon"
         time.sleep(2)
         load.stop()
         wait_caught_up(group_source, target_cluster, pipeline, {topic: partitions}, daemons=(new,))
@@ -262,7 +289,7 @@ def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_
         old.stop()
 
 
-def test_classic_protocol_on_a_kafka_3_source(sandbox, legacy_cluster, target_cluster, lease_reader, unique_name,
+def test_classic_protocol_on_a_kafka_3_source(sandbox, legacy_cluster, target_cluster, unique_name,
                                               tmp_path, daemon_factory):  # noqa: F811
     """Kafka 3.9 does not run KIP-848 groups by default: the daemons fall back to the classic protocol with the
     cooperative-sticky assignor (session timeout set by the client); two split the lanes, the survivor of a SIGKILL
@@ -277,13 +304,13 @@ def test_classic_protocol_on_a_kafka_3_source(sandbox, legacy_cluster, target_cl
     a, b = (daemon_factory(config, f"cls-{n}").start() for n in "ab")
     load = LoadProducer(legacy_cluster, [topic], rate=400, seed=73)
     load.start()
-    split = wait_for(lambda: one_holder_each(legacy_cluster, lease_reader, pipeline, topic, partitions,
+    split = wait_for(lambda: one_holder_each(legacy_cluster, (a, b), pipeline, topic, partitions,
                                              {"cls-a", "cls-b"}), 60, "a 2 + 2 split", daemons=(a, b))
     assert describe_group(legacy_cluster.config, pipeline).protocol == "classic"
     assert "protocol=classic" in a.log_text()
     b.kill()
     killed = time.time()
-    wait_for(lambda: one_holder_each(legacy_cluster, lease_reader, pipeline, topic, partitions, {"cls-a"}), 40,
+    wait_for(lambda: one_holder_each(legacy_cluster, (a,), pipeline, topic, partitions, {"cls-a"}), 40,
              "a holding every lane", daemons=(a,))
     takeover_s = max(acquired_at((a,), f"dr.{topic}-{p}", after=killed) for p, h in split.items() if h == "cls-b") \
         - killed
@@ -296,7 +323,7 @@ def test_classic_protocol_on_a_kafka_3_source(sandbox, legacy_cluster, target_cl
 
 
 def test_a_paused_daemon_past_its_session_is_fenced_and_rejoins(
-        sandbox, group_source, target_cluster, lease_reader, unique_name, tmp_path, daemon_factory):  # noqa: F811
+        sandbox, group_source, target_cluster, unique_name, tmp_path, daemon_factory):  # noqa: F811
     """A daemon frozen (SIGSTOP: a GC pause, a VM freeze) longer than the session timeout loses its partitions to
     the other one while its own revocation callback never ran; resumed, it finds its writers fenced or its
     assignment lost, drops those lanes, rejoins, and the target is still exact — safety is the lanes'
@@ -309,16 +336,16 @@ def test_a_paused_daemon_past_its_session_is_fenced_and_rejoins(
     a, b = (daemon_factory(config, f"pz-{n}").start() for n in "ab")
     load = LoadProducer(group_source, [topic], rate=600, seed=74)
     load.start()
-    wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions, {"pz-a", "pz-b"}),
+    wait_for(lambda: one_holder_each(group_source, (a, b), pipeline, topic, partitions, {"pz-a", "pz-b"}),
              60, "a 2 + 2 split", daemons=(a, b))
     a.proc.send_signal(signal.SIGSTOP)
     try:
-        wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions, {"pz-b"}), 40,
+        wait_for(lambda: one_holder_each(group_source, (b,), pipeline, topic, partitions, {"pz-b"}), 40,
                  "b holding every lane while a is frozen", daemons=(b,))
         time.sleep(2)
     finally:
         a.proc.send_signal(signal.SIGCONT)
-    wait_for(lambda: one_holder_each(group_source, lease_reader, pipeline, topic, partitions, {"pz-a", "pz-b"}),
+    wait_for(lambda: one_holder_each(group_source, (a, b), pipeline, topic, partitions, {"pz-a", "pz-b"}),
              60, "a back in the group with a share", daemons=(a, b))
     log_a = a.log_text()
     assert "event=group_assignment_lost" in log_a or "reason=fenced" in log_a, a.tail()

@@ -18,13 +18,14 @@ import time
 import pytest
 
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
-    LEASE_MEMBERSHIP,
+    QUICK_GROUP,
     LoadProducer,
     assert_exact,
     daemon_factory,
     free_port,
     include_prefix,
     no_hanging_transaction,
+    quick_group_source,
     wait_caught_up,
     write_pipeline,
 )
@@ -35,8 +36,9 @@ SOAK_SECONDS = float(os.environ.get("SHOAL_SOAK_SECONDS", "600"))
 CHAOS_EVERY_S = float(os.environ.get("SHOAL_SOAK_CHAOS_S", "30"))
 
 
-def test_daemon_soak_two_workers_with_chaos(sandbox, source_cluster, target_cluster, unique_name, tmp_path,
-                                            daemon_factory):  # noqa: F811
+def test_daemon_soak_two_workers_with_chaos(sandbox, target_cluster, unique_name, tmp_path,
+                                            daemon_factory, quick_group_source):  # noqa: F811
+    source_cluster = quick_group_source
     prefix = unique_name()
     topics = {f"{prefix}.t0": 4}
     source_cluster.create_topic(f"{prefix}.t0", partitions=4)
@@ -45,7 +47,7 @@ def test_daemon_soak_two_workers_with_chaos(sandbox, source_cluster, target_clus
     for name in ("soak-a", "soak-b"):
         port = free_port()
         config = write_pipeline(tmp_path / f"{name}.yaml", sandbox, pipeline, include_prefix(prefix),
-                                metrics_port=port, commit_interval_ms=500, **LEASE_MEMBERSHIP)  # chaos: kills
+                                metrics_port=port, commit_interval_ms=500, **QUICK_GROUP)  # chaos: kills
         daemons.append(daemon_factory(config, name, port).start())
     load = LoadProducer(source_cluster, list(topics), rate=1500, txn_every_s=2.0, seed=99)
     load.start()

@@ -15,9 +15,10 @@ import time
 import pytest
 
 from mirror_core.batch_deep import decode_record_tail, read_records
-from mirror_core.broker_fetch import RoundSessions, RoundStats, fetch_round
+from mirror_core.broker_fetch import RoundSessions, RoundStats, fetch_round, round_sessions
 from mirror_core.concurrent_copy import plain_share_writer
 from mirror_core.copier import CopyOptions, FetchedOnce, PartitionRange
+from mirror_core.fetch_session import FETCH_SESSION_ID_NOT_FOUND, next_epoch
 from mirror_core.fetcher import RawBatchFetcher
 from mirror_core.kafka_wire import WireClient
 from mirror_core.wire_fastpath import FastConnection
@@ -275,3 +276,76 @@ def test_a_broker_dealt_over_several_connections_keeps_one_session_per_connectio
     assert all(s.active and s.stats.sessions_lost == 0 for s in sessions.by_broker.values())
     assert (stats.requests, stats.incremental, stats.answered) == (8, 6, 4)
     assert sorted(got) == sorted(r.value for r in source_cluster.read_all(topic))
+
+
+def _incremental_probe(address: tuple[str, int], session_id: int, epoch: int) -> int:
+    """The error code a broker gives an incremental request (no partitions) in session ``session_id`` at
+    ``epoch``, sent by an outsider: 0 while the session lives (and its epoch matches), 70 once it is gone."""
+    probe = FastConnection(*address, client_id="probe")
+    try:
+        return probe.fetch(min_version=7, max_version=18, max_wait_ms=0, min_bytes=1, max_bytes=1024,
+                           isolation_level=1, topics=[], session_id=session_id, session_epoch=epoch).error_code
+    finally:
+        probe.close()
+
+
+@pytest.mark.timeout(60)
+def test_closing_a_client_closes_its_fetch_sessions_on_the_broker(source_cluster, route, unique_name):
+    """KIP-227: a client that goes away closes its sessions (their id at FINAL_EPOCH, no partitions), so they stop
+    holding slots of the broker's session cache. After ``WireClient.close`` the broker answers the old session id
+    and epoch with FETCH_SESSION_ID_NOT_FOUND; a session of a client still open keeps answering."""
+    topic = unique_name(route)
+    source_cluster.create_topic(topic, partitions=3)
+    for p in range(3):
+        _produce(source_cluster, topic, p, 4, "bye")
+
+    def client_with_a_session():
+        client = WireClient.for_cluster(source_cluster.config, fast_path=route == "fast")
+        fetchers = [RawBatchFetcher(client, topic, p, 0, None, max_wait_ms=50) for p in range(3)]
+        for _ in range(2):      # the client's own sessions (round_sessions), as the daemon and shoal copy use them
+            assert all(o.error is None for o in fetch_round(client, fetchers, max_bytes=1 << 20, max_wait_ms=50))
+        leader = fetchers[0].locate()[0]
+        session = round_sessions(client).session(leader)
+        assert session.active, "the rounds run in a session"
+        broker = client._manager.cluster.broker_metadata(leader)
+        return client, (broker.host, broker.port), session.session_id, session.epoch
+
+    closing, address, closed_id, closed_epoch = client_with_a_session()
+    staying, kept_address, kept_id, kept_epoch = client_with_a_session()
+    try:
+        closing.close()
+        assert _incremental_probe(address, closed_id, closed_epoch) == FETCH_SESSION_ID_NOT_FOUND
+        assert _incremental_probe(kept_address, kept_id, kept_epoch) == 0, "the other client's session is untouched"
+    finally:
+        staying.close()
+    assert _incremental_probe(kept_address, kept_id, next_epoch(kept_epoch)) == FETCH_SESSION_ID_NOT_FOUND, \
+        "closed with its client"
+
+
+@pytest.mark.timeout(60)
+def test_a_session_with_a_long_poll_still_unanswered_is_closed_too(source_cluster, unique_name):
+    """What a stopping daemon leaves: the round it sent ahead, a long poll nobody will read, still on the session's
+    connection. The goodbye must not queue behind it (the broker answers a connection's requests in order, and the
+    poll here lasts 20 s against a goodbye of at most a second): it goes out on a fresh connection."""
+    from mirror_core.broker_fetch import send_round
+
+    topic = unique_name()
+    source_cluster.create_topic(topic, partitions=2)
+    for p in range(2):
+        _produce(source_cluster, topic, p, 3, "poll")
+    client = WireClient.for_cluster(source_cluster.config)
+    try:
+        fetchers = [RawBatchFetcher(client, topic, p, 0, None, max_wait_ms=50) for p in range(2)]
+        for _ in range(2):
+            assert all(o.error is None for o in fetch_round(client, fetchers, max_bytes=1 << 20, max_wait_ms=50))
+        leader = fetchers[0].locate()[0]
+        session = round_sessions(client).session(leader)
+        session_id, epoch = session.session_id, session.epoch
+        send_round(client, fetchers, max_bytes=1 << 20, max_wait_ms=20_000)   # at the end: the broker waits
+        assert client.fast_connection(leader).in_flight == 1
+        broker = client._manager.cluster.broker_metadata(leader)
+    finally:
+        client.close()
+    # the unanswered request may have taken the epoch or not: either way the session must be gone
+    for probe_epoch in (epoch, next_epoch(epoch)):
+        assert _incremental_probe((broker.host, broker.port), session_id, probe_epoch) == FETCH_SESSION_ID_NOT_FOUND

@@ -1,6 +1,6 @@
 """A lane dropped while its worker works on it (DESIGN.md §3.4: one live writer per lane).
 
-The lane pool's progress tick runs membership work (a lease or group round) on the main thread while workers open
+The lane pool's progress tick runs membership work (a group round) on the main thread while workers open
 lanes, renew fences and copy. A lane that round drops must stay dropped: the session and fetcher its worker opened
 are not installed (a later acquisition reopens: InitProducerId, checkpoint read), and an error of that work is not
 classified (no 'retrying' or halt for a lane another daemon holds now) — even when the lane was acquired again
@@ -18,6 +18,7 @@ from mirror_core.daemon_config import pipeline_config_from_mapping
 from mirror_core.errors import MirrorError
 from mirror_core.lane_status import COPYING
 from mirror_core.lane_workers import LaneClients, LaneWorkerPool
+from tests.unit.test_daemon_membership import StubMembership
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
         "include": "orders.*"}
@@ -40,7 +41,8 @@ def _daemon(monkeypatch, open_lane):
     state = D.LaneState("orders", 0, "orders", "orders-0", health=daemon._new_health())
     daemon.lanes = {"orders-0": state}
     daemon.held = {"orders-0"}
-    daemon._next_lease = time.monotonic() + OPEN_S / 2  # the lease round falls due while the worker opens the lane
+    daemon._next_lease = time.monotonic() + OPEN_S / 2  # the group round falls due while the worker opens the lane
+    daemon.membership = StubMembership({("orders", 0)})
     return daemon, state
 
 
@@ -60,7 +62,7 @@ def _drops(daemon, *, reacquire: bool):
 @pytest.mark.timeout(20)
 def test_a_lane_dropped_while_it_opens_does_not_keep_the_opened_session(monkeypatch, reacquire):
     daemon, state = _daemon(monkeypatch, _opened)
-    monkeypatch.setattr(daemon, "_maintain_leases", _drops(daemon, reacquire=reacquire))
+    monkeypatch.setattr(daemon, "_maintain_group", _drops(daemon, reacquire=reacquire))
     try:
         ready = daemon._open_ready()
     finally:
@@ -79,7 +81,7 @@ def test_a_lane_dropped_while_its_open_fails_is_not_marked_retrying(monkeypatch,
         raise MirrorError("the target went away")
 
     daemon, state = _daemon(monkeypatch, failing)
-    monkeypatch.setattr(daemon, "_maintain_leases", _drops(daemon, reacquire=reacquire))
+    monkeypatch.setattr(daemon, "_maintain_group", _drops(daemon, reacquire=reacquire))
     try:
         daemon._open_ready()
     finally:
@@ -92,7 +94,7 @@ def test_a_lane_dropped_while_its_open_fails_is_not_marked_retrying(monkeypatch,
 def test_a_lane_kept_installs_what_its_worker_opened(monkeypatch):
     daemon, state = _daemon(monkeypatch, _opened)
     rounds = threading.Event()
-    monkeypatch.setattr(daemon, "_maintain_leases", rounds.set)  # a lease round that keeps the lane
+    monkeypatch.setattr(daemon, "_maintain_group", rounds.set)  # a group round that keeps the lane
     try:
         ready = daemon._open_ready()
     finally:

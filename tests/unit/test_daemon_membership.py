@@ -119,11 +119,31 @@ def test_pipeline_membership_settings_are_validated():
     base = {"pipeline": "p", "source": {"bootstrap.servers": "a:1"}, "target": {"bootstrap.servers": "b:1"},
             "include": "x"}
     config = pipeline_config_from_mapping(base)
-    assert (config.membership, config.group_protocol, config.lease_compat) == ("group", "auto", True)
+    assert (config.membership, config.group_protocol, config.lease_compat) == ("group", "auto", "auto")
     with pytest.raises(ConfigError, match="membership 'zookeeper'"):
         pipeline_config_from_mapping({**base, "membership": "zookeeper"})
+    with pytest.raises(ConfigError, match="lease_compat 'sometimes'"):
+        pipeline_config_from_mapping({**base, "lease_compat": "sometimes"})
+    # the true/false of the previous release keep their meaning (and YAML reads an unquoted `off` as false)
+    assert pipeline_config_from_mapping({**base, "lease_compat": True}).lease_compat == "always"
+    assert pipeline_config_from_mapping({**base, "lease_compat": False}).lease_compat == "off"
     with pytest.raises(ConfigError, match="revoke_timeout_s"):
         pipeline_config_from_mapping({**base, "revoke_timeout_s": 600})
+
+
+def test_a_pipeline_file_still_saying_membership_leases_is_refused_with_the_upgrade(tmp_path):
+    """The lease-based mode is gone: its pipeline file gets an error naming the file and the pipeline, saying the
+    mode was removed and how to upgrade — not a daemon that silently runs something else."""
+    from mirror_core.daemon_config import load_pipeline_config
+
+    path = tmp_path / "orders.yaml"
+    path.write_text("pipeline: orders-dr\nsource: {bootstrap.servers: 'a:1'}\ntarget: {bootstrap.servers: 'b:1'}\n"
+                    "include: orders\nmembership: leases\n")
+    with pytest.raises(ConfigError) as raised:
+        load_pipeline_config(path)
+    message = str(raised.value)
+    assert str(path) in message and "'orders-dr'" in message and "removed" in message
+    assert "start the new daemon" in message and "lease records" in message
 
 
 # ---- the review fixes (issue 18 review): the daemon's side, with a stand-in membership --------------------------
@@ -164,11 +184,15 @@ class StubMembership:
 class RecordingLeases:
     def __init__(self, membership=None, records=None):
         self.records = records or {}
+        self.members: dict[str, Lease] = {}  # membership heartbeats of lease-based daemons
         self.writes: list[list[Lease]] = []
         self.membership = membership
 
     def read(self, pipeline):
         return dict(self.records)
+
+    def read_with_members(self, pipeline):
+        return dict(self.records), dict(self.members)
 
     def write_many(self, leases):
         if self.membership is not None:
@@ -189,7 +213,16 @@ def group_daemon(lanes=("t-0", "t-1"), **overrides):
     daemon._eligible = lambda: sorted(daemon.lanes)
     daemon.membership = StubMembership({(daemon.lanes[ln].topic, daemon.lanes[ln].partition) for ln in lanes})
     daemon.leases = RecordingLeases(daemon.membership)
+    daemon.health_records = RecordingHealth()
     return daemon
+
+
+class RecordingHealth:
+    def __init__(self):
+        self.writes: list[tuple[dict, list]] = []
+
+    def write(self, pipeline, holder, writes, clears, now_ms):
+        self.writes.append((dict(writes), list(clears)))
 
 
 def test_released_does_not_satisfy_a_later_revocation_of_the_same_partition():
@@ -281,10 +314,67 @@ def test_a_fenced_lane_is_not_reacquired_from_the_same_assignment():
 
 
 def test_lease_records_are_renewed_in_one_batch():
-    daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(50)))
+    daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(50)), lease_compat="always")
     daemon._maintain_group()
     daemon._maintain_group()
     assert [len(batch) for batch in daemon.leases.writes] == [50, 50]
+
+
+def test_auto_compat_writes_lease_records_only_while_a_lease_based_daemon_is_seen():
+    """lease_compat: auto (the default). No lease-based daemon in the records: nothing is written per held lane.
+    One appears (its membership heartbeat, before it holds any lane; or a live lease without the group mark): our
+    lanes' records are written, in one batch, so it keeps off them. It goes (its records expire): writing stops."""
+    from mirror_core.leases import now_ms
+
+    daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(20)))
+    daemon._maintain_group()
+    daemon._maintain_group()
+    assert len(daemon.held) == 20 and daemon.leases.writes == [], "records written with no old daemon around"
+    daemon.leases.members = {"old-1": Lease("p", "__member__:old-1", "old-1", now_ms() + 5_000)}
+    daemon._maintain_group()
+    assert [len(batch) for batch in daemon.leases.writes] == [20]
+    assert all(lease.group and lease.holder == "A" for lease in daemon.leases.writes[0])
+    daemon.leases.members = {}
+    daemon.leases.records = {"x-9": Lease("p", "x-9", "old-1", now_ms() + 5_000)}  # it holds a lane we do not
+    daemon._maintain_group()
+    assert len(daemon.leases.writes) == 2
+    daemon.leases.records = {"x-9": Lease("p", "x-9", "old-1", now_ms() - 1)}  # expired: the old daemon is gone
+    daemon._maintain_group()
+    daemon._maintain_group()
+    assert len(daemon.leases.writes) == 2
+    # "off" never writes, even with an old daemon around — and still keeps off the lanes it holds
+    off = group_daemon(lease_compat="off")
+    off.leases.records = {"t-0": Lease("p", "t-0", "old-1", now_ms() + 5_000)}
+    off._maintain_group()
+    assert off.leases.writes == [] and off.held == {"t-1"}
+
+
+def test_health_records_are_written_when_a_lane_state_changes_not_per_round():
+    """A held lane that starts retrying gets a health record at the next group round; rounds while nothing changes
+    write nothing; a new reason is written at once; copying again clears it (tombstone); copying lanes never cost
+    a write."""
+    daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(10)), lease_compat="off")
+    for _ in range(3):
+        daemon._maintain_group()
+    assert daemon.health_records.writes == []
+    health = daemon.lanes["t-3"].health
+    health.failed("unavailable", "the target went away", 1_000)
+    daemon._maintain_group()
+    daemon._maintain_group()
+    assert len(daemon.health_records.writes) == 1
+    written, cleared = daemon.health_records.writes[0]
+    assert list(written) == ["t-3"] and written["t-3"]["state"] == "retrying" and cleared == []
+    health.failed("unavailable", "still away", 2_000)  # another attempt, same state and reason: not at once
+    daemon._maintain_group()
+    assert len(daemon.health_records.writes) == 1
+    health.failed("transaction_timeout", "timed out", 3_000)
+    daemon._maintain_group()
+    assert daemon.health_records.writes[-1][0]["t-3"]["reason"] == "transaction_timeout"
+    health.succeeded()
+    daemon._maintain_group()
+    assert daemon.health_records.writes[-1] == ({}, ["t-3"])
+    daemon._maintain_group()
+    assert len(daemon.health_records.writes) == 3, "a cleared record written again"
 
 
 def test_lease_records_are_released_before_the_revocation_completes_and_only_while_ours():
@@ -294,7 +384,7 @@ def test_lease_records_are_released_before_the_revocation_completes_and_only_whi
     write release of whatever record said us."""
     from mirror_core.leases import now_ms
 
-    daemon = group_daemon(lanes=("t-0", "t-1"))
+    daemon = group_daemon(lanes=("t-0", "t-1"), lease_compat="always")
     daemon._maintain_group()
     expires = now_ms() + 10_000
     daemon.leases.records = {lane: Lease("p", lane, "A", expires, group=True) for lane in ("t-0", "t-1")}

@@ -129,6 +129,7 @@ _op = st.one_of(  # rounds and appends weighted up: the interesting runs are lon
     st.tuples(st.just("competitor_bumps_epoch")),
     st.tuples(st.just("answer_lost"), st.sets(st.sampled_from(KEYS), min_size=1), st.booleans()),
     st.tuples(st.just("round_dropped_unread"), st.sets(st.sampled_from(KEYS), min_size=1)),
+    st.tuples(st.just("close"), st.booleans()),
 )
 
 
@@ -159,6 +160,10 @@ def test_a_session_never_loses_a_partitions_news(ops, enabled, slots):
             session.failed(request)
         elif kind == "round_dropped_unread":  # sent and answered, but the caller never reads the answer
             broker.handle(session.build(_specs(positions, sorted(op[1]))))
+        elif kind == "close":                # the client closes the session; the goodbye arrives or is lost
+            request = session.close()
+            if request is not None and op[1]:
+                broker.handle(request)
         else:
             _round(session, broker, positions, sorted(op[1]))
 
@@ -357,3 +362,92 @@ def test_data_in_an_answer_that_does_not_fit_the_session_is_not_handed_out():
     answer = session.answer(request, broker._response(100, [(KEYS[0], ours), (KEYS[4], stranger)]))
     assert not answer.parts and KEYS[0] in answer.missing
     assert session.build(_specs(positions, KEYS[:2])).full
+
+
+# -- closing a session ---------------------------------------------------------------------------------------
+
+def test_closing_sends_the_sessions_id_at_the_final_epoch_and_the_broker_forgets_it():
+    logs = {key: _Log(high_watermark=5) for key in KEYS}
+    broker = ModelBroker(logs)
+    session = FetchSession()
+    positions = {key: 0 for key in KEYS}
+    _one_round(session, broker, positions, KEYS[:3])
+    _one_round(session, broker, positions, KEYS[:3])
+    old_id, old_epoch = session.session_id, session.epoch
+    assert session.active and old_id in broker.sessions
+
+    goodbye = session.close()
+    assert (goodbye.session_id, goodbye.epoch) == (old_id, FINAL_EPOCH)
+    assert goodbye.full and goodbye.topics == [] and goodbye.forgotten == [] and goodbye.wanted == ()
+    answer = broker.handle(goodbye)
+    assert answer.error_code == 0 and answer.session_id == 0 and answer.responses == []
+    assert old_id not in broker.sessions, "the broker's cache slot is free again"
+    stale = SimpleNamespace(session_id=old_id, epoch=old_epoch, topics=[], forgotten=[])
+    assert broker.handle(stale).error_code == FETCH_SESSION_ID_NOT_FOUND
+
+    assert not session.active and session.stats.sessions_closed == 1
+    again = session.build(_specs(positions, KEYS[:3]))
+    assert again.full and again.session_id == 0 and again.epoch == INITIAL_EPOCH, \
+        "after a close the next request opens a new session and names no old one"
+
+
+def test_closing_without_a_session_on_the_broker_sends_nothing():
+    assert FetchSession().close() is None                       # never sent a request
+    assert FetchSession(enabled=False).close() is None          # sessions off
+    refusing = ModelBroker({key: _Log(1) for key in KEYS}, slots=0)
+    session = FetchSession()
+    _one_round(session, refusing, {key: 0 for key in KEYS}, KEYS[:2])
+    assert session.close() is None, "a broker that made no session has nothing to close"
+    session = FetchSession()
+    broker = ModelBroker({key: _Log(1) for key in KEYS})
+    _one_round(session, broker, {key: 0 for key in KEYS}, KEYS[:2])
+    assert session.close() is not None and session.close() is None, "closed once"
+
+
+def test_a_session_dropped_by_the_client_but_still_on_the_broker_is_closed_too():
+    """A transport failure drops the session here (the next request would be full) but the broker may still hold
+    it: close names its id all the same."""
+    broker = ModelBroker({key: _Log(4) for key in KEYS})
+    session = FetchSession()
+    positions = {key: 0 for key in KEYS}
+    _one_round(session, broker, positions, KEYS[:2])
+    held = session.session_id
+    session.failed(session.build(_specs(positions, KEYS[:2])))
+    assert not session.active and held in broker.sessions
+    goodbye = session.close()
+    assert goodbye.session_id == held and goodbye.epoch == FINAL_EPOCH
+    broker.handle(goodbye)
+    assert held not in broker.sessions
+
+
+def test_an_answer_to_a_request_sent_before_the_close_is_never_taken():
+    broker = ModelBroker({key: _Log(6) for key in KEYS})
+    session = FetchSession()
+    positions = {key: 0 for key in KEYS}
+    _one_round(session, broker, positions, KEYS[:2])
+    request = session.build(_specs(positions, KEYS[:2]))
+    response = broker.handle(request)
+    session.close()
+    answer = session.answer(request, response)
+    assert not answer.parts and set(answer.missing) <= set(KEYS[:2]), "no data of the closed session moves a fetcher"
+
+
+def test_closing_a_clients_sessions_never_raises_when_the_broker_cannot_be_reached():
+    """RoundSessions.close runs inside WireClient.close: a broker that is gone (the daemon stopping during a source
+    outage) costs the goodbye, never the close."""
+    import kafka.errors as Errors
+
+    from mirror_core.broker_fetch import RoundSessions
+
+    class _Unreachable:
+        request_timeout_ms = 1000
+
+        def fast_connection(self, node_id, slot=0, *, timeout_s=None):
+            raise Errors.KafkaConnectionError(f"connecting to broker {node_id}: connection refused")
+
+    sessions = RoundSessions()
+    broker = ModelBroker({key: _Log(2) for key in KEYS})
+    _one_round(sessions.session(1), broker, {key: 0 for key in KEYS}, KEYS[:2])
+    assert sessions.session(1).active
+    assert sessions.close(_Unreachable(), timeout_s=0.5) == 0
+    assert not sessions.by_broker, "forgotten all the same: a later round starts a new session"

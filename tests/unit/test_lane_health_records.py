@@ -1,0 +1,61 @@
+"""When a daemon writes a lane's health record (mirror_core.lane_health_records.plan_health_writes) and how readers
+take it: on a change at once, while it lasts at most every refresh, cleared when it ends, left by a dead holder only
+until it expires."""
+
+from __future__ import annotations
+
+import json
+
+from mirror_core.lane_health_records import (
+    HealthRecord,
+    health_key,
+    live_health,
+    parse_health_records,
+    plan_health_writes,
+    record_body,
+)
+from mirror_core.lane_status import LaneHealth
+
+RETRYING = {"state": "retrying", "reason": "unavailable", "message": "down", "attempts": 1, "since_ms": 1}
+
+
+def test_a_new_state_is_written_at_once_and_an_unchanged_one_only_at_the_refresh():
+    assert plan_health_writes({"a": RETRYING}, {}, 1_000, refresh_s=30) == ({"a": RETRYING}, [])
+    later = {**RETRYING, "attempts": 7, "message": "still down"}
+    written = {"a": (RETRYING, 1_000)}
+    assert plan_health_writes({"a": later}, written, 20_000, refresh_s=30) == ({}, [])
+    assert plan_health_writes({"a": later}, written, 31_000, refresh_s=30) == ({"a": later}, [])
+    stalled = {**later, "state": "stalled"}
+    assert plan_health_writes({"a": stalled}, written, 2_000, refresh_s=30) == ({"a": stalled}, [])
+    other = {**RETRYING, "reason": "transaction_timeout"}
+    assert plan_health_writes({"a": other}, written, 2_000, refresh_s=30) == ({"a": other}, [])
+
+
+def test_a_lane_that_copies_again_or_is_gone_is_cleared_and_copying_lanes_cost_nothing():
+    assert plan_health_writes({}, {"a": (RETRYING, 1_000)}, 2_000) == ({}, ["a"])
+    assert plan_health_writes({}, {}, 2_000) == ({}, [])
+    copying = LaneHealth()
+    assert live_health(copying) is None
+    copying.failed("unavailable", "x" * 2_000, 5)
+    assert live_health(copying)["state"] == "retrying" and len(live_health(copying)["message"]) == 500
+
+
+def test_records_are_read_per_pipeline_and_live_only_until_they_expire():
+    body = record_body(RETRYING, "daemon-a", 1_000, refresh_s=30)
+    items = [(health_key("p", "dr.t-0"), json.dumps(body).encode()),
+             (health_key("other", "dr.t-0"), json.dumps(body).encode()),
+             (json.dumps({"lease": "dr.t-0", "pipeline": "p"}).encode(), b'{"holder": "x", "expires_ms": 1}'),
+             (json.dumps(["p", "t", 0]).encode(), b"{}")]
+    records = parse_health_records(items, "p")
+    assert list(records) == ["dr.t-0"]
+    record = records["dr.t-0"]
+    assert isinstance(record, HealthRecord) and record.holder == "daemon-a" and record.state == "retrying"
+    assert record.live(1_000 + 89_000) and not record.live(1_000 + 90_000)  # three refreshes
+    assert "attempt 1" in record.detail(str) and "daemon-a" in record.detail(str)
+
+
+def test_lease_readers_skip_health_records():
+    """Health records share the checkpoint topic: a lease reader (this release's or the previous one's) must not
+    take one for a lease — their key has no "pipeline" field, which is how lease readers pick their records."""
+    key = json.loads(health_key("p", "dr.t-0"))
+    assert isinstance(key, dict) and "pipeline" not in key and "lease" not in key
