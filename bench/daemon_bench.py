@@ -67,9 +67,10 @@ def _free_port() -> int:
 
 class Daemon:
     def __init__(self, workdir: Path, sandbox, pipeline: str, include: str, commit_interval_ms: int, *,
-                 target: dict | None = None, **extra):
+                 target: dict | None = None, python_args: tuple[str, ...] = (), **extra):
         import yaml
 
+        self.python_args = python_args  # interpreter options before ``-m mirror_core.daemon`` (e.g. cProfile)
         self.port = _free_port()
         self.config = workdir / f"{pipeline}.yaml"
         self.log = workdir / f"{pipeline}.log"
@@ -83,8 +84,8 @@ class Daemon:
 
     def start(self) -> Daemon:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([PYTHON, "-m", "mirror_core.daemon", "--config", str(self.config)], cwd=ROOT,
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen([PYTHON, *self.python_args, "-m", "mirror_core.daemon", "--config",
+                                          str(self.config)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         return self
 
     def stop(self) -> int:

@@ -326,6 +326,12 @@ class CheckpointStore:
         self._topic_id: uuid.UUID | None = None  # the topic id every partition cache belongs to
         self._caches: dict[int, _PartitionCache] = {}
         self._segments: dict[bytes, tuple[bytes, OffsetMap]] = {}  # map segment key -> (value, decoded)
+        # checkpoint key -> (value, decoded) for read_all(whole_maps=False): a value is decoded once, not at every
+        # read (a daemon's lane round reads every lane's checkpoint every few seconds, almost all unchanged; a
+        # Checkpoint is frozen, so sharing it is safe). Both dicts hold at most one entry per key of the topic,
+        # like the partition caches themselves
+        self._decoded: dict[bytes, tuple[bytes, Checkpoint]] = {}
+        self._idents: dict[bytes, tuple | None] = {}  # record key -> checkpoint identity (None: not a checkpoint)
 
     def ensure_topic(self) -> None:
         """Create the compacted checkpoint topic if it is missing (its partition count then stays fixed), with its
@@ -395,15 +401,21 @@ class CheckpointStore:
             for partition in range(self.partitions):
                 entries = self._caches[partition].entries
                 for key, (_offset, value) in list(entries.items()):
-                    decoded = json.loads(key)
-                    if not isinstance(decoded, list):
+                    ident = self._idents.get(key, False)
+                    if ident is False:
+                        decoded = json.loads(key)
+                        ident = self._idents[key] = tuple(decoded) if isinstance(decoded, list) else None
+                    if ident is None:
                         continue  # leases, map segments and other records sharing the topic
-                    ident = tuple(decoded)
                     if pipeline is not None and ident[0] != pipeline:
                         continue  # decode only what was asked for: other pipelines may be another Shoal's format
-                    checkpoint = Checkpoint.from_value(value)
-                    out[ident] = self._with_whole_map(checkpoint, _committed_value(entries)) if whole_maps \
-                        else checkpoint
+                    if whole_maps:
+                        out[ident] = self._with_whole_map(Checkpoint.from_value(value), _committed_value(entries))
+                        continue
+                    known = self._decoded.get(key)
+                    if known is None or known[0] != value:
+                        known = self._decoded[key] = (value, Checkpoint.from_value(value))
+                    out[ident] = known[1]
         return out
 
     def read(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:

@@ -254,7 +254,8 @@ def _print_status(console, statuses) -> None:
         table.add_row(s.name, s.version, state, s.bootstrap, s.secure_bootstrap or "-")
     console.print(table)
     for s in statuses:
-        console.print(f"{s.name}: cluster id {s.cluster_id or '-'}, log {s.log_file}", highlight=False,
+        files = f", open-file limit {s.open_files}" if s.open_files is not None else ""
+        console.print(f"{s.name}: cluster id {s.cluster_id or '-'}, log {s.log_file}{files}", highlight=False,
                       soft_wrap=True)
 
 

@@ -141,6 +141,7 @@ class LaneState:
     fetch_failures: int = 0
     last_stable: int | None = None  # the source partition's last stable offset at the last fetch
     repaired_at: int | None = None  # source offset of the rejected batch a config sync last repaired
+    shown_lag: int | None = None  # the lag gauge's value for the lane (None: not set by this process, or removed)
     # the lane's halt is stored in its checkpoint (we wrote it, or read it there): from then on a checkpoint of the
     # lane without a halt can only be the operator's resume (no clock is compared: machines' clocks differ)
     halt_stored: bool = False
@@ -198,6 +199,7 @@ class ShallowMirrorDaemon:
         self._next_join = 0.0
         self._group_unjoined_reported = False  # group_not_joined logged (once per episode)
         self._next_config_sync = 0.0
+        self._published_health: dict[str, tuple] = {}  # lane → its health's fields as last published
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
         self._round = 0
@@ -521,9 +523,18 @@ class ShallowMirrorDaemon:
         return LaneHealth(stall_after_s=self.config.stall_after_s)
 
     def _publish_lane_states(self) -> None:
+        """Show every lane's health in metrics and ``/readyz`` — when some lane's health changed (or a lane came
+        or went) since the last time. Called after every round: building every lane's state costs ~0.1 ms per
+        lane (2,000 lanes: a fifth of a second per round, every round, for idle lanes whose state never changes),
+        the comparison left per round is one tuple per lane."""
         now = now_ms()
-        for state in self.lanes.values():
+        health = {}
+        for lane, state in self.lanes.items():
             state.health.refresh(now)
+            health[lane] = tuple(vars(state.health).values())
+        if health == self._published_health:
+            return
+        self._published_health = health
         self.metrics.halted.set(sum(1 for s in self.lanes.values() if s.health.state == HALTED))
         self.metrics.publish_lanes(self.config.pipeline, {
             lane: {"topic": s.topic, "partition": s.partition, **s.health.as_dict()}
@@ -764,6 +775,7 @@ class ShallowMirrorDaemon:
             for gauge in (self.metrics.lag, self.metrics.position):  # another daemon reports this lane now
                 with contextlib.suppress(KeyError):  # never set in this process
                     gauge.remove(state.topic, str(state.partition))
+            state.shown_lag = None
         event("lane_dropped", lane=lane, reason=why)
 
     def _renew_fences(self) -> None:
@@ -994,7 +1006,6 @@ class ShallowMirrorDaemon:
     def _share_fetched(self, state: LaneState, start: int, outcome: PartitionOutcome):
         """A lane's share of a fetch round, ``[start, fetcher.position)``: the fetch result to copy, or None when
         the fetch failed (classified) or brought nothing new (lag noted)."""
-        labels = (state.topic, str(state.partition))
         if outcome.error is not None:
             self._failed(state, outcome.error, fetching=True)
             return None
@@ -1003,7 +1014,10 @@ class ShallowMirrorDaemon:
         state.last_stable = fetched.last_stable_offset
         if state.fetcher.position <= start:  # nothing new
             state.health.succeeded()
-            self.metrics.lag.labels(*labels).set(max(0, fetched.last_stable_offset - start))
+            lag = max(0, fetched.last_stable_offset - start)
+            if lag != state.shown_lag:  # an idle lane's gauge is set once, not every round
+                state.shown_lag = lag
+                self.metrics.lag.labels(state.topic, str(state.partition)).set(lag)
             return None
         return fetched
 
@@ -1018,7 +1032,8 @@ class ShallowMirrorDaemon:
             state.fetcher = None
         self.metrics.observe_copy(state.topic, state.partition, result, result.newest_timestamp_ms)
         self.metrics.position.labels(*labels).set(result.source_end)
-        self.metrics.lag.labels(*labels).set(max(0, fetched.last_stable_offset - result.source_end))
+        state.shown_lag = max(0, fetched.last_stable_offset - result.source_end)
+        self.metrics.lag.labels(*labels).set(state.shown_lag)
         if result.records:
             event("copied", topic=state.topic, partition=state.partition, source_start=result.source_start,
                   source_end=result.source_end, target_start=result.first_target_offset,

@@ -6,12 +6,18 @@ addresses and, for a secure cluster, the CA path and SCRAM users — secrets sta
 
 Invariant: a pid file names a process only while that process's command line contains this cluster's
 ``server.properties`` path; anything else is a stale file and is ignored, so ``down`` never kills a stranger.
+
+Open files: a broker holds a descriptor per log segment (thousands with thousands of partitions) and per client
+connection, so the launched JVM gets its soft open-file limit raised to the hard limit (:func:`broker_open_files`;
+HotSpot on Linux does the same by itself unless ``-XX:-MaxFDLimit``: done here so it does not depend on the JVM),
+and the limit is written to ``console.log`` and shown by ``shoal sandbox up`` / ``status``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -42,6 +48,7 @@ class BrokerStatus:
     secure_bootstrap: str | None
     log_file: Path
     cluster_id: str | None
+    open_files: int | None = None  # the running broker's soft RLIMIT_NOFILE (None: not running, or unknown)
 
 
 class SandboxBroker:
@@ -71,7 +78,8 @@ class SandboxBroker:
     def status(self) -> BrokerStatus:
         pid = self.pid()
         return BrokerStatus(self.spec.name, self.spec.version, pid is not None, pid, self.spec.bootstrap,
-                            self.spec.secure_bootstrap, self.log_dir / "server.log", self._cluster_id())
+                            self.spec.secure_bootstrap, self.log_dir / "server.log", self._cluster_id(),
+                            process_open_files(pid) if pid is not None else None)
 
     def info(self) -> dict:
         """What clients need to reach this cluster (bootstrap, CA, SCRAM users); written by :meth:`start`."""
@@ -174,6 +182,9 @@ class SandboxBroker:
         with open(self.log_dir / "console.log", "ab") as console:
             self._proc = subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           cwd=self.home, start_new_session=True)
+            # raised on the child itself (prlimit), not in a preexec_fn: brokers are started from several threads
+            # at once (Sandbox.up), where a preexec_fn is unsafe; the limit applies to every later open() anyway
+            console.write(f"shoal sandbox: {raise_open_files(self._proc.pid)}\n".encode())
         self.pid_file.write_text(str(self._proc.pid))
 
     def _wait_until_answering(self, timeout: float) -> bool:
@@ -267,6 +278,43 @@ class SandboxBroker:
         rerun = " ".join(cmd) if cmd else f"shoal sandbox up {self.spec.name}"
         return (f"sandbox cluster {self.spec.name!r} (Kafka {self.spec.version}) {what}\n"
                 f"{self.log_tail()}\nlogs: {self.log_dir}\nrerun: {rerun}")
+
+
+NOFILE_WHEN_UNLIMITED = 1 << 20  # Linux's default fs.nr_open: the most a soft limit may be when the hard one is none
+
+
+def broker_open_files(soft: int, hard: int) -> int:
+    """The soft open-file limit (RLIMIT_NOFILE) a broker JVM gets: the hard limit; when there is none (RLIM_INFINITY,
+    which no soft NOFILE limit may be) 2**20, or the current soft limit if that is higher. Pure."""
+    if hard != resource.RLIM_INFINITY:
+        return hard
+    return max(soft, NOFILE_WHEN_UNLIMITED)
+
+
+def raise_open_files(pid: int) -> str:
+    """Raise process ``pid``'s soft open-file limit (:func:`broker_open_files`); returns a sentence saying what
+    limit it got (or why it kept its own)."""
+    try:
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        wanted = broker_open_files(soft, hard)
+        if wanted != soft:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (wanted, hard))
+    except (OSError, ValueError, AttributeError) as exc:  # not Linux, the child already gone, or not permitted
+        return f"open-file limit of the broker not raised ({type(exc).__name__}: {exc})"
+    shown = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    return f"open-file limit of the broker (pid {pid}): {wanted} (was {soft}, hard limit {shown})"
+
+
+def process_open_files(pid: int) -> int | None:
+    """A running process's soft open-file limit, from ``/proc/<pid>/limits`` (None when it cannot be read)."""
+    try:
+        for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+            if line.startswith("Max open files"):
+                value = line.split()[3]
+                return None if value == "unlimited" else int(value)
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
 
 
 def new_cluster_id() -> str:
