@@ -385,6 +385,18 @@ class CheckpointStore:
         return OutgoingBatch(self.topic, checkpoint_partition(checkpoint.key, self.partitions), data,
                              source_offset=checkpoint.position)
 
+    def pipeline_checkpoints_in(self, topic: str, pipeline: str) -> int:
+        """How many checkpoints of ``pipeline`` the checkpoint topic ``topic`` (another than this store's) holds
+        on this cluster; 0 when it does not exist. A daemon whose pipeline file names its own checkpoint topic
+        asks this of the default one, where ``shoal backfill``, ``shoal copy`` and the handoff write."""
+        from mirror_core.topics import TopicAdmin
+
+        if topic == self.topic or topic not in TopicAdmin(self.cluster).list_topics():
+            return 0
+        other = CheckpointStore(self.cluster, self.client, topic=topic, partitions=self.partitions,
+                                settle_timeout_s=self.settle_timeout_s)
+        return len(other.read_all(pipeline, whole_maps=False))
+
     # ---- reading ---------------------------------------------------------------------------------------------
 
     def read_all(self, pipeline: str | None = None, *, whole_maps: bool = True

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 import kafka.errors as Errors
 
 from mirror_core.broker_fetch import PartitionOutcome, PendingRound, RoundStats, send_round
-from mirror_core.checkpoint import Checkpoint, CheckpointStore
+from mirror_core.checkpoint import CHECKPOINT_TOPIC, Checkpoint, CheckpointStore
 from mirror_core.checkpointed import (
     CheckpointedCopier,
     CommitPolicy,
@@ -78,6 +78,7 @@ from mirror_core.daemon_prune import PruneWatch
 from mirror_core.daemon_retention import RetentionWatch
 from mirror_core.errors import (
     BatchRejectedError,
+    ConfigError,
     MirrorError,
     ProducerFencedError,
     SourceTopicDeletedError,
@@ -216,6 +217,22 @@ class ShallowMirrorDaemon:
         # link at start (_size_for_link)
         self._fetch_sizes = (config.fetch_max_bytes, config.partition_fetch_max_bytes)
 
+    def _refuse_checkpoints_elsewhere(self) -> None:
+        """A pipeline file naming its own ``checkpoint_topic`` while the default topic holds checkpoints of the
+        same pipeline (a backfill, ``shoal copy`` or a handoff wrote them: those always use the default): the
+        daemon would not see them and would start those lanes by ``new_partitions`` — skipping or repeating what
+        they record. Refused at start, with the numbers, instead."""
+        cfg = self.config
+        found = self.store.pipeline_checkpoints_in(CHECKPOINT_TOPIC, cfg.pipeline)
+        if found:
+            raise ConfigError(
+                f"pipeline {cfg.pipeline!r}: the pipeline file names checkpoint_topic {cfg.checkpoint_topic!r}, but "
+                f"{found} checkpoint(s) of this pipeline are in {CHECKPOINT_TOPIC!r} on cluster "
+                f"{cfg.target.name!r} (written by shoal backfill, shoal copy or the handoff, which always use "
+                f"it); the daemon would not see them and would start those lanes by new_partitions "
+                f"({cfg.new_partitions!r}), skipping or repeating data. Remove checkpoint_topic from the pipeline "
+                f"file, or use another pipeline name")
+
     # ---- main loop ---------------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         cfg = self.config
@@ -224,6 +241,7 @@ class ShallowMirrorDaemon:
             self.source, self.target = source, target
             self.store = CheckpointStore(cfg.target, target, topic=cfg.checkpoint_topic)
             self.store.ensure_topic()
+            self._refuse_checkpoints_elsewhere()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
             self.health_records = LaneHealthWriter(self.leases.producer)
             self._size_for_link()

@@ -365,3 +365,41 @@ def test_pruned_segments_are_tombstoned_and_the_rest_still_assembles(target_clus
     assert cp.offset_map.translate(cp.offset_map.start - 1) is None
     live = [k for k in _independent_fold(target_cluster, store.topic) if k.startswith(b'{"map_segment"')]
     assert len(live) == cp.map_segments.count
+
+
+def test_checkpoints_of_a_pipeline_in_another_checkpoint_topic_are_counted(target_cluster, wire, store):
+    """A daemon whose pipeline file names its own checkpoint topic asks the default one for its pipeline's
+    checkpoints (written there by a backfill or copy) and refuses to start when there are any."""
+    other = CheckpointStore(target_cluster.config, wire, topic=f"{store.topic}.custom", partitions=store.partitions)
+    assert other.pipeline_checkpoints_in(f"{store.topic}.absent", "p") == 0  # no such topic: nothing there
+    _put_cps(target_cluster, store, [_cp("p", 0, 10), _cp("p", 1, 20), _cp("q", 0, 5)])
+    assert other.pipeline_checkpoints_in(store.topic, "p") == 2
+    assert other.pipeline_checkpoints_in(store.topic, "r") == 0
+    assert store.pipeline_checkpoints_in(store.topic, "p") == 0  # its own topic is not "another"
+
+
+@pytest.mark.timeout(90)
+def test_a_daemon_with_its_own_checkpoint_topic_refuses_checkpoints_left_in_the_default(target_cluster, source_cluster,
+                                                                                      wire, unique_name):
+    import threading
+
+    from mirror_core.checkpoint import CHECKPOINT_TOPIC
+    from mirror_core.daemon import ShallowMirrorDaemon
+    from mirror_core.daemon_config import pipeline_config_from_mapping
+    from mirror_core.errors import ConfigError
+
+    name = unique_name("cp-elsewhere")
+    pipeline = name
+    default = CheckpointStore(target_cluster.config, wire)
+    default.ensure_topic()
+    _put_cps(target_cluster, default, [_cp(pipeline, 0, 42, topic=f"orders-{name}")])
+    config = pipeline_config_from_mapping({
+        "pipeline": pipeline, "source": dict(source_cluster.config.settings),
+        "target": dict(target_cluster.config.settings),
+        "include": [f"orders-{name}"], "checkpoint_topic": f"{name}.checkpoints"})
+    daemon = ShallowMirrorDaemon(config, worker_id="w")
+    stop = threading.Event()
+    threading.Timer(20, stop.set).start()  # without the check the daemon would run (and start lane 0 afresh)
+    with pytest.raises(ConfigError, match=rf"1 checkpoint\(s\) of this pipeline are in '{CHECKPOINT_TOPIC}'"):
+        daemon.run(stop)
+    stop.set()
