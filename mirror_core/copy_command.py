@@ -83,7 +83,7 @@ def _sized_for_link(cmd: CopyCommand, partitions: int, console) -> CopyOptions:
     """Fetches sized so a round keeps the declared link busy at the measured round trip (never smaller than
     configured; a copy holds about three rounds, so a round stays under ``CopyOptions.round_max_bytes``)."""
     from mirror_core.preflight import measure_links
-    from mirror_core.preflight_rules import fetch_bytes_for_link
+    from mirror_core.preflight_rules import LINK_EFFICIENCY, fetch_bytes_for_link
 
     links = measure_links(cmd.source)
     rtts = [link.rtt_s for link in links if link.rtt_s is not None]
@@ -98,7 +98,8 @@ def _sized_for_link(cmd: CopyCommand, partitions: int, console) -> CopyOptions:
                       "connections per broker, each carrying different partitions", highlight=False)
     size = fetch_bytes_for_link(link_bytes_per_s=cmd.link_bytes_per_s, rtt_s=rtt, partitions=partitions,
                                 floor=cmd.options.fetch_max_bytes,
-                                cap=max(cmd.options.fetch_max_bytes, cmd.options.round_max_bytes // max(1, partitions)))
+                                cap=max(cmd.options.fetch_max_bytes, cmd.options.round_max_bytes // max(1, partitions)),
+                                efficiency=LINK_EFFICIENCY)
     if size != cmd.options.fetch_max_bytes:
         console.print(f"sized for the link: fetches of {size / 1e6:.1f} MB per partition (round trip "
                       f"{rtt * 1000:.0f} ms, link {cmd.link_bytes_per_s / 1e6:.1f} MB/s, {partitions} partition(s))",

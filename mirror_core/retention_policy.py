@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mirror_core.errors import ConfigError
-from mirror_core.preflight_rules import fetch_bytes_for_link
+from mirror_core.preflight_rules import LINK_EFFICIENCY, fetch_bytes_for_link
 from mirror_core.retention import CopyCapacity
 
 DEFAULT_AT_RISK_BELOW_S = 3600.0        # a margin under an hour pages someone
@@ -114,7 +114,8 @@ class RetentionPolicy:
                                 how=f"measured {self.throughput_bytes_per_s / 1e6:.4g} MB/s")
         elif link_bytes_per_s:
             fetch = fetch_bytes_for_link(link_bytes_per_s=link_bytes_per_s, rtt_s=rtt_s, partitions=1,
-                                         floor=self.fetch_bytes, cap=max(self.fetch_bytes, MAX_SIZED_FETCH_BYTES))
+                                         floor=self.fetch_bytes, cap=max(self.fetch_bytes, MAX_SIZED_FETCH_BYTES),
+                                         efficiency=LINK_EFFICIENCY)
             base = CopyCapacity.estimate(
                 bandwidth_bytes_per_s=link_bytes_per_s, rtt_s=rtt_s, fetch_bytes=fetch, rtt_how=rtt_how,
                 link_how="declared for the copy",
