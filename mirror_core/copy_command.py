@@ -88,6 +88,8 @@ def _sized_for_link(cmd: CopyCommand, partitions: int, console) -> CopyOptions:
     links = measure_links(cmd.source)
     rtts = [link.rtt_s for link in links if link.rtt_s is not None]
     if not rtts:
+        console.print(f"the link to cluster {cmd.source.name!r} could not be measured (no source broker answered the "
+                      "round-trip probe): fetches stay at the configured size", highlight=False)
         return cmd.options
     rtt = max(rtts)
     connections = max((connections_for_link(window_bytes=link.send_buffer_bytes, rtt_s=link.rtt_s,
