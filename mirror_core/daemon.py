@@ -604,6 +604,10 @@ class ShallowMirrorDaemon:
         # so no other group daemon has written its record of the lane yet: the release cannot erase it
         if closed and self._compat_records_live():
             self._housekeeping("leases", lambda: self._release_own_leases(closed))
+        # likewise our health records of the closed lanes (keyed per writer, so a late clear could not erase the next
+        # holder's record either; cleared here so readers see none of ours once the partition is given back)
+        if closed and self._health_written:
+            self._housekeeping("health_records", lambda: self._write_health_records(now_ms()))
         self.membership.released(revoking, as_of=generation)
         self.metrics.lanes.set(len(self.held))
         self.status.lanes_held = sorted(self.held)
