@@ -140,7 +140,7 @@ def test_shared_topic_stub_matches_the_record_format():
     topic = SharedTopic()
     LaneHealthWriter(topic).write("p", "A", {"l": {"state": "retrying", "reason": "r", "message": "m",
                                                  "attempts": 1, "since_ms": 1}}, [], now_ms())
-    assert json.loads(next(iter(topic.values)))["lane_health"] == ["p", "l"]
+    assert json.loads(next(iter(topic.values)))["lane_health"] == ["p", "l", "A"]  # per writer
     assert topic.health()["l"].holder == "A"
 
 
