@@ -181,3 +181,29 @@ def test_an_old_daemon_started_late_can_count_the_group_daemons_again():
     named = {lease.holder for batch in daemon.leases.writes for lease in batch}
     assert "A" in named, ("no record written by the group daemon while the old one is seen: the old daemon's fair "
                           f"share stays every lane (writes: {daemon.leases.writes})")
+
+
+def test_the_compat_heartbeat_counts_for_an_old_daemon_not_for_group_daemons_and_ends_with_compat():
+    """The heartbeat the group daemon writes while an old daemon is seen is the old release's record
+    (``__member__:<worker>``), so the old daemon's fair share (18af6cc _maintain_leases: holders of live leases and
+    heartbeats other than itself) counts it; it is marked ``group``, so another group daemon does not take it for an
+    old daemon (which would keep compat writing on for good); once no old daemon is seen it is tombstoned."""
+    from mirror_core.leases import MEMBER_PREFIX, Lease, lease_based_daemon_seen
+
+    daemon = group_daemon(lanes=("t-0", "t-1", "t-2", "t-3"))
+    later = now_ms() + 15_000
+    daemon.leases.records = {lane: Lease("p", lane, "old-1", later) for lane in daemon.lanes}
+    daemon.leases.members = {"old-1": Lease("p", "__member__:old-1", "old-1", later)}
+    daemon._maintain_group()
+    heartbeats = [lease for batch in daemon.leases.writes for lease in batch if lease.lane.startswith(MEMBER_PREFIX)]
+    assert heartbeats and heartbeats[-1].lane == MEMBER_PREFIX + "A" and heartbeats[-1].group
+    now = now_ms()
+    # the old daemon's count of others (its own formula): the group daemon is one of them now
+    seen_by_old = {lease.holder for lease in [*daemon.leases.records.values(), heartbeats[-1]]
+                   if lease.held_by_other("old-1", now)}
+    assert seen_by_old == {"A"}
+    assert lease_based_daemon_seen({}, {"A": heartbeats[-1]}, "B", now) is None  # another group daemon
+    assert daemon.leases.released_members == []
+    daemon.leases.records, daemon.leases.members = {}, {}  # the old daemon stopped (released its records)
+    daemon._maintain_group()
+    assert daemon.leases.released_members == ["A"]
