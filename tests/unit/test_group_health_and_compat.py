@@ -207,3 +207,18 @@ def test_the_compat_heartbeat_counts_for_an_old_daemon_not_for_group_daemons_and
     daemon.leases.records, daemon.leases.members = {}, {}  # the old daemon stopped (released its records)
     daemon._maintain_group()
     assert daemon.leases.released_members == ["A"]
+
+
+def test_a_lost_assignment_with_the_source_unreachable_does_not_say_others_got_the_partitions():
+    """Classic protocol: librdkafka's own session timer drops the assignment when no coordinator answers (SESSTMOUT);
+    with the source down the coordinator is down too, so nobody was given the partitions."""
+    import time
+
+    from mirror_core.daemon_membership import lost_note
+    from mirror_core.source_reachability import SourceReachability
+
+    reachability = SourceReachability("source")
+    assert "may have given them to others" in lost_note(reachability)
+    reachability.unanswered(time.monotonic(), "every broker of the group's consumer is down")
+    note = lost_note(reachability)
+    assert "coordinator on the source was unreachable" in note and "gave them to others" not in note
