@@ -91,7 +91,14 @@ from mirror_core.lane_control import persist_lane_state
 from mirror_core.lane_health_records import LaneHealthWriter, live_health, plan_health_writes
 from mirror_core.lane_status import HALTED, RETIRED, LaneHealth, PersistedLaneState, classify_failure
 from mirror_core.lane_workers import LaneClients, LaneWorkerPool
-from mirror_core.leases import Lease, LeaseStore, compat_records_wanted, lease_based_daemon_seen, now_ms
+from mirror_core.leases import (
+    Lease,
+    LeaseStore,
+    compat_records_wanted,
+    lease_based_daemon_seen,
+    member_lane,
+    now_ms,
+)
 from mirror_core.planner import NamingPolicy, TopicPattern
 from mirror_core.preflight import run_preflight
 from mirror_core.preflight_rules import is_internal_topic
@@ -187,6 +194,7 @@ class ShallowMirrorDaemon:
         self._waiting_for_lease: set[str] = set()  # assigned lanes an older lease-based daemon still holds
         self._compat_writing = False  # lease_compat records are being written (logged when that changes)
         self._compat_records_until = 0  # wall-clock ms our last compat lease records expire (0: none written)
+        self._member_heartbeat = False  # our compat membership heartbeat was written and not yet tombstoned
         self._health_written: dict[str, tuple[dict, int]] = {}  # lane → the health record we wrote, when (ms)
         self._group_topics: list[str] | None = None  # the subscription, as of the last rescan
         self._answered_generation = -1  # the membership generation _answer_revocations last looked at
@@ -604,6 +612,10 @@ class ShallowMirrorDaemon:
         # so no other group daemon has written its record of the lane yet: the release cannot erase it
         if closed and self._compat_records_live():
             self._housekeeping("leases", lambda: self._release_own_leases(closed))
+        # likewise our health records of the closed lanes (keyed per writer, so a late clear could not erase the next
+        # holder's record either; cleared here so readers see none of ours once the partition is given back)
+        if closed and self._health_written:
+            self._housekeeping("health_records", lambda: self._write_health_records(now_ms()))
         self.membership.released(revoking, as_of=generation)
         self.metrics.lanes.set(len(self.held))
         self.status.lanes_held = sorted(self.held)
@@ -707,14 +719,26 @@ class ShallowMirrorDaemon:
             self._compat_writing = wanted
             event("lease_compat_records", state="writing" if wanted else "stopped", mode=self.config.lease_compat,
                   lease_based_daemon=old_daemon or "-",
-                  note="lease records for our lanes, so a lease-based daemon keeps off them" if wanted else
+                  note="lease records for our lanes and a membership heartbeat, so a lease-based daemon keeps off "
+                       "our lanes and counts us in its fair share" if wanted else
                        "no lease-based daemon seen: nothing written per lane; our last records expire by themselves")
         if not wanted:
+            self._release_member_heartbeat()
             return
         expires = now + int(self.config.lease_ttl_s * 1000)
-        self.leases.write_many([Lease(self.config.pipeline, lane, self.worker_id, expires, group=True)
-                                for lane in sorted(self.held)])
+        pipeline, me = self.config.pipeline, self.worker_id
+        # the heartbeat (first, so the lease-based daemon counts us even while we hold no lane: its fair share then
+        # leaves lanes to us and it gives back what it holds beyond it — 18af6cc _maintain_leases)
+        self.leases.write_many([Lease(pipeline, member_lane(me), me, expires, group=True)]
+                               + [Lease(pipeline, lane, me, expires, group=True) for lane in sorted(self.held)])
+        self._member_heartbeat = True
         self._compat_records_until = expires
+
+    def _release_member_heartbeat(self) -> None:
+        """Tombstone our compat membership heartbeat, if written (compat writing stopped, or leaving)."""
+        if self._member_heartbeat:
+            self.leases.release_member(self.config.pipeline, self.worker_id)
+            self._member_heartbeat = False
 
     def _compat_records_live(self) -> bool:
         """Whether a compat lease record we wrote may still be live (then a lane we give up is released)."""
@@ -778,6 +802,8 @@ class ShallowMirrorDaemon:
                 event("lease_release_failed", logging.WARNING, lanes=",".join(lanes), error=exc)
         if self._health_written:  # our lanes' health records: cleared (their next holders write their own)
             self._housekeeping("health_records", lambda: self._write_health_records(now_ms()))
+        if self._member_heartbeat:  # a lease-based daemon stops counting us (else: until the heartbeat expires)
+            self._housekeeping("leases", self._release_member_heartbeat)
         generation = self.membership.generation
         self.membership.released(self.membership.revoking(), as_of=generation)
         self.membership.close()

@@ -126,6 +126,18 @@ class MembershipView:
     last_poll_age_s: float
 
 
+def lost_note(reachability) -> str:
+    """Why an assignment was lost, as far as this process can tell. With the source unreachable (``reachability``
+    says so) the coordinator is down too: nobody was given the partitions — the classic protocol's client-side
+    session timer (librdkafka SESSTMOUT) dropped them because no coordinator answered."""
+    if reachability is not None and reachability.failing:
+        return ("our session timed out while the group coordinator on the source was unreachable (the client drops "
+                "its assignment itself; nobody was given the partitions): the lanes are dropped and taken again "
+                "when the group answers; their checkpoints keep the positions")
+    return ("our session expired (the coordinator did not hear from us within the session timeout): the group may "
+            "have given them to others, whose transactional.id fences any write of ours still in flight")
+
+
 class GroupMembership:
     """One daemon process's membership of its pipeline's group (see the module docstring for the hand-shake)."""
 
@@ -303,8 +315,7 @@ class GroupMembership:
 
     def _on_lost(self, consumer, partitions) -> None:
         log.warning("event=group_assignment_lost group=%s worker=%s partitions=%s note=%s", self.group,
-                    self.worker_id, _names(partitions), "our session expired; the group gave them to others, "
-                    "whose transactional.id fences any write of ours still in flight")
+                    self.worker_id, _names(partitions), lost_note(self._reachability))
         self._give_up(consumer, partitions, wait=False)
 
     def _give_up(self, consumer, partitions, *, wait: bool) -> None:

@@ -103,6 +103,12 @@ def _wait_for_daemon(store: CheckpointStore, source: ClusterConfig, pipeline: st
                                     f"{', '.join(missing)} within {timeout_s:.0f}s: {unreadable}")
                 error.retriable = True
                 raise error
+            stopped = stopped_lanes(store, pipeline, {lane: lanes[lane] for lane in missing})
+            if stopped:
+                raise MirrorError(f"pipeline {pipeline!r}: no daemon copies lanes {', '.join(missing)} after "
+                                  f"{timeout_s:.0f}s: stopped in the checkpoint: "
+                                  + "; ".join(f"{lane} {what}" for lane, what in stopped.items())
+                                  + " — a daemon does not take a stopped lane; `shoal lanes resume` it")
             raise MirrorError(f"pipeline {pipeline!r}: no daemon took lanes {', '.join(missing)} within "
                               f"{timeout_s:.0f}s (no member of the daemon group shoal.{pipeline}.daemons on cluster "
                               f"{source.name!r} has their partitions assigned); is `shoal mirror run` running for "
@@ -115,17 +121,33 @@ def lanes_without_daemon(store: CheckpointStore, source: ClusterConfig, pipeline
     """The ``lanes`` (lane → source partition) no daemon holds right now: not assigned to a member of the daemon
     group on ``source`` and not held by a live lease of a lease-based daemon (an upgrade). One look; the Airflow
     trigger polls this. Raises a retriable :class:`MirrorError` when the group cannot be described and live leases
-    do not cover every lane — unknown is not "no daemon"."""
+    do not cover every lane — unknown is not "no daemon". A lane halted or retired in its checkpoint is never held:
+    the group still assigns its partition to a member, but no daemon takes a stopped lane (see
+    :func:`stopped_lanes`)."""
     from mirror_core.lane_holders import lanes_without_daemon as without
     from mirror_core.mirror_status import read_lane_holders
 
     holders, _group = read_lane_holders(source, store, pipeline, timeout_s=10.0)
-    missing = without(holders, lanes)
-    if missing and holders.group is None:
+    stopped = stopped_lanes(store, pipeline, lanes)
+    missing = sorted(set(without(holders, lanes)) | set(stopped), key=list(lanes).index)
+    if [lane for lane in missing if lane not in stopped] and holders.group is None:
         error = MirrorError(holders.group_error or f"pipeline {pipeline!r}: the daemon group could not be read")
         error.retriable = True
         raise error
     return missing
+
+
+def stopped_lanes(store: CheckpointStore, pipeline: str, lanes: dict[str, tuple[str, int]]) -> dict[str, str]:
+    """Of ``lanes`` (lane → source partition), those halted or retired in their checkpoint → what the checkpoint
+    says (state, reason, message): no daemon copies such a lane until it is resumed (``shoal lanes resume``)."""
+    checkpoints = store.read_all(pipeline, whole_maps=False)
+    out = {}
+    for lane, (topic, partition) in lanes.items():
+        cp = checkpoints.get((pipeline, topic, partition))
+        stopped = getattr(cp, "lane_state", None) if cp is not None else None
+        if stopped is not None:
+            out[lane] = f"{stopped.state} ({stopped.reason}: {stopped.message})"
+    return out
 
 
 def daemon_missing_lanes(source: ClusterConfig, target: ClusterConfig, pipeline: str,

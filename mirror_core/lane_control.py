@@ -169,7 +169,7 @@ def lane_states(target: ClusterConfig, pipeline: str) -> list[dict]:
     ``retrying``/``stalled`` its holder's live health record reports (:mod:`mirror_core.lane_health_records`), else
     ``copying`` — reason, offsets and owner, as the daemons left them on the target; ``lease_holder``: a lease-based
     daemon of an older release holding the lane by a live lease (an upgrade in progress), else None."""
-    from mirror_core.lane_health_records import read_health_records
+    from mirror_core.lane_health_records import read_all_health_records
     from mirror_core.lane_holders import LaneHolders
     from mirror_core.leases import LeaseStore
 
@@ -177,14 +177,14 @@ def lane_states(target: ClusterConfig, pipeline: str) -> list[dict]:
         store = CheckpointStore(target, client)
         checkpoints = store.read_all(pipeline, whole_maps=False)
         leases = LeaseStore(store, producer_config={}).read(pipeline)
-        health = read_health_records(store, pipeline)
+        health = read_all_health_records(store, pipeline)
     now = _now_ms()
     holders = LaneHolders(None, leases, health, now)
     rows = []
     for (_pl, topic, partition), cp in sorted(checkpoints.items()):
         lane = default_lane(cp.target_topic, cp.target_partition)
         stopped = cp.lane_state
-        live = None if stopped else holders.live_health(lane)
+        live = None if stopped else holders.live_health(lane, (topic, partition))
         old = holders.holder((topic, partition), lane)
         row = {"lane": lane, "topic": topic, "partition": partition,
                "state": stopped.state if stopped else "copying", "reason": stopped.reason if stopped else "none",

@@ -4,8 +4,11 @@
 retirements are persisted with the checkpoint. So the Shoal page, ``shoal lanes status`` and ``shoal mirror status``
 see the first two, the holder writes a record of its own per such lane into the checkpoint topic:
 
-    key   {"lane_health": [pipeline, lane]}        (a JSON object without "pipeline": checkpoint and lease readers
-                                                    of every release skip it)
+    key   {"lane_health": [pipeline, lane, holder]} (a JSON object without "pipeline": checkpoint and lease readers
+                                                    of every release skip it; one key per lane AND writer, so a
+                                                    former holder's late tombstone never erases the next holder's
+                                                    record; readers of the two-element key of the first release
+                                                    still find the lane at index 1)
     value {"state", "reason", "message", "attempts", "since_ms", "holder", "written_ms", "expires_ms"}
           or a tombstone once the lane copies again (or is no longer the writer's)
 
@@ -14,7 +17,9 @@ held lane enters ``retrying``/``stalled`` or moves between them or to another re
 most every ``HEALTH_REFRESH_S`` (new attempts and message, and a fresh ``expires_ms``); a tombstone when it copies
 again or is dropped. A copying lane costs nothing. A holder that dies leaves its record behind: readers take a
 record as live only before its ``expires_ms`` (three refreshes after it was written), and the lane's next holder
-writes its own.
+writes its own under its own key. Several workers may have a live record of one lane (a former holder killed or
+cut off while its lane retried): readers take only the record of the worker the group says holds the lane
+(:meth:`mirror_core.lane_holders.LaneHolders.live_health`).
 
 Pure except :class:`LaneHealthWriter` (one batched produce through a
 :class:`~mirror_core.leases.SideRecordProducer`) and :func:`read_health_records` (a read of the store's cache).
@@ -32,8 +37,8 @@ HEALTH_EXPIRY_REFRESHES = 3  # a record not rewritten for this many refreshes is
 MESSAGE_CHARS = 500
 
 
-def health_key(pipeline: str, lane: str) -> bytes:
-    return json.dumps({"lane_health": [pipeline, lane]}, separators=(",", ":")).encode()
+def health_key(pipeline: str, lane: str, holder: str) -> bytes:
+    return json.dumps({"lane_health": [pipeline, lane, holder]}, separators=(",", ":")).encode()
 
 
 def live_health(health: LaneHealth) -> dict | None:
@@ -92,9 +97,18 @@ def record_body(health: dict, holder: str, now_ms: int, *, refresh_s: float = HE
 
 
 def parse_health_records(items, pipeline: str) -> dict[str, HealthRecord]:
-    """Lane → health record of ``pipeline`` among ``(key, value)`` items of the checkpoint topic (tombstoned keys
-    are absent from a store's items)."""
-    out = {}
+    """Lane → the newest health record of ``pipeline`` among ``(key, value)`` items of the checkpoint topic
+    (tombstoned keys are absent from a store's items). Newest is not necessarily the holder's: readers that show a
+    lane's state use :func:`parse_all_health_records` and take the holder's (see the module docstring)."""
+    out: dict[str, HealthRecord] = {}
+    for lane, records in parse_all_health_records(items, pipeline).items():
+        out[lane] = max(records, key=lambda r: r.written_ms)  # ties: the later key read
+    return out
+
+
+def parse_all_health_records(items, pipeline: str) -> dict[str, list[HealthRecord]]:
+    """Lane → every health record of ``pipeline`` (one per writer), in the order read."""
+    out: dict[str, list[HealthRecord]] = {}
     for key, value in items:
         if not key.startswith(b'{"lane_health":'):
             continue
@@ -103,15 +117,20 @@ def parse_health_records(items, pipeline: str) -> dict[str, HealthRecord]:
             continue
         body = json.loads(value)
         lane = decoded[1]
-        out[lane] = HealthRecord(lane, body.get("holder", "?"), body.get("state", RETRYING),
+        out.setdefault(lane, []).append(HealthRecord(lane, body.get("holder", "?"), body.get("state", RETRYING),
                                  body.get("reason", "unknown"), body.get("message") or "", int(body.get("attempts", 0)),
-                                 body.get("since_ms"), int(body.get("written_ms", 0)), int(body.get("expires_ms", 0)))
+                                 body.get("since_ms"), int(body.get("written_ms", 0)), int(body.get("expires_ms", 0))))
     return out
 
 
 def read_health_records(store, pipeline: str) -> dict[str, HealthRecord]:
     """Lane → health record of ``pipeline``, from a :class:`~mirror_core.checkpoint.CheckpointStore`'s cache."""
     return parse_health_records(store.latest_items(), pipeline)
+
+
+def read_all_health_records(store, pipeline: str) -> dict[str, list[HealthRecord]]:
+    """Lane → every health record of ``pipeline`` (one per writer), from the store's cache."""
+    return parse_all_health_records(store.latest_items(), pipeline)
 
 
 class LaneHealthWriter:
@@ -121,7 +140,7 @@ class LaneHealthWriter:
         self.producer = producer  # a mirror_core.leases.SideRecordProducer on the checkpoint topic
 
     def write(self, pipeline: str, holder: str, writes: dict[str, dict], clears: list[str], now_ms: int) -> None:
-        records = [(health_key(pipeline, lane), json.dumps(record_body(health, holder, now_ms)).encode(), lane)
-                   for lane, health in sorted(writes.items())]
-        records += [(health_key(pipeline, lane), None, lane) for lane in clears]
+        records = [(health_key(pipeline, lane, holder), json.dumps(record_body(health, holder, now_ms)).encode(),
+                    lane) for lane, health in sorted(writes.items())]
+        records += [(health_key(pipeline, lane, holder), None, lane) for lane in clears]
         self.producer.produce(records, what="lane health record(s) of lane(s)", timeout_s=5.0)

@@ -10,7 +10,9 @@ Three sources, gathered by the caller (:func:`mirror_core.mirror_status.read_lan
   upgrade: such a daemon holds its lanes by them. Group-marked records (``lease_compat``) are ignored: the group's
   assignment is the truth for group daemons;
 - the lanes' live **health records** (:mod:`mirror_core.lane_health_records`): retrying/stalled as the holder wrote
-  it, taken only before the record expires.
+  it, taken only before the record expires and only from a worker that holds the lane (a group assignee of its
+  partition, or the lease-based holder): a former holder killed or cut off while the lane retried leaves a live
+  record that says nothing of the lane's new holder.
 
 Pure: no I/O, the clock is passed in.
 """
@@ -27,7 +29,7 @@ Partition = tuple[str, int]
 class LaneHolders:
     group: Mapping[Partition, list[str]] | None  # None: the group could not be described
     leases: Mapping  # lane → mirror_core.leases.Lease (every record of the pipeline; old and group-marked)
-    health: Mapping  # lane → mirror_core.lane_health_records.HealthRecord
+    health: Mapping  # lane → HealthRecord or a list of them (one per writer; mirror_core.lane_health_records)
     now_ms: int
     group_error: str | None = None
 
@@ -52,10 +54,22 @@ class LaneHolders:
             return True
         return None if self.group is None else False
 
-    def live_health(self, lane: str):
-        """The lane's health record while it is live (retrying/stalled as its holder wrote it), else None."""
-        record = self.health.get(lane)
-        return record if record is not None and record.live(self.now_ms) else None
+    def live_health(self, lane: str, part: Partition | None):
+        """The lane's health record while it is live (retrying/stalled as its holder wrote it), else None. Only a
+        holder's record counts: with the group readable, a record whose writer is neither an assignee of ``part``
+        nor the lane's lease-based holder is ignored (it no longer holds the lane). With the group unreadable (or
+        ``part`` unknown) the newest live record is taken."""
+        records = self.health.get(lane)
+        if records is None:
+            return None
+        live = [r for r in (records if isinstance(records, list | tuple) else [records]) if r.live(self.now_ms)]
+        if self.group is not None and part is not None:
+            holders = set(self.group.get(part, []))
+            old = self._old_lease(lane)
+            if old is not None:
+                holders.add(old.holder)
+            live = [r for r in live if r.holder in holders]
+        return max(live, key=lambda r: r.written_ms) if live else None
 
 
 def lanes_without_daemon(holders: LaneHolders, lanes: Mapping[str, Partition]) -> list[str]:

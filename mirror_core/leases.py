@@ -9,8 +9,12 @@ fair share computed by every daemon. Daemons now share lanes through a consumer 
   ``group`` mark) until that lease is released or expires, and :func:`lease_based_daemon_seen` tells whether such a
   daemon is around (a live unmarked lease or a live membership heartbeat);
 - **writing** (``lease_compat``; :func:`compat_records_wanted` decides): a lease marked ``"group": true`` for each
-  lane a group daemon holds, so an older daemon counts it and keeps off its lanes. Group daemons ignore each other's
-  records: the group's assignment decides among them. Older readers ignore the extra field.
+  lane a group daemon holds, so an older daemon counts it and keeps off its lanes, and a membership heartbeat
+  (:func:`member_lane`, also marked) so the older daemon counts the group daemon in its fair share even while it
+  holds no lane — without it, an older daemon started late leases every lane (its share counts nobody), the group
+  daemons drop those lanes and then hold nothing, and the older daemon never gives a lane back. The heartbeat is
+  tombstoned when compat writing stops and on leave. Group daemons ignore each other's records (marked): the
+  group's assignment decides among them. Older readers ignore the extra field.
 
 Records are read with READ_COMMITTED like the checkpoints, through the same incremental cache
 (:meth:`CheckpointStore.latest_items`). A record only says who *should* write a lane; what makes a second writer
@@ -30,6 +34,11 @@ MEMBER_PREFIX = "__member__:"
 
 
 COMPAT_AUTO, COMPAT_ALWAYS, COMPAT_OFF = "auto", "always", "off"
+
+
+def member_lane(holder: str) -> str:
+    """The pseudo-lane of a daemon's membership heartbeat (the lease-based release's format)."""
+    return MEMBER_PREFIX + holder
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,10 @@ class LeaseStore:
     def _produce_many(self, records: list[tuple[str, str, bytes | None]]) -> None:
         self.producer.produce([(lease_key(pipeline, lane), value, lane) for pipeline, lane, value in records],
                               what="lease record(s) of lane(s)")
+
+    def release_member(self, pipeline: str, holder: str) -> None:
+        """Delete ``holder``'s membership heartbeat (a tombstone, so compaction drops the key)."""
+        self._produce_many([(pipeline, member_lane(holder), None)])
 
     def release(self, pipeline: str, lane: str, holder: str, *, group: bool = False) -> None:
         self.write(Lease(pipeline, lane, holder, 0, group=group))

@@ -56,13 +56,13 @@ def read_lane_holders(source: ClusterConfig, store, pipeline: str, *, timeout_s:
                       ) -> tuple[LaneHolders, GroupDescription | None]:
     """Who holds the pipeline's lanes (:class:`~mirror_core.lane_holders.LaneHolders`): the daemon group described
     on ``source``, lease and health records read through ``store`` (a :class:`CheckpointStore` on the target)."""
-    from mirror_core.lane_health_records import read_health_records
+    from mirror_core.lane_health_records import read_all_health_records
     from mirror_core.leases import LeaseStore, now_ms
 
     group, group_error = describe_group_or_error(source, pipeline, timeout_s=timeout_s)
     leases = LeaseStore(store, producer_config={}).read(pipeline)
     holders = LaneHolders(group.holders() if group is not None else None, leases,
-                          read_health_records(store, pipeline), now_ms(), group_error)
+                          read_all_health_records(store, pipeline), now_ms(), group_error)
     return holders, group
 
 

@@ -84,6 +84,11 @@ class SourceReachability:
         """What was last reported."""
         return self._reported
 
+    @property
+    def failing(self) -> bool:
+        """Whether the source's last answers failed (at once: not only after ``after_s``)."""
+        return self._failing_since is not None
+
     def answered(self, now: float) -> None:
         with self._lock:
             self._failing_since = None

@@ -248,7 +248,7 @@ def read_target_state(target, pipeline: str):
     checkpoint topic."""
     from mirror_core.checkpoint import CHECKPOINT_TOPIC, CheckpointStore
     from mirror_core.kafka_wire import WireClient
-    from mirror_core.lane_health_records import read_health_records
+    from mirror_core.lane_health_records import read_all_health_records
     from mirror_core.leases import LeaseStore
 
     with WireClient.for_cluster(target) as client:
@@ -257,7 +257,7 @@ def read_target_state(target, pipeline: str):
             return {}, {}, {}
         store = CheckpointStore(target, client, partitions=len(meta.partitions))
         return (store.read_all(pipeline, whole_maps=False), LeaseStore(store, producer_config={}).read(pipeline),
-                read_health_records(store, pipeline))
+                read_all_health_records(store, pipeline))
 
 
 def read_daemon_group(source, pipeline: str):
@@ -286,7 +286,7 @@ def lane_rows(checkpoints: Mapping, holders, parts: Sequence[tuple[str, int]], l
             continue
         lane = default_lane(cp.target_topic, cp.target_partition)
         stopped = getattr(cp, "lane_state", None)
-        live = holders.live_health(lane) if stopped is None else None
+        live = holders.live_health(lane, (topic, p)) if stopped is None else None
         state = {} if stopped is None else {
             "state": stopped.state, "reason": stopped.reason, "state_detail": stopped.message,
             "state_range": (stopped.position, stopped.range_end)}

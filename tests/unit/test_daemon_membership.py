@@ -186,6 +186,7 @@ class RecordingLeases:
         self.records = records or {}
         self.members: dict[str, Lease] = {}  # membership heartbeats of lease-based daemons
         self.writes: list[list[Lease]] = []
+        self.released_members: list[str] = []  # membership heartbeats tombstoned
         self.membership = membership
 
     def read(self, pipeline):
@@ -198,6 +199,9 @@ class RecordingLeases:
         if self.membership is not None:
             self.membership.events.append("leases")
         self.writes.append(list(leases))
+
+    def release_member(self, pipeline, holder):
+        self.released_members.append(holder)
 
 
 def group_daemon(lanes=("t-0", "t-1"), **overrides):
@@ -317,7 +321,7 @@ def test_lease_records_are_renewed_in_one_batch():
     daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(50)), lease_compat="always")
     daemon._maintain_group()
     daemon._maintain_group()
-    assert [len(batch) for batch in daemon.leases.writes] == [50, 50]
+    assert [len(batch) for batch in daemon.leases.writes] == [51, 51]  # 50 lanes and our membership heartbeat
 
 
 def test_auto_compat_writes_lease_records_only_while_a_lease_based_daemon_is_seen():
@@ -332,8 +336,9 @@ def test_auto_compat_writes_lease_records_only_while_a_lease_based_daemon_is_see
     assert len(daemon.held) == 20 and daemon.leases.writes == [], "records written with no old daemon around"
     daemon.leases.members = {"old-1": Lease("p", "__member__:old-1", "old-1", now_ms() + 5_000)}
     daemon._maintain_group()
-    assert [len(batch) for batch in daemon.leases.writes] == [20]
+    assert [len(batch) for batch in daemon.leases.writes] == [21]  # 20 lanes and our membership heartbeat
     assert all(lease.group and lease.holder == "A" for lease in daemon.leases.writes[0])
+    assert daemon.leases.writes[0][0].lane == "__member__:A"
     daemon.leases.members = {}
     daemon.leases.records = {"x-9": Lease("p", "x-9", "old-1", now_ms() + 5_000)}  # it holds a lane we do not
     daemon._maintain_group()
@@ -341,7 +346,7 @@ def test_auto_compat_writes_lease_records_only_while_a_lease_based_daemon_is_see
     daemon.leases.records = {"x-9": Lease("p", "x-9", "old-1", now_ms() - 1)}  # expired: the old daemon is gone
     daemon._maintain_group()
     daemon._maintain_group()
-    assert len(daemon.leases.writes) == 2
+    assert len(daemon.leases.writes) == 2 and daemon.leases.released_members == ["A"]  # heartbeat tombstoned
     # "off" never writes, even with an old daemon around — and still keeps off the lanes it holds
     off = group_daemon(lease_compat="off")
     off.leases.records = {"t-0": Lease("p", "t-0", "old-1", now_ms() + 5_000)}

@@ -10,6 +10,7 @@ from mirror_core.lane_health_records import (
     HealthRecord,
     health_key,
     live_health,
+    parse_all_health_records,
     parse_health_records,
     plan_health_writes,
     record_body,
@@ -42,8 +43,8 @@ def test_a_lane_that_copies_again_or_is_gone_is_cleared_and_copying_lanes_cost_n
 
 def test_records_are_read_per_pipeline_and_live_only_until_they_expire():
     body = record_body(RETRYING, "daemon-a", 1_000, refresh_s=30)
-    items = [(health_key("p", "dr.t-0"), json.dumps(body).encode()),
-             (health_key("other", "dr.t-0"), json.dumps(body).encode()),
+    items = [(health_key("p", "dr.t-0", "daemon-a"), json.dumps(body).encode()),
+             (health_key("other", "dr.t-0", "daemon-a"), json.dumps(body).encode()),
              (json.dumps({"lease": "dr.t-0", "pipeline": "p"}).encode(), b'{"holder": "x", "expires_ms": 1}'),
              (json.dumps(["p", "t", 0]).encode(), b"{}")]
     records = parse_health_records(items, "p")
@@ -57,5 +58,18 @@ def test_records_are_read_per_pipeline_and_live_only_until_they_expire():
 def test_lease_readers_skip_health_records():
     """Health records share the checkpoint topic: a lease reader (this release's or the previous one's) must not
     take one for a lease — their key has no "pipeline" field, which is how lease readers pick their records."""
-    key = json.loads(health_key("p", "dr.t-0"))
+    key = json.loads(health_key("p", "dr.t-0", "daemon-a"))
     assert isinstance(key, dict) and "pipeline" not in key and "lease" not in key
+
+
+def test_each_writer_has_its_own_key_and_the_first_releases_key_still_reads():
+    """A former holder's clear (tombstone of its own key) cannot erase the next holder's record of the lane; a
+    record under the first release's two-element key is still read."""
+    a, b = record_body(RETRYING, "A", 1_000), record_body(RETRYING, "B", 2_000)
+    assert health_key("p", "dr.t-0", "A") != health_key("p", "dr.t-0", "B")
+    old_key = json.dumps({"lane_health": ["p", "dr.t-1"]}, separators=(",", ":")).encode()
+    items = [(health_key("p", "dr.t-0", "A"), json.dumps(a).encode()),
+             (health_key("p", "dr.t-0", "B"), json.dumps(b).encode()), (old_key, json.dumps(a).encode())]
+    assert {lane: [r.holder for r in rs] for lane, rs in parse_all_health_records(items, "p").items()} == \
+        {"dr.t-0": ["A", "B"], "dr.t-1": ["A"]}
+    assert parse_health_records(items, "p")["dr.t-0"].holder == "B"  # the newest

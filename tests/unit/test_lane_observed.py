@@ -64,9 +64,13 @@ def test_an_unreadable_group_makes_holding_unknown_not_absent():
 def test_only_live_health_records_are_taken():
     record = HealthRecord("dr.t-0", "daemon-a", "retrying", "unavailable", "down", 3, NOW - 9_000, NOW - 9_000,
                           NOW + 1)
-    holders = LaneHolders({}, {}, {"dr.t-0": record}, NOW)
-    assert holders.live_health("dr.t-0") is record
-    assert LaneHolders({}, {}, {"dr.t-0": record}, NOW + 1).live_health("dr.t-0") is None
+    group = {("t", 0): ["daemon-a"]}
+    holders = LaneHolders(group, {}, {"dr.t-0": record}, NOW)
+    assert holders.live_health("dr.t-0", ("t", 0)) is record
+    assert LaneHolders(group, {}, {"dr.t-0": record}, NOW + 1).live_health("dr.t-0", ("t", 0)) is None
+    # the record of a worker the group no longer assigns the partition to says nothing of the lane
+    assert LaneHolders({("t", 0): ["daemon-b"]}, {}, {"dr.t-0": [record]}, NOW).live_health("dr.t-0", ("t", 0)) \
+        is None
 
 
 def test_daemon_health_names_the_members_and_old_daemons_during_an_upgrade():
