@@ -693,7 +693,7 @@ class _Pipeline:
                 self._send(node, items, keys[node], sizes[node])
 
     def _leader(self, key: tuple) -> int | None:
-        """The partition's leader, remembered in ``leaders`` until a request fails (``leaders.clear()`` on any failed batch and before every retry)."""
+        """The partition's leader, remembered in ``leaders`` until a batch fails or a retry begins (then cleared)."""
         slot, tp = key
         try:
             node = self.leaders[key] = self.writer.client.leader_for(*tp)[0]
