@@ -690,8 +690,16 @@ class ShallowMirrorDaemon:
         want = {lane for lane in eligible if (self.lanes[lane].topic, self.lanes[lane].partition) in assigned
                 and lane not in blocked and lane not in fenced}
         dropped = sorted(self.held - want)
+        unassigned = [lane for lane in dropped if lane in eligible and lane not in blocked and lane not in fenced]
+        # a deleted source topic's partitions leave the assignment before the lane's fetch reports the deletion
+        # (the group may drop them between two revocation answers): such a lane halts or retires as it would have
+        # while held, naming what was never copied, instead of being dropped unassigned
+        gone = self._deleted_source_topics({self.lanes[lane].topic for lane in unassigned})
         for lane in dropped:
-            self._close_lane(self.lanes[lane])
+            state = self.lanes[lane]
+            self._close_lane(state)
+            if lane in unassigned and state.topic in gone and self._source_deleted(state, confirmed=True):
+                continue
             self._drop(lane, f"leased by {blocked[lane]}" if lane in blocked else
                        "not eligible" if lane not in eligible else "not assigned")
         if dropped and self._compat_records_live():

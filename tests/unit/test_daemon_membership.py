@@ -451,3 +451,25 @@ def test_a_failing_rejoin_is_retried_with_a_backoff_not_raised():
     daemon._next_join = 0.0
     daemon._leases_if_due()
     assert len(calls) == 2 and daemon._next_join - time.monotonic() > 1.0  # doubled
+
+
+def test_a_lane_whose_deleted_source_topic_left_the_assignment_halts_or_retires_instead_of_being_dropped():
+    """The group can drop a deleted topic's partitions from the assignment between two revocation answers; the next
+    group round then found the lane 'not assigned' and dropped it — no halt, no named range (the CI run of
+    2026-11-23: test_a_source_topic_deleted_under_a_running_daemon_halts_naming_the_range_or_retires timed out).
+    It now halts or retires as a held lane does."""
+    daemon = group_daemon(lanes=("t-0", "u-0"), lease_compat="off")
+    daemon._persist = lambda state, persisted: True  # the halt's record on the target: not what is tested here
+    daemon._maintain_group()
+    assert daemon.held == {"t-0", "u-0"}
+    daemon.lanes["t-0"].last_stable = 50  # it had seen offsets it never copied
+    daemon.membership.full = {("u", 0)}   # t's partition left the assignment without a revocation answered
+    daemon._deleted_source_topics = lambda topics: {"t"} & set(topics)
+    daemon._maintain_group()
+    assert daemon.held == {"u-0"}
+    health = daemon.lanes["t-0"].health
+    assert (health.state, health.reason, health.range_end) == ("halted", "source_deleted", 50), health
+    daemon.membership.full = set()        # a partition that merely moved to another member is only dropped
+    daemon._deleted_source_topics = lambda topics: set()
+    daemon._maintain_group()
+    assert daemon.held == set() and daemon.lanes["u-0"].health.state == "copying"
