@@ -525,6 +525,10 @@ def test_backfill_then_handoff_under_load_seam_is_clean(sandbox, source_cluster,
     assert seams == ends, "the seam X of each partition is recorded at the handoff"
     assert all(handed[(topic, p)].owner == DAEMON_OWNER and handed[(topic, p)].owner_epoch == 1 for p in range(3))
 
+    # the handoff's wait ends once the group assigns the partitions, which can be before the daemon opened lane 0:
+    # the zombie below is to meet a lane the daemon has opened (else there is no writer of the daemon's to fence)
+    wait_for(lambda: f"event=lane_opened topic={topic} partition=0 " in daemon.log_text(), 30,
+             "the daemon to open lane 0", daemons=(daemon,))
     # a late (zombie) backfill of the same lane: fenced by the newer owner epoch, nothing written
     with WireClient.for_cluster(source_cluster.config) as source, \
             WireClient.for_cluster(target_cluster.config) as target:
