@@ -29,17 +29,9 @@ FRAME = 1 << 20
 
 
 def _material(home: Path) -> dict:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.serialization import pkcs12
+    from mirror_core.sandbox.tls import pem_server_material
 
-    from mirror_core.sandbox.tls import ensure_tls_material
-
-    meta = ensure_tls_material(home, ("localhost",))
-    key, cert, _ = pkcs12.load_key_and_certificates(Path(meta["keystore"]).read_bytes(), meta["password"].encode())
-    (home / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                     serialization.NoEncryption()))
-    (home / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return {"ca": meta["ca"], "cert": str(home / "cert.pem"), "key": str(home / "key.pem")}
+    return pem_server_material(home)
 
 
 def _pair(material: dict | None, peer) -> tuple[object, threading.Thread]:

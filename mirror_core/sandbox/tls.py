@@ -77,3 +77,14 @@ def _san(name: str) -> x509.GeneralName:
         return x509.IPAddress(ipaddress.ip_address(name))
     except ValueError:
         return x509.DNSName(name)
+
+
+def pem_server_material(tls_dir: Path, names: tuple[str, ...] = ("localhost",)) -> dict[str, str]:
+    """The broker certificate and key of :func:`ensure_tls_material` as PEM files (for a Python TLS server: tests
+    and benchmarks that play the broker); returns the paths of the CA, certificate and key."""
+    meta = ensure_tls_material(tls_dir, names)
+    key, cert, _ = pkcs12.load_key_and_certificates(Path(meta["keystore"]).read_bytes(), meta["password"].encode())
+    (tls_dir / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                        serialization.NoEncryption()))
+    (tls_dir / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return {"ca": meta["ca"], "cert": str(tls_dir / "cert.pem"), "key": str(tls_dir / "key.pem")}

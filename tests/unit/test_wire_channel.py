@@ -8,25 +8,17 @@ import os
 import socket
 import ssl
 import threading
-from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.serialization import pkcs12
 
-from mirror_core.sandbox.tls import ensure_tls_material
+from mirror_core.sandbox.tls import pem_server_material
 from mirror_core.wire_channel import FastSecurity, HandshakeRefused, TlsChannel, tls_context
 
 
 @pytest.fixture(scope="module")
 def material(tmp_path_factory):
     home = tmp_path_factory.mktemp("tls")
-    meta = ensure_tls_material(home, ("localhost",))
-    key, cert, _ = pkcs12.load_key_and_certificates(Path(meta["keystore"]).read_bytes(), meta["password"].encode())
-    (home / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                     serialization.NoEncryption()))
-    (home / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return {"ca": meta["ca"], "cert": str(home / "cert.pem"), "key": str(home / "key.pem")}
+    return pem_server_material(home)
 
 
 def _echo_server(material, sock: socket.socket, expect: int) -> threading.Thread:

@@ -11,13 +11,10 @@ import contextlib
 import os
 import socket
 import ssl
-from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.serialization import pkcs12
 
-from mirror_core.sandbox.tls import ensure_tls_material
+from mirror_core.sandbox.tls import pem_server_material
 from mirror_core.wire_channel import TlsChannel, tls_context, whole_records
 
 pytestmark = pytest.mark.timeout(60)
@@ -26,12 +23,7 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(scope="module")
 def material(tmp_path_factory):
     home = tmp_path_factory.mktemp("tls")
-    meta = ensure_tls_material(home, ("localhost",))
-    key, cert, _ = pkcs12.load_key_and_certificates(Path(meta["keystore"]).read_bytes(), meta["password"].encode())
-    (home / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                     serialization.NoEncryption()))
-    (home / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return {"ca": meta["ca"], "cert": str(home / "cert.pem"), "key": str(home / "key.pem")}
+    return pem_server_material(home)
 
 
 class ScriptedPeer:
