@@ -28,20 +28,11 @@ from mirror_core import writer as writer_module
 from mirror_core.batch_codec import parse_batch
 from mirror_core.writer import BatchWriter, OutgoingBatch, next_sequence, write_together
 from tests.unit.test_kafka_wire_pure import make_batch
+from tests.unit.test_wire_fastpath import _recv
 
 pytestmark = pytest.mark.timeout(60)
 
 NOT_LEADER = Errors.NotLeaderForPartitionError.errno
-
-
-def _recv(conn, n):
-    data = b""
-    while len(data) < n:
-        chunk = conn.recv(n - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
 
 
 def _parse_produce(frame: bytes):
