@@ -221,6 +221,10 @@ class LaneSession:
         self.source_topic_id = str(topic_id) if topic_id else None
         self.target_topic_id = self._current_target_topic_id()
         self.duplicates_reported = 0  # at-least-once: records found twice on the target after a crash
+        # at-least-once: this session's first landing found (and reported) duplicates, and the checkpoint still
+        # points below them; the flush that found them is checkpointed at once (not when the commit window fills),
+        # so a next holder resuming from this lane judges only what came after and never reports them again
+        self.checkpoint_now = False
         # the offset map as commits extend it: sealed segments' bounds and the open tail (None: nothing copied yet)
         self.lane_map = None if self.checkpoint is None or self.checkpoint.offset_map is None else \
             LaneMap.from_checkpoint(self.checkpoint.offset_map, self.checkpoint.map_segments,
@@ -587,6 +591,7 @@ class _ResumeLanding:
             raise ForeignWriteError(*where, f"{len(found)} committed record(s) in between are not the source's "
                                             f"records from offset {checkpoint.position}")
         session.duplicates_reported += len(found)
+        session.checkpoint_now = True
         log.warning("cluster %r %s-%d: at-least-once resume found %d record(s) at [%d, %d) equal to the source's "
                     "from offset %d: a crash between write and checkpoint duplicated them", target.cluster_name,
                     topic, partition, len(found), expected, base, checkpoint.position)
@@ -671,8 +676,8 @@ class _CheckpointCommitter:
 
     def flushed(self, result: CopyResult, *, final: bool) -> int:
         policy = self.owner.policy
-        due = final or result.bytes - self._bytes_at_commit >= policy.commit_bytes or \
-            (time.monotonic() - self._last_commit) * 1000 >= policy.commit_interval_ms
+        due = final or self.session.checkpoint_now or result.bytes - self._bytes_at_commit >= policy.commit_bytes \
+            or (time.monotonic() - self._last_commit) * 1000 >= policy.commit_interval_ms
         if not due:
             return 0
         if final and self.before_final_commit is not None:
@@ -710,6 +715,7 @@ class _CheckpointCommitter:
             if not final:
                 session.begin_transaction()
         session.checkpoint = checkpoint  # what a later copy of this session resumes from
+        session.checkpoint_now = False
         if map_commit is not None:
             lane_map.apply(map_commit)
         self.commits += 1

@@ -49,10 +49,22 @@ def _contiguous_runs(target: list, source: list) -> list[tuple[int, int]]:
     return [tuple(run) for run in runs]
 
 
+def _copying(log: str, lane: str) -> bool:
+    """Whether the daemon's log shows it holding ``lane`` now and having copied since it took it."""
+    acquired = log.rfind(f"event=lane_acquired lane={lane} ")
+    return acquired > log.rfind(f"event=lane_dropped lane={lane} ") and log.find("event=copied", acquired) > 0
+
+
 def _pause_holder_until_taken_over(daemons: dict, source_cluster, pipeline: str, lane: str) -> str:
-    """SIGSTOP the lane's holder until the other daemon holds the lane and copied, then SIGCONT it."""
-    holder = wait_for(lambda: (held_lanes(source_cluster, pipeline) or {}).get(lane), 30, "a holder of the lane",
-                      daemons=tuple(daemons.values()))
+    """SIGSTOP the lane's holder until the other daemon holds the lane and copied, then SIGCONT it. The holder is
+    the member the group assigned the lane to *and* whose own log shows it copying the lane: a member assigned the
+    lane a moment ago may not have taken it yet, and pausing that one pauses no writer (it then never drops a lane
+    it never held, and the assertions below would blame it)."""
+    def copying_holder():
+        holder = (held_lanes(source_cluster, pipeline) or {}).get(lane)
+        return holder if holder is not None and _copying(daemons[holder].log_text(), lane) else None
+
+    holder = wait_for(copying_holder, 30, "a holder copying the lane", daemons=tuple(daemons.values()))
     other = next(d for name, d in daemons.items() if name != holder)
     copied_before = other.log_text().count("event=copied")
     daemons[holder].proc.send_signal(signal.SIGSTOP)

@@ -67,3 +67,40 @@ def test_an_at_least_once_first_run_stopped_before_its_first_commit_leaves_only_
     assert session.duplicates_reported == first_run, \
         f"{first_run} records were copied twice, {session.duplicates_reported} reported"
     assert f"at-least-once resume found {first_run} record(s)" in caplog.text
+
+
+def test_a_resumed_holder_stopped_before_its_first_commit_does_not_get_its_duplicates_reported_twice(
+        source_cluster, target_cluster, unique_name, caplog):
+    """Hole: a resumed at-least-once holder that found (and reported) a crashed run's copies at its first landing,
+    then stopped before its first commit, left the lane's checkpoint where it was: the next holder resumed there too
+    and reported the same copies again with the second run's own — more duplicates reported than the target holds
+    (a daemon losing a lane right after taking it over, twice, in tests/faults/test_at_least_once_fencing.py). Now
+    the flush whose landing found duplicates is checkpointed at once, so a later holder judges only what came after.
+    """
+    topic = unique_name()
+    target_topic, pipeline = f"dr.{topic}", f"p.{topic}"
+    source_cluster.create_topic(topic)
+    target_cluster.create_topic(target_topic)
+    for first in range(0, RECORDS, 40):  # five batches
+        source_cluster.produce(topic, [(b"k%d" % i, b"v%d" % i) for i in range(first, first + 40)])
+    reported = 0
+    with WireClient.for_cluster(source_cluster.config) as source, \
+            WireClient.for_cluster(target_cluster.config) as target:
+        store = CheckpointStore(target_cluster.config, target)
+        store.ensure_topic()
+        rng = PartitionRange(topic, 0, 0, RECORDS, target_topic, 0)
+        with pytest.raises(_Stopped):  # the first run: copies of its first batch, no commit
+            _copier(source, target, store, pipeline).copy(rng, _stop_after_first_write)
+        # the second holder: judges (and reports) the first run's copies, writes its first batch, stops
+        second = _copier(source, target, store, pipeline).open_lane(topic, 0, target_topic, 0)
+        with pytest.raises(_Stopped):
+            second.copy(0, RECORDS, _stop_after_first_write)
+        reported += second.duplicates_reported
+        third = _copier(source, target, store, pipeline).open_lane(topic, 0, target_topic, 0)
+        result = third.copy(0, RECORDS)
+        reported += third.duplicates_reported
+    assert result.source_end == RECORDS
+    on_target = len(target_cluster.read_all(target_topic))
+    assert reported > 0, "the second holder found the first run's copies"
+    assert reported == on_target - RECORDS, \
+        f"the target holds {on_target - RECORDS} duplicate record(s); the holders reported {reported}"
