@@ -90,7 +90,7 @@ from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.lane_control import persist_lane_state
 from mirror_core.lane_health_records import LaneHealthWriter, live_health, plan_health_writes
 from mirror_core.lane_status import HALTED, RETIRED, LaneHealth, PersistedLaneState, classify_failure
-from mirror_core.lane_workers import LaneClients, LaneWorkerPool
+from mirror_core.lane_workers import LaneClients, LaneWorkerPool, TaskOutcome
 from mirror_core.leases import (
     Lease,
     LeaseStore,
@@ -906,37 +906,35 @@ class ShallowMirrorDaemon:
     # (leases, health, metrics, events); a lane's own wire work — opening its session, writing and committing its
     # share, renewing its fence — runs on its worker (self.workers), the lanes side by side. The main thread touches
     # a lane's session only between worker batches, never a worker's clients.
-    def _open_session(self, state: LaneState, clients: LaneClients) -> LaneSession:
-        """A new session of the lane (InitProducerId with its transactional.id, checkpoint read). Runs on the
-        lane's worker and stores nothing in ``state``: the main thread installs it (:meth:`_open_ready`)."""
+    def _fence_lane(self, state: LaneState, handed_over: Checkpoint | None, clients: LaneClients) -> LaneSession:
+        """The first half of a new session of the lane, on its worker: InitProducerId with its transactional.id
+        (every former holder fenced, its open transaction aborted). The checkpoint is read afterwards, for all the
+        lanes opening together (:meth:`_open_lanes`), and handed to :meth:`_open`. ``handed_over``: the lane's
+        checkpoint as read before fencing (owned by the daemon, or None)."""
         cfg = self.config
-        # past the LSO: a handoff committed behind another lane's open transaction still counts
-        cp = clients.store.read_own(cfg.pipeline, state.topic, state.partition)
-        if cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
-            raise NotHandedOffError(cfg.pipeline, cp)
-        epoch = cp.owner_epoch if cp is not None else 1
+        epoch = handed_over.owner_epoch if handed_over is not None else 1
         copier = CheckpointedCopier(
             clients.source, clients.target, clients.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
             owner=DAEMON_OWNER, owner_epoch=epoch,
             options=CopyOptions(max_inflight_bytes=cfg.commit_bytes),
             policy=CommitPolicy(cfg.commit_bytes, cfg.commit_interval_ms, cfg.transaction_timeout_ms,
                                 cfg.write_retry_s))
-        session = copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,
-                                   lane=state.lane)
-        if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
-            # a backfill claimed the lane between our read and the open: leave it (its retry fences us back)
-            raise NotHandedOffError(cfg.pipeline, session.checkpoint)
-        return session
+        return copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,
+                                lane=state.lane, read_checkpoint=False)
 
-    def _open(self, state: LaneState, session: LaneSession | None, clients: LaneClients
-              ) -> tuple[LaneSession, RawBatchFetcher]:
-        """The lane's session (``session``, or a new one opened with its transactional.id) and a fetcher at its
-        committed position. Runs on the lane's worker and hands both back as the task's value — the main thread
-        installs them only if the lane was not dropped meanwhile (:meth:`_open_ready`); the one thing stored here
-        is ``state.start``, set once (None → offset) so a retry keeps the start it chose. The fetcher itself is
-        driven by the main thread's fetch rounds (``self.source``)."""
-        if session is None:
-            session = self._open_session(state, clients)
+    def _open(self, state: LaneState, session: LaneSession, clients: LaneClients, *, fenced: bool = False,
+              checkpoint: Checkpoint | None = None) -> tuple[LaneSession, RawBatchFetcher]:
+        """The lane's session and a fetcher at its committed position. ``fenced``: ``session`` was just opened by
+        :meth:`_fence_lane` and ``checkpoint`` is the lane's, read after its InitProducerId returned — the session
+        resumes from it here. Runs on the lane's worker (where its writer lives) and hands both back as the task's
+        value — the main thread installs them only if the lane was not dropped meanwhile (:meth:`_open_ready`);
+        the one thing stored here is ``state.start``, set once (None → offset) so a retry keeps the start it chose.
+        The fetcher itself is driven by the main thread's fetch rounds (``self.source``)."""
+        if fenced:
+            session.resume(checkpoint)
+            if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
+                # a backfill claimed the lane between our first read and the fence: leave it (its retry fences us)
+                raise NotHandedOffError(self.config.pipeline, session.checkpoint)
         position, epoch = session.position, session.position_epoch
         if position is None:  # no checkpoint yet: fix the start once, or "latest" would move with the data
             if state.start is None:
@@ -964,10 +962,7 @@ class ShallowMirrorDaemon:
         closed = [state for state in candidates if state.session is None or state.fetcher is None]
         if closed:
             began = [(state.session, state.generation) for state in closed]
-            outcomes = self.workers.run(
-                [(state.lane, functools.partial(self._open, state, session))
-                 for state, (session, _) in zip(closed, began, strict=True)],
-                tick=self._leases_busy)  # revocations are answered meanwhile
+            outcomes = self._open_lanes(closed, began)
             for state, (session, generation), outcome in zip(closed, began, outcomes, strict=True):
                 if not self._still_ours(state, generation, session):
                     if outcome.ok and outcome.value[0] is not session:
@@ -985,6 +980,73 @@ class ShallowMirrorDaemon:
                           position=opened.position)
         return [(state, state.fetcher.position) for state in candidates
                 if state.lane in self.held and state.fetcher is not None and state.session is not None]
+
+    def _open_lanes(self, states: list[LaneState], began: list[tuple[LaneSession | None, int]]
+                    ) -> list[TaskOutcome]:
+        """Open ``states`` (each with the session and generation it had when the open began; a lane that has a
+        session only needs a fetcher): per lane the outcome of :meth:`_open`.
+
+        A lane without a session opens in three steps, each for all such lanes at once:
+          1. one read of their checkpoints (:meth:`CheckpointStore.read_own_many`): a lane a backfill still owns is
+             refused before anything fences its writer;
+          2. InitProducerId with each lane's transactional.id, on the lanes' workers side by side;
+          3. one more read of the checkpoints of the lanes step 2 fenced, then each session resumes from its own
+             on its worker (topic ids, position validation, a first checkpoint where none exists).
+        Ordering (DESIGN §3.4): step 3's read begins only after every InitProducerId of step 2 returned
+        (``workers.run`` returns when all its tasks have): by then each former holder of those lanes is fenced
+        and its transactions are decided, so the checkpoint a lane resumes from is the newest its former holder
+        committed, never one an open transaction hides — exactly what a per-lane ``read_own`` after the lane's
+        own InitProducerId read (and one pass over the checkpoint topic instead of two reads per lane). A lane
+        dropped during step 2 (a group round runs as the pool's tick) skips step 3: its fenced session is
+        discarded, and its next holder's InitProducerId fences that writer."""
+        outcomes: list[TaskOutcome | None] = [None] * len(states)
+        sessions = [session for session, _generation in began]  # what step 3 opens on (a fenced one, after step 2)
+        fresh = [i for i, session in enumerate(sessions) if session is None]
+        resumed: dict[int, Checkpoint | None] = {}  # index → the checkpoint its fenced session resumes from
+        if fresh:
+            pipeline = self.config.pipeline
+            lanes = [(states[i].topic, states[i].partition) for i in fresh]
+            try:  # past the LSO: a handoff committed behind another lane's open transaction still counts
+                before = self.store.read_own_many(pipeline, lanes)
+            except Exception as exc:  # noqa: BLE001 - each lane retries after its backoff (classified by the caller)
+                before = {}
+                for i in fresh:
+                    outcomes[i] = TaskOutcome(error=exc)
+            for i in fresh:
+                cp = before.get((states[i].topic, states[i].partition))
+                if cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
+                    outcomes[i] = TaskOutcome(error=NotHandedOffError(pipeline, cp))
+            fresh = [i for i in fresh if outcomes[i] is None]
+            fenced = self.workers.run(
+                [(states[i].lane, functools.partial(self._fence_lane, states[i],
+                                                    before.get((states[i].topic, states[i].partition))))
+                 for i in fresh], tick=self._leases_busy)  # revocations are answered meanwhile
+            kept = []
+            for i, outcome in zip(fresh, fenced, strict=True):
+                if not outcome.ok:
+                    outcomes[i] = outcome
+                elif not self._still_ours(states[i], began[i][1]):
+                    outcomes[i] = TaskOutcome(value=(outcome.value, None))  # dropped: not resumed, not installed
+                else:
+                    kept.append(i)
+                    sessions[i] = outcome.value  # a fenced session, resumed in step 3
+            if kept:
+                try:  # every InitProducerId of step 2 has returned (see the docstring)
+                    after = self.store.read_own_many(pipeline, [(states[i].topic, states[i].partition) for i in kept])
+                except Exception as exc:  # noqa: BLE001
+                    after = None
+                    for i in kept:
+                        outcomes[i] = TaskOutcome(error=exc)
+                if after is not None:
+                    resumed = {i: after.get((states[i].topic, states[i].partition)) for i in kept}
+        rest = [i for i in range(len(states)) if outcomes[i] is None]
+        opened = self.workers.run(
+            [(states[i].lane, functools.partial(self._open, states[i], sessions[i], fenced=i in resumed,
+                                                checkpoint=resumed.get(i)))
+             for i in rest], tick=self._leases_busy)
+        for i, outcome in zip(rest, opened, strict=True):
+            outcomes[i] = outcome
+        return outcomes  # type: ignore[return-value]
 
     def _copy_round(self) -> int | None:
         """One fetch round over every held lane that is ready, then the lanes' shares copied and committed on their
