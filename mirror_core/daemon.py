@@ -957,12 +957,14 @@ class ShallowMirrorDaemon:
         A group round runs as the pool's tick while the workers open lanes, and may drop one of them: the
         opened session and fetcher are then not installed (a later acquisition must open anew: InitProducerId,
         checkpoint read), and an error is not classified (the lane is not ours: no 'retrying', no halt)."""
-        candidates = [self.lanes[lane] for lane in sorted(self.held)
-                      if not self.lanes[lane].health.stopped and time.monotonic() >= self.lanes[lane].retry_at]
+        now, lanes = time.monotonic(), self.lanes
+        candidates = [state for state in (lanes[lane] for lane in sorted(self.held))
+                      if not state.health.stopped and now >= state.retry_at]
         closed = [state for state in candidates if state.session is None or state.fetcher is None]
         if closed:
             began = [(state.session, state.generation) for state in closed]
             outcomes = self._open_lanes(closed, began)
+            floors = self.pruner.floors()  # a copy of every held lane's floor: taken once, not once per lane
             for state, (session, generation), outcome in zip(closed, began, outcomes, strict=True):
                 if not self._still_ours(state, generation, session):
                     if outcome.ok and outcome.value[0] is not session:
@@ -974,7 +976,7 @@ class ShallowMirrorDaemon:
                     continue
                 opened, state.fetcher = outcome.value
                 if opened is not session:
-                    opened.prune_floor = self.pruner.floors().get((state.topic, state.partition))
+                    opened.prune_floor = floors.get((state.topic, state.partition))
                     state.session = opened
                     event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                           position=opened.position)
