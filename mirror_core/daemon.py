@@ -111,8 +111,8 @@ DELETION_CONFIRM_S = 1.0  # a source topic must be missing from metadata twice, 
 GROUP_UNJOINED_SESSIONS = 3  # subscribed this many session timeouts without an assignment: the group did not form
 DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets none (both protocols' default)
 REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
-PREFLIGHT_WORKERS = 4  # target preparations (preflights) of new topics run this many at a time
 FENCED_BACKOFF_CAP_S = 300.0  # a lane fenced out of this process is retried after at most this (see _fenced_out)
+PREFLIGHT_WORKERS = 4  # target preparations (preflights) of new topics run this many at a time
 
 
 
