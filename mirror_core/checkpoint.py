@@ -473,6 +473,46 @@ class CheckpointStore:
             return self._with_whole_map(Checkpoint.from_value(value),
                                         lambda k: above[k] if k in above else committed(k))
 
+    def read_own_many(self, pipeline: str, lanes: Iterable[tuple[str, int]]
+                      ) -> dict[tuple[str, int], Checkpoint | None]:
+        """(topic, partition) → what :meth:`read_own` returns for it, for every one of ``lanes``, in one pass over
+        the checkpoint topic: each partition holding one of their keys refreshed once (no settle wait), one
+        ListOffsets for all their high watermarks, and the log above each one's LSO read once for all the keys in
+        it. Sound on the same condition as :meth:`read_own`: each lane's InitProducerId returned before this call
+        (a daemon opening many lanes fences them all, then reads them all here)."""
+        by_partition: dict[int, list[tuple[tuple[str, int], bytes, bytes]]] = collections.defaultdict(list)
+        for topic, partition in dict.fromkeys(lanes):
+            key = checkpoint_key(pipeline, topic, partition)
+            by_partition[checkpoint_partition(key, self.partitions)].append(
+                ((topic, partition), key, segment_key_prefix(pipeline, topic, partition)))
+        out: dict[tuple[str, int], Checkpoint | None] = {}
+        if not by_partition:
+            return out
+        parts = sorted(by_partition)
+        with self._lock:
+            self.refresh(parts, settle=False)
+            high_watermarks = self._offsets(parts, "latest")
+            for part in parts:
+                members = by_partition[part]
+                cache = self._caches[part]
+                committed = _committed_value(cache.entries)
+                above: dict[bytes, bytes | None] = {}
+                if high_watermarks[part] > cache.next_offset:
+                    keys = {key for _lane, key, _prefix in members}
+                    prefixes = tuple(prefix for _lane, _key, prefix in members)
+                    above = self._decided_above_lso(part, lambda k, keys=keys, prefixes=prefixes:
+                                                    k in keys or k.startswith(prefixes),
+                                                    cache.next_offset, high_watermarks[part])
+
+                def value_of(k: bytes, above=above, committed=committed) -> bytes | None:
+                    return above[k] if k in above else committed(k)
+
+                for lane, key, _prefix in members:
+                    value = value_of(key)
+                    out[lane] = None if value is None else self._with_whole_map(Checkpoint.from_value(value),
+                                                                                value_of)
+        return out
+
     def _with_whole_map(self, checkpoint: Checkpoint, value_of) -> Checkpoint:
         """``checkpoint`` with its sealed map segments (``value_of(key)``: a record's value) assembled."""
         chain = checkpoint.map_segments

@@ -50,7 +50,7 @@ from mirror_core.errors import (
     TopicRecreatedError,
     TransactionsUnavailableError,
 )
-from mirror_core.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.fetcher import RawBatchFetcher, fresh_topic_metadata, list_offsets, metadata_stamp_of
 from mirror_core.kafka_wire import WireClient
 from mirror_core.map_segments import LaneMap
 from mirror_core.offset_map import normalise_ranges
@@ -143,9 +143,12 @@ class CheckpointedCopier:
         return session.copy(rng.start, rng.end, progress)
 
     def open_lane(self, topic: str, partition: int, target_topic: str, target_partition: int, *,
-                  lane: int | str | None = None) -> LaneSession:
+                  lane: int | str | None = None, read_checkpoint: bool = True) -> LaneSession:
+        """Open the lane (see :class:`LaneSession`; ``read_checkpoint=False``: fenced only, the caller reads the
+        checkpoint and calls :meth:`LaneSession.resume`)."""
         return LaneSession(self, topic, partition, target_topic, target_partition,
-                           default_lane(target_topic, target_partition) if lane is None else lane)
+                           default_lane(target_topic, target_partition) if lane is None else lane,
+                           read_checkpoint=read_checkpoint)
 
 
 class OwnershipError(MirrorError):
@@ -204,7 +207,11 @@ class LaneSession:
     """
 
     def __init__(self, owner: CheckpointedCopier, topic: str, partition: int, target_topic: str,
-                 target_partition: int, lane: int | str):
+                 target_partition: int, lane: int | str, *, read_checkpoint: bool = True):
+        """Open the lane: InitProducerId with its transactional.id, then (``read_checkpoint``) its checkpoint read
+        and checked (:meth:`resume`). ``read_checkpoint=False``: only the first half; the caller reads the
+        checkpoint once this returned — e.g. many lanes' in one pass (:meth:`CheckpointStore.read_own_many`) —
+        and hands it to :meth:`resume` before the session is used."""
         self.owner = owner
         self.topic, self.partition = topic, partition
         self.target_topic, self.target_partition = target_topic, target_partition
@@ -212,14 +219,27 @@ class LaneSession:
         self.fenced_by_broker = True  # False: at-least-once on a target without transactions (owner check instead)
         self.fenced_at = 0.0  # at-least-once: monotonic time of the last fence (renewed, see renew_fence_if_due)
         self.fences = 0
+        # metadata answered from here on is fresh enough for the topic ids checked at open (resume): one answer
+        # per topic serves all the lanes a worker opens together
+        self._opened_at = (metadata_stamp_of(owner.source), metadata_stamp_of(owner.target))
+        self.checkpoint: Checkpoint | None = None
         self.writer = self._open_writer(lane)
         # at-least-once with a broker fence: the fence's abort marker sits before this session's first landing only
         self.fence_marker_pending = not self.exactly_once and self.fenced_by_broker
-        # after InitProducerId the lane's own transactions are all decided: read its key past the LSO
-        self.checkpoint = owner.store.read_own(owner.pipeline, topic, partition)
-        topic_id = owner.source.topic_metadata(topic, refresh=True).topic_id
+        if read_checkpoint:
+            # after InitProducerId the lane's own transactions are all decided: read its key past the LSO
+            self.resume(owner.store.read_own(owner.pipeline, topic, partition))
+
+    def resume(self, checkpoint: Checkpoint | None) -> None:
+        """The second half of opening: take ``checkpoint`` — the lane's, read past the LSO
+        (:meth:`CheckpointStore.read_own` or ``read_own_many``) only AFTER this session's InitProducerId returned,
+        so every transaction a former holder left is decided — pin the topic ids and check that the lane can
+        resume from it (a recreated topic, another target, a newer owner refuse)."""
+        owner, topic = self.owner, self.topic
+        self.checkpoint = checkpoint
+        topic_id = fresh_topic_metadata(owner.source, topic, self._opened_at[0]).topic_id
         self.source_topic_id = str(topic_id) if topic_id else None
-        self.target_topic_id = self._current_target_topic_id()
+        self.target_topic_id = self._current_target_topic_id(since=self._opened_at[1])
         self.duplicates_reported = 0  # at-least-once: records found twice on the target after a crash
         # at-least-once: this session's first landing found (and reported) duplicates, and the checkpoint still
         # points below them; the flush that found them is checkpointed at once (not when the commit window fills),
@@ -331,9 +351,14 @@ class LaneSession:
         if _commit_identity(stored) != _commit_identity(self.checkpoint):
             raise LaneTakenError(self.owner.pipeline, self.topic, self.partition, self.checkpoint, stored)
 
-    def _current_target_topic_id(self) -> str | None:
+    def _current_target_topic_id(self, *, since: int | None = None) -> str | None:
+        """The target topic's id now (``since``: from a Metadata answer taken after that stamp of the target
+        client, :func:`~mirror_core.fetcher.fresh_topic_metadata`; default: asked now)."""
         try:
-            topic_id = self.owner.target.topic_metadata(self.target_topic, refresh=True).topic_id
+            target = self.owner.target
+            meta = target.topic_metadata(self.target_topic, refresh=True) if since is None else \
+                fresh_topic_metadata(target, self.target_topic, since)
+            topic_id = meta.topic_id
         except Errors.UnknownTopicOrPartitionError:
             pinned = self.checkpoint.target_topic_id if getattr(self, "checkpoint", None) is not None else None
             if pinned:  # the lane wrote there before: the topic was deleted under it

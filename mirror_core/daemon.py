@@ -90,7 +90,7 @@ from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.lane_control import persist_lane_state
 from mirror_core.lane_health_records import LaneHealthWriter, live_health, plan_health_writes
 from mirror_core.lane_status import HALTED, RETIRED, LaneHealth, PersistedLaneState, classify_failure
-from mirror_core.lane_workers import LaneClients, LaneWorkerPool
+from mirror_core.lane_workers import LaneClients, LaneWorkerPool, TaskOutcome
 from mirror_core.leases import (
     Lease,
     LeaseStore,
@@ -112,6 +112,7 @@ GROUP_UNJOINED_SESSIONS = 3  # subscribed this many session timeouts without an 
 DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets none (both protocols' default)
 REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
 FENCED_BACKOFF_CAP_S = 300.0  # a lane fenced out of this process is retried after at most this (see _fenced_out)
+PREFLIGHT_WORKERS = 4  # target preparations (preflights) of new topics run this many at a time
 
 
 
@@ -440,21 +441,21 @@ class ShallowMirrorDaemon:
         sync_configs = now >= self._next_config_sync
         if sync_configs:
             self._next_config_sync = now + self.config.config_sync_interval_s
+        known: dict[str, set[int]] = {}
+        for state in self.lanes.values():  # one pass, not one per topic
+            known.setdefault(state.topic, set()).add(state.partition)
+        unprepared = []  # (topic, target topic, partitions) whose target is prepared (preflight) now
         for topic, partitions in sorted(topics.items()):
             if not self._selected(topic):
                 continue
             target_topic = self.naming.target_for(topic)
-            known = {s.partition for s in self.lanes.values() if s.topic == topic}
-            if len(known) == partitions:
+            if len(known.get(topic, ())) == partitions:
                 if sync_configs:
                     self._sync_configs(topic, target_topic)
                 continue
-            try:
-                self._prepare_target(topic, target_topic, partitions)
-            except MirrorError as exc:
-                self.metrics.errors.labels("preflight").inc()
-                event("preflight_refused", logging.ERROR, topic=topic, target_topic=target_topic, error=exc)
-                continue
+            unprepared.append((topic, target_topic, partitions))
+        prepared, unexpected = self._prepare_targets(unprepared)
+        for topic, target_topic, partitions in prepared:
             for p in range(partitions):
                 lane = default_lane(target_topic, p)
                 if lane not in self.lanes:
@@ -463,6 +464,8 @@ class ShallowMirrorDaemon:
         if self.membership is not None:  # the names Shoal's selection chose, never a broker-side regex
             self._group_topics = sorted({s.topic for s in self.lanes.values() if s.topic in topics})
             self.membership.subscribe(self._group_topics)
+        if unexpected is not None:  # the rescan fails (logged, retried) after the topics that passed got lanes
+            raise unexpected
 
     def _sync_configs(self, topic: str, target_topic: str) -> None:
         """Bring the target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp
@@ -485,11 +488,43 @@ class ShallowMirrorDaemon:
             return False
         return self.include.matches(topic) and not (self.exclude and self.exclude.matches(topic))
 
-    def _prepare_target(self, topic: str, target_topic: str, partitions: int) -> None:
+    def _prepare_targets(self, unprepared: list[tuple[str, str, int]]
+                         ) -> tuple[list[tuple[str, str, int]], BaseException | None]:
+        """Prepare the target of every topic in ``unprepared`` (:meth:`_prepare_target`); returns those whose
+        preflight passed, in the given order, and the first unexpected error (not a refusal), if any. The
+        target's topics are listed once for all of them, and the preflights (several admin round trips each,
+        mostly waiting) run ``PREFLIGHT_WORKERS`` at a time: a daemon starting on 40 topics paid 40 target topic
+        lists and 40 preflights one after the other. Each topic keeps
+        its own checks and its own ``preflight_refused`` event naming it."""
+        if not unprepared:
+            return [], None
+        from concurrent.futures import ThreadPoolExecutor
+
         from mirror_core.topics import TopicAdmin
 
         admin = TopicAdmin(self.config.target)
-        existing = admin.list_topics().get(target_topic)
+        existing = admin.list_topics()
+        with ThreadPoolExecutor(max_workers=min(PREFLIGHT_WORKERS, len(unprepared)),
+                                thread_name_prefix="shoal-preflight") as pool:
+            futures = [pool.submit(self._prepare_target, topic, target_topic, partitions,
+                                   existing.get(target_topic), admin)
+                       for topic, target_topic, partitions in unprepared]
+        passed, unexpected = [], None
+        for (topic, target_topic, partitions), future in zip(unprepared, futures, strict=True):
+            exc = future.exception()
+            if exc is None:
+                passed.append((topic, target_topic, partitions))
+            elif isinstance(exc, MirrorError):
+                self.metrics.errors.labels("preflight").inc()
+                event("preflight_refused", logging.ERROR, topic=topic, target_topic=target_topic, error=exc)
+            elif unexpected is None:
+                unexpected = exc
+        return passed, unexpected
+
+    def _prepare_target(self, topic: str, target_topic: str, partitions: int, existing: int | None,
+                        admin) -> None:
+        """Add partitions the source gained to the target topic (``existing``: its partition count as listed by
+        the caller, None: missing), then the preflight of a copy, which creates a missing target topic."""
         if existing is not None and existing < partitions:
             admin.add_partitions(target_topic, partitions)
             event("partitions_added", target_topic=target_topic, partitions=partitions, were=existing)
@@ -871,37 +906,35 @@ class ShallowMirrorDaemon:
     # (leases, health, metrics, events); a lane's own wire work — opening its session, writing and committing its
     # share, renewing its fence — runs on its worker (self.workers), the lanes side by side. The main thread touches
     # a lane's session only between worker batches, never a worker's clients.
-    def _open_session(self, state: LaneState, clients: LaneClients) -> LaneSession:
-        """A new session of the lane (InitProducerId with its transactional.id, checkpoint read). Runs on the
-        lane's worker and stores nothing in ``state``: the main thread installs it (:meth:`_open_ready`)."""
+    def _fence_lane(self, state: LaneState, handed_over: Checkpoint | None, clients: LaneClients) -> LaneSession:
+        """The first half of a new session of the lane, on its worker: InitProducerId with its transactional.id
+        (every former holder fenced, its open transaction aborted). The checkpoint is read afterwards, for all the
+        lanes opening together (:meth:`_open_lanes`), and handed to :meth:`_open`. ``handed_over``: the lane's
+        checkpoint as read before fencing (owned by the daemon, or None)."""
         cfg = self.config
-        # past the LSO: a handoff committed behind another lane's open transaction still counts
-        cp = clients.store.read_own(cfg.pipeline, state.topic, state.partition)
-        if cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
-            raise NotHandedOffError(cfg.pipeline, cp)
-        epoch = cp.owner_epoch if cp is not None else 1
+        epoch = handed_over.owner_epoch if handed_over is not None else 1
         copier = CheckpointedCopier(
             clients.source, clients.target, clients.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
             owner=DAEMON_OWNER, owner_epoch=epoch,
             options=CopyOptions(max_inflight_bytes=cfg.commit_bytes),
             policy=CommitPolicy(cfg.commit_bytes, cfg.commit_interval_ms, cfg.transaction_timeout_ms,
                                 cfg.write_retry_s))
-        session = copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,
-                                   lane=state.lane)
-        if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
-            # a backfill claimed the lane between our read and the open: leave it (its retry fences us back)
-            raise NotHandedOffError(cfg.pipeline, session.checkpoint)
-        return session
+        return copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,
+                                lane=state.lane, read_checkpoint=False)
 
-    def _open(self, state: LaneState, session: LaneSession | None, clients: LaneClients
-              ) -> tuple[LaneSession, RawBatchFetcher]:
-        """The lane's session (``session``, or a new one opened with its transactional.id) and a fetcher at its
-        committed position. Runs on the lane's worker and hands both back as the task's value — the main thread
-        installs them only if the lane was not dropped meanwhile (:meth:`_open_ready`); the one thing stored here
-        is ``state.start``, set once (None → offset) so a retry keeps the start it chose. The fetcher itself is
-        driven by the main thread's fetch rounds (``self.source``)."""
-        if session is None:
-            session = self._open_session(state, clients)
+    def _open(self, state: LaneState, session: LaneSession, clients: LaneClients, *, fenced: bool = False,
+              checkpoint: Checkpoint | None = None) -> tuple[LaneSession, RawBatchFetcher]:
+        """The lane's session and a fetcher at its committed position. ``fenced``: ``session`` was just opened by
+        :meth:`_fence_lane` and ``checkpoint`` is the lane's, read after its InitProducerId returned — the session
+        resumes from it here. Runs on the lane's worker (where its writer lives) and hands both back as the task's
+        value — the main thread installs them only if the lane was not dropped meanwhile (:meth:`_open_ready`);
+        the one thing stored here is ``state.start``, set once (None → offset) so a retry keeps the start it chose.
+        The fetcher itself is driven by the main thread's fetch rounds (``self.source``)."""
+        if fenced:
+            session.resume(checkpoint)
+            if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
+                # a backfill claimed the lane between our first read and the fence: leave it (its retry fences us)
+                raise NotHandedOffError(self.config.pipeline, session.checkpoint)
         position, epoch = session.position, session.position_epoch
         if position is None:  # no checkpoint yet: fix the start once, or "latest" would move with the data
             if state.start is None:
@@ -924,15 +957,14 @@ class ShallowMirrorDaemon:
         A group round runs as the pool's tick while the workers open lanes, and may drop one of them: the
         opened session and fetcher are then not installed (a later acquisition must open anew: InitProducerId,
         checkpoint read), and an error is not classified (the lane is not ours: no 'retrying', no halt)."""
-        candidates = [self.lanes[lane] for lane in sorted(self.held)
-                      if not self.lanes[lane].health.stopped and time.monotonic() >= self.lanes[lane].retry_at]
+        now, lanes = time.monotonic(), self.lanes
+        candidates = [state for state in (lanes[lane] for lane in sorted(self.held))
+                      if not state.health.stopped and now >= state.retry_at]
         closed = [state for state in candidates if state.session is None or state.fetcher is None]
         if closed:
             began = [(state.session, state.generation) for state in closed]
-            outcomes = self.workers.run(
-                [(state.lane, functools.partial(self._open, state, session))
-                 for state, (session, _) in zip(closed, began, strict=True)],
-                tick=self._leases_busy)  # revocations are answered meanwhile
+            outcomes = self._open_lanes(closed, began)
+            floors = self.pruner.floors()  # a copy of every held lane's floor: taken once, not once per lane
             for state, (session, generation), outcome in zip(closed, began, outcomes, strict=True):
                 if not self._still_ours(state, generation, session):
                     if outcome.ok and outcome.value[0] is not session:
@@ -944,12 +976,79 @@ class ShallowMirrorDaemon:
                     continue
                 opened, state.fetcher = outcome.value
                 if opened is not session:
-                    opened.prune_floor = self.pruner.floors().get((state.topic, state.partition))
+                    opened.prune_floor = floors.get((state.topic, state.partition))
                     state.session = opened
                     event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                           position=opened.position)
         return [(state, state.fetcher.position) for state in candidates
                 if state.lane in self.held and state.fetcher is not None and state.session is not None]
+
+    def _open_lanes(self, states: list[LaneState], began: list[tuple[LaneSession | None, int]]
+                    ) -> list[TaskOutcome]:
+        """Open ``states`` (each with the session and generation it had when the open began; a lane that has a
+        session only needs a fetcher): per lane the outcome of :meth:`_open`.
+
+        A lane without a session opens in three steps, each for all such lanes at once:
+          1. one read of their checkpoints (:meth:`CheckpointStore.read_own_many`): a lane a backfill still owns is
+             refused before anything fences its writer;
+          2. InitProducerId with each lane's transactional.id, on the lanes' workers side by side;
+          3. one more read of the checkpoints of the lanes step 2 fenced, then each session resumes from its own
+             on its worker (topic ids, position validation, a first checkpoint where none exists).
+        Ordering (DESIGN §3.4): step 3's read begins only after every InitProducerId of step 2 returned
+        (``workers.run`` returns when all its tasks have): by then each former holder of those lanes is fenced
+        and its transactions are decided, so the checkpoint a lane resumes from is the newest its former holder
+        committed, never one an open transaction hides — exactly what a per-lane ``read_own`` after the lane's
+        own InitProducerId read (and one pass over the checkpoint topic instead of two reads per lane). A lane
+        dropped during step 2 (a group round runs as the pool's tick) skips step 3: its fenced session is
+        discarded, and its next holder's InitProducerId fences that writer."""
+        outcomes: list[TaskOutcome | None] = [None] * len(states)
+        sessions = [session for session, _generation in began]  # what step 3 opens on (a fenced one, after step 2)
+        fresh = [i for i, session in enumerate(sessions) if session is None]
+        resumed: dict[int, Checkpoint | None] = {}  # index → the checkpoint its fenced session resumes from
+        if fresh:
+            pipeline = self.config.pipeline
+            lanes = [(states[i].topic, states[i].partition) for i in fresh]
+            try:  # past the LSO: a handoff committed behind another lane's open transaction still counts
+                before = self.store.read_own_many(pipeline, lanes)
+            except Exception as exc:  # noqa: BLE001 - each lane retries after its backoff (classified by the caller)
+                before = {}
+                for i in fresh:
+                    outcomes[i] = TaskOutcome(error=exc)
+            for i in fresh:
+                cp = before.get((states[i].topic, states[i].partition))
+                if cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
+                    outcomes[i] = TaskOutcome(error=NotHandedOffError(pipeline, cp))
+            fresh = [i for i in fresh if outcomes[i] is None]
+            fenced = self.workers.run(
+                [(states[i].lane, functools.partial(self._fence_lane, states[i],
+                                                    before.get((states[i].topic, states[i].partition))))
+                 for i in fresh], tick=self._leases_busy)  # revocations are answered meanwhile
+            kept = []
+            for i, outcome in zip(fresh, fenced, strict=True):
+                if not outcome.ok:
+                    outcomes[i] = outcome
+                elif not self._still_ours(states[i], began[i][1]):
+                    outcomes[i] = TaskOutcome(value=(outcome.value, None))  # dropped: not resumed, not installed
+                else:
+                    kept.append(i)
+                    sessions[i] = outcome.value  # a fenced session, resumed in step 3
+            if kept:
+                try:  # every InitProducerId of step 2 has returned (see the docstring)
+                    after = self.store.read_own_many(pipeline, [(states[i].topic, states[i].partition) for i in kept])
+                except Exception as exc:  # noqa: BLE001
+                    after = None
+                    for i in kept:
+                        outcomes[i] = TaskOutcome(error=exc)
+                if after is not None:
+                    resumed = {i: after.get((states[i].topic, states[i].partition)) for i in kept}
+        rest = [i for i in range(len(states)) if outcomes[i] is None]
+        opened = self.workers.run(
+            [(states[i].lane, functools.partial(self._open, states[i], sessions[i], fenced=i in resumed,
+                                                checkpoint=resumed.get(i)))
+             for i in rest], tick=self._leases_busy)
+        for i, outcome in zip(rest, opened, strict=True):
+            outcomes[i] = outcome
+        return outcomes  # type: ignore[return-value]
 
     def _copy_round(self) -> int | None:
         """One fetch round over every held lane that is ready, then the lanes' shares copied and committed on their

@@ -95,6 +95,18 @@ def batches_reaching_below(batches: Sequence[BatchView], position: int, end: int
     return ours
 
 
+def metadata_stamp_of(client) -> int:
+    """``client.metadata_stamp()``; 0 for a stand-in client without one (unit tests' fakes)."""
+    stamp = getattr(client, "metadata_stamp", None)
+    return stamp() if stamp is not None else 0
+
+
+def fresh_topic_metadata(client, topic: str, stamp: int):
+    """``client.topic_metadata_since``; a fresh look-up on a stand-in client without it."""
+    since = getattr(client, "topic_metadata_since", None)
+    return since(topic, stamp) if since is not None else client.topic_metadata(topic, refresh=True)
+
+
 @dataclass(frozen=True)
 class FetchResult:
     batches: list[BatchView]     # committed data batches that end at or after the requested offset, in order
@@ -143,6 +155,9 @@ class RawBatchFetcher:
         # later means the topic was recreated
         self._topic_id = uuid.UUID(str(topic_id)) if topic_id is not None else None
         self._leader = None
+        # the client's metadata stamp when the leader became unknown (made, forgotten): :meth:`locate` trusts only
+        # metadata answered after it — one Metadata request serves every partition of the topic that needs it
+        self._stale_at = metadata_stamp_of(client)
         # The one Fetch sent ahead by :meth:`prefetch` (overlap: the next range travels while the caller writes
         # the previous one): (the position it was asked at, its future). In-flight state only: ``position`` and
         # ``last_epoch`` move when its answer is taken by :meth:`fetch`, never when it is sent, so a caller that
@@ -224,9 +239,14 @@ class RawBatchFetcher:
 
     def locate(self) -> tuple[int, int]:
         """(leader node, leader epoch) of the partition; the first lookup also pins the topic id, a later one that
-        finds another id raises :class:`TopicRecreatedError`."""
+        finds another id raises :class:`TopicRecreatedError`.
+
+        A lookup uses metadata answered after the leader became unknown (this fetcher made, or its leader
+        forgotten): the client's cached answer when another partition of the topic already asked since, else a
+        new Metadata request. So N partitions of a topic cost one request, not N, and the topic id is still
+        compared with an answer newer than the event that made the leader unknown."""
         if self._leader is None:
-            meta = self.client.topic_metadata(self.topic, refresh=True)
+            meta = fresh_topic_metadata(self.client, self.topic, self._stale_at)
             if self._topic_id is None:
                 self._topic_id = meta.topic_id
             elif meta.topic_id is not None and meta.topic_id != self._topic_id:
@@ -242,6 +262,7 @@ class RawBatchFetcher:
     def forget_leader(self) -> None:
         """After a retriable error: look the leader (and the topic id) up again before the next request."""
         self._leader = None
+        self._stale_at = metadata_stamp_of(self.client)
         self.client.invalidate(self.topic)
 
     def spec(self, leader_epoch: int) -> FetchPartitionSpec:
@@ -318,6 +339,7 @@ class RawBatchFetcher:
             self._raise_out_of_range()
         if error in (Errors.UnknownTopicIdError, Errors.InconsistentTopicIdError):
             self._leader = None
+            self._stale_at = metadata_stamp_of(self.client)  # only an answer taken from now on tells
             self.locate()            # raises TopicRecreatedError when the id changed
             raise error()
         if error is not Errors.NoError:

@@ -226,6 +226,10 @@ class WireClient:
         self._manager = KafkaConnectionManager(self._net, **kwargs)
         self._sasl = kwargs.get("security_protocol", "PLAINTEXT").startswith("SASL_")
         self._topics: dict[str, TopicMetadata] = {}
+        # freshness of the cache: Metadata answers taken so far, and per cached topic the count when its answer came
+        # (a stamp: a larger one is a later answer; see metadata_stamp / topic_metadata_since)
+        self._metadata_answers = 0
+        self._topic_answer: dict[str, int] = {}
         self._client_id = kwargs["client_id"]
         # the hand-encoded hot path (mirror_core.wire_fastpath): every security protocol and SASL mechanism
         # Shoal's cluster settings accept, no proxies
@@ -432,6 +436,7 @@ class WireClient:
             self._rebootstrap_failed = False
             response = self.send(None, request)
         self._manager.cluster.update_metadata(response)  # learn broker addresses for new leaders
+        self._metadata_answers += 1
         result = {}
         for t in response.topics:
             parts = {
@@ -444,7 +449,21 @@ class WireClient:
                                  partitions=parts)
             result[t.name] = meta
             self._topics[t.name] = meta
+            self._topic_answer[t.name] = self._metadata_answers
         return result
+
+    def metadata_stamp(self) -> int:
+        """A stamp of this client's metadata: the count of Metadata answers taken so far (a later answer has a
+        larger stamp). Keep it when cached metadata stops being trusted; :meth:`topic_metadata_since` then
+        accepts only an answer taken after it."""
+        return self._metadata_answers
+
+    def topic_metadata_since(self, topic: str, stamp: int) -> TopicMetadata:
+        """The topic's metadata from an answer taken after ``stamp`` (:meth:`metadata_stamp`): the cached one when
+        it is that fresh, else asked for now. So the partitions of one topic that all need a fresh look-up (a
+        daemon opening 2,000 lanes of 40 topics, a leader move) share one answer per topic, not one per partition."""
+        fresh = topic in self._topics and self._topic_answer.get(topic, -1) > stamp
+        return self.topic_metadata(topic, refresh=not fresh)
 
     def topic_metadata(self, topic: str, *, refresh: bool = False) -> TopicMetadata:
         """Cached metadata for one topic, fetched when missing or when ``refresh``; raises on a topic error."""

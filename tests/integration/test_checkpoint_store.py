@@ -403,3 +403,50 @@ def test_a_daemon_with_its_own_checkpoint_topic_refuses_checkpoints_left_in_the_
     with pytest.raises(ConfigError, match=rf"1 checkpoint\(s\) of this pipeline are in '{CHECKPOINT_TOPIC}'"):
         daemon.run(stop)
     stop.set()
+
+
+@pytest.mark.timeout(120)
+def test_one_pass_read_of_many_lanes_equals_each_lanes_own_read(target_cluster, wire, store):
+    """A daemon opening many lanes reads their checkpoints in one pass (read_own_many) after their InitProducerIds:
+    the same checkpoints per-lane read_own calls give — past a foreign open transaction on every partition, with
+    lanes that committed above the LSO, one that aborted its newest checkpoint, a segmented map, and lanes with
+    no checkpoint at all."""
+    from confluent_kafka import Producer
+
+    commits, whole = _lane_commits(store, 4)  # lane t-0: a map sealed in segments
+    _put_cps(target_cluster, store, [_cp("p", n, 10 + n) for n in range(1, 13)])  # below the LSO
+    foreign = Producer(target_cluster.config.confluent(**{"transactional.id": f"{store.topic}.foreign"}))
+    foreign.init_transactions(30)
+    foreign.begin_transaction()
+    for part in range(PARTITIONS):  # every partition's LSO stops here from now on
+        foreign.produce(store.topic, key=b'"other"', value=b"{}", partition=part)
+    foreign.flush(30)
+    try:
+        writer = BatchWriter(wire, transactional_id=f"{store.topic}.lane-0")
+        writer.init_producer_id()
+        for _, batches in commits:
+            writer.begin_transaction()
+            writer.write(batches)
+            writer.commit_transaction()
+        for n in range(1, 6):  # lanes that committed newer checkpoints behind the foreign transaction
+            writer = BatchWriter(wire, transactional_id=f"{store.topic}.lane-{n}")
+            writer.init_producer_id()
+            writer.begin_transaction()
+            writer.write([store.checkpoint_batch(_cp("p", n, 100 + n))])
+            writer.commit_transaction()
+            if n == 5:  # ... and one whose next checkpoint was aborted
+                writer.begin_transaction()
+                writer.write([store.checkpoint_batch(_cp("p", n, 666))])
+                writer.abort_transaction()
+        lanes = [("t", n) for n in range(15)]
+
+        many = _fresh(target_cluster, wire, store).read_own_many("p", lanes)
+        each = {lane: _fresh(target_cluster, wire, store).read_own("p", *lane) for lane in lanes}
+
+        assert many == each
+        assert many[("t", 0)].offset_map == whole
+        assert {n: many[("t", n)].position for n in range(1, 13)} == \
+            {n: 100 + n if n <= 5 else 10 + n for n in range(1, 13)}
+        assert many[("t", 13)] is None and many[("t", 14)] is None
+    finally:
+        foreign.abort_transaction(30)

@@ -22,7 +22,7 @@ from tests.unit.test_daemon_membership import StubMembership
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
         "include": "orders.*"}
-OPEN_S = 0.6  # a lane open: InitProducerId, checkpoint read, position validation (here: a sleep)
+OPEN_S = 0.6  # a lane open: InitProducerId (then checkpoint read, position validation) (here: a sleep)
 
 
 def _daemon(monkeypatch, open_lane):
@@ -38,6 +38,7 @@ def _daemon(monkeypatch, open_lane):
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="me")
     daemon.workers = LaneWorkerPool(2, lambda: LaneClients(None, None, NS(read_own=lambda *a: None)))
     daemon.source = None
+    daemon.store = NS(read_own_many=lambda pipeline, lanes: {lane: None for lane in lanes})  # no checkpoints yet
     state = D.LaneState("orders", 0, "orders", "orders-0", health=daemon._new_health())
     daemon.lanes = {"orders-0": state}
     daemon.held = {"orders-0"}
@@ -47,7 +48,8 @@ def _daemon(monkeypatch, open_lane):
 
 
 def _opened():
-    return NS(checkpoint=None, position=5, position_epoch=None, source_topic_id=None, prune_floor=None)
+    return NS(checkpoint=None, position=5, position_epoch=None, source_topic_id=None, prune_floor=None,
+              resume=lambda checkpoint: None)
 
 
 def _drops(daemon, *, reacquire: bool):
