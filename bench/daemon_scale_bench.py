@@ -570,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
                                         "platform": platform.platform(), "load_before": load_before,
                                         "load_after": os.getloadavg(),
                                         "run_s": round(time.monotonic() - began)},
-                               "interpreter": PYTHON, "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                               "interpreter": PYTHON,
+                               "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                                "results": results}, indent=2))
     print(f"\nresults: {out} (load average before {load_before}, after {os.getloadavg()})")
     print_tables(results)

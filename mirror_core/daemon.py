@@ -222,6 +222,7 @@ class ShallowMirrorDaemon:
         self._next_positions = 0.0  # the retention watch's positions published (_publish_positions_if_due)
         self._next_health_walk = 0.0  # every lane's health compared (_publish_round_states)
         self._prune_seen: tuple[frozenset, int] | None = None  # (held lanes, floors version) last applied
+        self._round_books = False  # a round's shares are being booked: a failed lane is published at its end
         self.retention = RetentionWatch(config.source, config.target, self.metrics,
                                         interval_s=config.retention_interval_s,
                                         fetch_bytes=config.partition_fetch_max_bytes, policy=config.retention)
@@ -989,9 +990,9 @@ class ShallowMirrorDaemon:
 
         A round costs what changed, not what is held (issue #18): the fetch round is a standing one
         (:mod:`mirror_core.standing_round`) that hands back only the lanes with news — a partition the broker's
-        answer named (data, an error, a moved high watermark), a lane whose own state changed (joined, position
-        moved, failed) — and the books below follow those lanes; an idle lane left out of the answer costs an
-        identity check."""
+        answer named (data, an error, a moved high watermark), a lane that joined or was placed again, a lane whose
+        fetch failed — and the books below follow those lanes; an idle lane left out of the answer costs an
+        identity check (and its share of the once-a-second walks: health, retention positions)."""
         ready = self._open_ready()
         if not ready:
             self._drop_in_flight()
@@ -1006,6 +1007,17 @@ class ShallowMirrorDaemon:
         # from what its writer acknowledged: a lane whose copy fails below is reset (new session, new fetcher at
         # the checkpoint), and its answer in the round in flight is then dropped unread (_take_round).
         self._in_flight = self._send_round(ready)
+        self._round_books = True  # lanes failing below are published once, at the round's end
+        try:
+            copied = self._copy_shares(shares)
+        finally:
+            self._round_books = False
+        self._publish_positions_if_due()
+        self._publish_round_states([state for state, *_ in shares])
+        return copied
+
+    def _copy_shares(self, shares: list[tuple[LaneState, RawBatchFetcher, int, PartitionOutcome]]) -> int:
+        """The round's shares copied and committed on the lanes' workers, side by side; returns records copied."""
         work = []  # (lane, its session, its generation, share start, fetch result) of every share to copy
         for state, fetcher, start, outcome in shares:
             # every fetched share is copied, even after SIGTERM: it is the in-flight work a stop finishes
@@ -1031,8 +1043,6 @@ class ShallowMirrorDaemon:
                 self._failed(state, outcome.error)
                 continue
             copied += self._copied(state, fetched, outcome.value)
-        self._publish_positions_if_due()
-        self._publish_round_states([state for state, *_ in shares])
         return copied
 
     def _drop_in_flight(self) -> None:
@@ -1190,7 +1200,8 @@ class ShallowMirrorDaemon:
                   error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
                   state=state.health.state, attempt=state.health.attempts,
                   exc_info=not isinstance(exc, MirrorError | Errors.KafkaError))
-        self._publish_lane_states()
+        if not self._round_books:  # inside a round the round's end publishes (one walk, not one per failed lane)
+            self._publish_lane_states()
 
     def _halt(self, state: LaneState, exc: BaseException, reason: str, *, stopped: str = HALTED,
               range_end: int | None = None) -> None:
