@@ -67,10 +67,11 @@ def _free_port() -> int:
 
 class Daemon:
     def __init__(self, workdir: Path, sandbox, pipeline: str, include: str, commit_interval_ms: int, *,
-                 target: dict | None = None, python_args: tuple[str, ...] = (), **extra):
+                 target: dict | None = None, python_args: tuple[str, ...] = (), root: Path | None = None, **extra):
         import yaml
 
         self.python_args = python_args  # interpreter options before ``-m mirror_core.daemon`` (e.g. cProfile)
+        self.root = root or ROOT  # the source tree the daemon runs from (e.g. a worktree of an older commit)
         self.port = _free_port()
         self.config = workdir / f"{pipeline}.yaml"
         self.log = workdir / f"{pipeline}.log"
@@ -85,7 +86,7 @@ class Daemon:
     def start(self) -> Daemon:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([PYTHON, *self.python_args, "-m", "mirror_core.daemon", "--config",
-                                          str(self.config)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                                          str(self.config)], cwd=self.root, stdout=log, stderr=subprocess.STDOUT)
         return self
 
     def stop(self) -> int:

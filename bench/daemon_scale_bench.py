@@ -376,8 +376,13 @@ def profile_top(path: Path, count: int = 25) -> list[str]:
             for (fn, line, name), (_cc, nc, tt, ct, _callers) in rows]
 
 
+class _SkipWarm(Exception):
+    """--no-warm: the warm start is not measured."""
+
+
 # ---- one N --------------------------------------------------------------------------------------------------------
-def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args) -> dict:
+def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args, root: Path | None = None) -> dict:
+    """One N on fresh topics and a fresh pipeline; the daemon runs from ``root`` (default: this tree)."""
     from mirror_core.cluster import ClusterConfig
     from mirror_core.topics import TopicAdmin
 
@@ -397,7 +402,8 @@ def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args) -> dict:
               "rescan_interval_s": args.rescan_interval_s}
     if args.lease_compat is not None:  # else the daemon's default
         pinned["lease_compat"] = {"true": True, "false": False}.get(args.lease_compat, args.lease_compat)
-    out = {"kind": "scale", "partitions": partitions, "topics": len(topics), "per_topic": per_topic,
+    out = {"kind": "scale", "tree": str(root or ROOT), "partitions": partitions, "topics": len(topics),
+           "per_topic": per_topic,
            "busy_partitions": len(busy), "seed_records": args.seed_records, "daemon": pinned,
            "setup_s": round(time.monotonic() - created, 1)}
     pipeline = f"scale-{partitions}-{tag}"
@@ -405,7 +411,7 @@ def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args) -> dict:
     def daemon(**extra) -> Daemon:
         merged = {k: v for k, v in pinned.items() if k != "commit_interval_ms"}
         return Daemon(workdir, pair, pipeline, rf"scale\.{tag}\..*", args.commit_interval_ms,
-                      target=pair.client_config("target"), **merged, **extra)
+                      target=pair.client_config("target"), root=root, **merged, **extra)
 
     first = daemon()
     try:
@@ -433,15 +439,20 @@ def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args) -> dict:
         if rc != 0:
             print(f"daemon exited {rc}; log {first.log}", file=sys.stderr)
     out["exact_records_compared"] = check_exact(pair, sorted({topic for topic, _ in busy}))
-    second = daemon()
+    second = daemon() if not args.no_warm else None
     try:
+        if second is None:
+            raise _SkipWarm
         out["start_warm"] = start_daemon(second, partitions, args.startup_timeout_s)
         time.sleep(args.settle_s)
         out["start_warm"]["rss_mib"] = round(memory_mib(second.proc.pid)[0], 1)
         out["peak_rss_mib_second"] = round(memory_mib(second.proc.pid)[1], 1)
         print(json.dumps({"partitions": partitions, "start_warm": out["start_warm"]}), flush=True)
+    except _SkipWarm:
+        pass
     finally:
-        second.stop()
+        if second is not None:
+            second.stop()
     if args.profile_s and partitions == max(args.partitions):
         stats = workdir / f"{pipeline}.pstats"
         profiled = daemon(python_args=("-m", "cProfile", "-o", str(stats)))
@@ -465,37 +476,43 @@ def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args) -> dict:
 
 
 def print_tables(results: list[dict]) -> None:
-    print("\n| partitions | start cold: held s | all lanes open s | first round s | caught up s | start warm: "
+    def who(r: dict) -> str:
+        return f"{r['partitions']:,} ({Path(r.get('tree', str(ROOT))).name})"
+
+    print("\n| partitions (tree) | start cold: held s | all lanes open s | first round s | caught up s | start warm: "
           "held s | all open s | first round s | stop s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        c, w = r["start_cold"], r["start_warm"]
-        print(f"| {r['partitions']:,} | {c['held_s']} | {c['opened_s']} | {c['ready_s']} | {c['caught_up_s']} | "
-              f"{w['held_s']} | {w['opened_s']} | {w['ready_s']} | {r['stop_s']} |")
-    print("\n| partitions | window | daemon CPU s/min | RSS MiB | fetch rounds/s | source B/round out | in | "
-          "target B/s out | in | broker CPU s/min (source, target) | p50 ms | p99 ms | max ms |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+        c, w = r["start_cold"], r.get("start_warm") or {}
+        print(f"| {who(r)} | {c['held_s']} | {c['opened_s']} | {c['ready_s']} | {c['caught_up_s']} | "
+              f"{w.get('held_s', '-')} | {w.get('opened_s', '-')} | {w.get('ready_s', '-')} | {r['stop_s']} |")
+    print("\n| partitions (tree) | window | daemon CPU s/min | CPU ms per round | RSS MiB | fetch rounds/s | "
+          "source B/round out | in | target B/s out | in | broker CPU s/min (source, target) | p50 ms | p99 ms | "
+          "max ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     for r in results:
         for name in ("idle", "busy"):
             w = r[name]
             lat = (f"{w['p50_ms']} | {w['p99_ms']} | {w['max_ms']}" if name == "busy" else "- | - | -")
-            print(f"| {r['partitions']:,} | {name} | {w['cpu_s_per_min']} | {w['rss_mib']} | "
+            per_round = (w["cpu_s_per_min"] * 1000 / 60 / w["fetch_rounds_per_s"]) if w["fetch_rounds_per_s"] else 0
+            print(f"| {who(r)} | {name} | {w['cpu_s_per_min']} | {per_round:.1f} | {w['rss_mib']} | "
                   f"{w['fetch_rounds_per_s']} | {w['source_sent_per_round']:,} | {w['source_received_per_round']:,} | "
                   f"{w['target_sent_per_s']:,} | {w['target_received_per_s']:,} | "
                   f"{w['broker_cpu_s_per_min']['source']}, {w['broker_cpu_s_per_min']['target']} | {lat} |")
-    print("\n| partitions | window | CPU s/min: main thread | librdkafka threads | other threads |")
-    print("|---:|---|---:|---:|---:|")
+    print("\n| partitions (tree) | window | CPU s/min: main thread | librdkafka threads | other threads |")
+    print("|---|---|---:|---:|---:|")
     for r in results:
         for name in ("idle", "busy"):
             t = r[name]["cpu_s_per_min_by_thread"]
-            print(f"| {r['partitions']:,} | {name} | {t['main']} | {t['librdkafka']} | {t['other']} |")
-    print("\n| partitions | peak RSS MiB (first run, second start) | RSS after warm start MiB |")
-    print("|---:|---:|---:|")
+            print(f"| {who(r)} | {name} | {t['main']} | {t['librdkafka']} | {t['other']} |")
+    print("\n| partitions (tree) | peak RSS MiB (first run, second start) | RSS after warm start MiB |")
+    print("|---|---:|---:|")
     for r in results:
-        print(f"| {r['partitions']:,} | {r['peak_rss_mib_first']}, {r['peak_rss_mib_second']} | "
-              f"{r['start_warm']['rss_mib']} |")
-    if len(results) >= 2:
-        lo, hi = results[0], results[-1]
+        print(f"| {who(r)} | {r['peak_rss_mib_first']}, {r.get('peak_rss_mib_second', '-')} | "
+              f"{(r.get('start_warm') or {}).get('rss_mib', '-')} |")
+    here = [r for r in results if r.get("tree", str(ROOT)) == str(ROOT)]
+    if len(here) >= 2:
+        lo, hi = here[0], here[-1]
         extra = hi["partitions"] - lo["partitions"]
         print(f"\nper extra lane ({lo['partitions']:,} → {hi['partitions']:,}): idle RSS "
               f"{(hi['idle']['rss_mib'] - lo['idle']['rss_mib']) * 1024 / extra:.1f} KiB, idle CPU "
@@ -523,6 +540,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-s", type=float, default=0.0,
                         help="for the largest N, a third start under cProfile, running this long after start-up")
     parser.add_argument("--tag", default=time.strftime("%Y%m%d-%H%M%S"))
+    parser.add_argument("--before-root", type=Path,
+                        help="also run every N with the daemon from this source tree (e.g. a worktree of the branch "
+                             "point), just before this tree's run: before/after under the same load")
+    parser.add_argument("--no-warm", action="store_true", help="skip the warm start (second process)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from mirror_core.cli import sandbox_from_environ
@@ -538,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
             pair.start()
             print(json.dumps({"brokers_open_files": pair.open_files()}), flush=True)
             for n in args.partitions:
+                if args.before_root is not None:
+                    results.append(run_scale(pair, workdir, n, args, root=args.before_root.resolve()))
                 results.append(run_scale(pair, workdir, n, args))
         finally:
             pair.stop()
@@ -547,7 +570,9 @@ def main(argv: list[str] | None = None) -> int:
                                         "platform": platform.platform(), "load_before": load_before,
                                         "load_after": os.getloadavg(),
                                         "run_s": round(time.monotonic() - began)},
-                               "interpreter": PYTHON, "args": vars(args), "results": results}, indent=2))
+                               "interpreter": PYTHON,
+                               "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                               "results": results}, indent=2))
     print(f"\nresults: {out} (load average before {load_before}, after {os.getloadavg()})")
     print_tables(results)
     return 0

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 
 import kafka.errors as Errors
 
-from mirror_core.broker_fetch import PartitionOutcome, PendingRound, RoundStats, send_round
+from mirror_core.broker_fetch import PartitionOutcome, RoundStats
 from mirror_core.checkpoint import CHECKPOINT_TOPIC, Checkpoint, CheckpointStore
 from mirror_core.checkpointed import (
     CheckpointedCopier,
@@ -103,6 +103,7 @@ from mirror_core.planner import NamingPolicy, TopicPattern
 from mirror_core.preflight import run_preflight
 from mirror_core.preflight_rules import is_internal_topic
 from mirror_core.source_reachability import SourceReachability, is_transport_failure
+from mirror_core.standing_round import StandingPending, StandingRound
 
 log = logging.getLogger("shoal.daemon")
 REPAIRABLE_REJECTIONS = ("MESSAGE_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_TIMESTAMP")  # config sync may fix
@@ -111,6 +112,7 @@ DELETION_CONFIRM_S = 1.0  # a source topic must be missing from metadata twice, 
 GROUP_UNJOINED_SESSIONS = 3  # subscribed this many session timeouts without an assignment: the group did not form
 DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets none (both protocols' default)
 REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
+HEALTH_WALK_S = 1.0  # every lane's health is compared at least this often (_publish_round_states)
 FENCED_BACKOFF_CAP_S = 300.0  # a lane fenced out of this process is retried after at most this (see _fenced_out)
 PREFLIGHT_WORKERS = 4  # target preparations (preflights) of new topics run this many at a time
 
@@ -213,8 +215,15 @@ class ShallowMirrorDaemon:
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
         self._round = 0
-        # overlap: the next fetch round, sent before this round's shares are written (see _copy_round)
-        self._in_flight: tuple[PendingRound, list[tuple[LaneState, RawBatchFetcher, int]]] | None = None
+        # the held lanes' standing fetch round (mirror_core.standing_round: a round costs what changed) and the
+        # next round of it, sent before this round's shares are written (overlap, see _copy_round)
+        self._rounds: StandingRound | None = None
+        self._in_flight: StandingPending | None = None
+        self._next_audit = 0.0  # the standing round's books checked against its sessions (rescan cadence)
+        self._next_positions = 0.0  # the retention watch's positions published (_publish_positions_if_due)
+        self._next_health_walk = 0.0  # every lane's health compared (_publish_round_states)
+        self._prune_seen: tuple[frozenset, int] | None = None  # (held lanes, floors version) last applied
+        self._round_books = False  # a round's shares are being booked: a failed lane is published at its end
         self.retention = RetentionWatch(config.source, config.target, self.metrics,
                                         interval_s=config.retention_interval_s,
                                         fetch_bytes=config.partition_fetch_max_bytes, policy=config.retention)
@@ -601,6 +610,25 @@ class ShallowMirrorDaemon:
             lane: {"topic": s.topic, "partition": s.partition, **s.health.as_dict()}
             for lane, s in self.lanes.items()})
 
+    def _publish_round_states(self, touched: list[LaneState]) -> None:
+        """After a round: publish the lane states (:meth:`_publish_lane_states`) when a lane the round touched
+        changed its health, when lanes came or went, or — for changes no round makes: ``retrying`` turning
+        ``stalled`` as time passes, a resume read by a rescan — once every ``HEALTH_WALK_S``; an idle round
+        compares nothing per idle lane."""
+        now = time.monotonic()
+        if now >= self._next_health_walk or self.lanes.keys() != self._published_health.keys():
+            self._next_health_walk = now + HEALTH_WALK_S
+            self._publish_lane_states()
+            return
+        if not touched:
+            return
+        stamp = now_ms()
+        for state in touched:
+            state.health.refresh(stamp)
+            if tuple(vars(state.health).values()) != self._published_health.get(state.lane):
+                self._publish_lane_states()
+                return
+
     # ---- membership through the consumer group (mirror_core.daemon_membership) ---------------------------------
     def _join_group(self) -> None:
         cfg = self.config
@@ -893,7 +921,12 @@ class ShallowMirrorDaemon:
 
     def _apply_prune_floors(self) -> None:
         """Hand each held lane the newest floor the prune watch gathered (its next commit prunes below it), and
-        tell the watch which partitions are held now."""
+        tell the watch which partitions are held now — when either changed (the held lanes, the watch's floors),
+        not every pass: a lane opened meanwhile takes its floor when it opens (_open_ready)."""
+        seen = (frozenset(self.held), self.pruner.version)
+        if seen == self._prune_seen:
+            return
+        self._prune_seen = seen
         held = [self.lanes[lane] for lane in self.held if lane in self.lanes]
         self.pruner.publish({(state.topic, state.partition) for state in held})
         floors = self.pruner.floors()
@@ -1052,20 +1085,38 @@ class ShallowMirrorDaemon:
 
     def _copy_round(self) -> int | None:
         """One fetch round over every held lane that is ready, then the lanes' shares copied and committed on their
-        workers, side by side. Returns records copied, or None when no lane was ready (the caller sleeps then)."""
+        workers, side by side. Returns records copied, or None when no lane was ready (the caller sleeps then).
+
+        A round costs what changed, not what is held (issue #18): the fetch round is a standing one
+        (:mod:`mirror_core.standing_round`) that hands back only the lanes with news — a partition the broker's
+        answer named (data, an error, a moved high watermark), a lane that joined or was placed again, a lane whose
+        fetch failed — and the books below follow those lanes; an idle lane left out of the answer costs an
+        identity check (and its share of the once-a-second walks: health, retention positions)."""
         ready = self._open_ready()
         if not ready:
             self._drop_in_flight()
             return None
         asked_at = time.monotonic()
-        shares = self._take_round(ready)
-        self.source_reachability.observe_round(asked_at, [outcome.error for *_, outcome in shares])
+        shares, answered = self._take_round(ready)
+        # a broker that answered is an answer even when it named no partition (an idle round's incremental answer)
+        self.source_reachability.observe_round(asked_at, [outcome.error for *_, outcome in shares]
+                                               + [None] * min(answered, 1))
         # Overlap: the next round is sent now and travels while this round's shares are written and committed.
         # Safe because a fetcher's position moves only when a round is collected, and a lane's checkpoint comes
         # from what its writer acknowledged: a lane whose copy fails below is reset (new session, new fetcher at
         # the checkpoint), and its answer in the round in flight is then dropped unread (_take_round).
-        self._in_flight = self._send_round([(state, state.fetcher.position) for state, _ in ready
-                                            if state.fetcher is not None])
+        self._in_flight = self._send_round(ready)
+        self._round_books = True  # lanes failing below are published once, at the round's end
+        try:
+            copied = self._copy_shares(shares)
+        finally:
+            self._round_books = False
+        self._publish_positions_if_due()
+        self._publish_round_states([state for state, *_ in shares])
+        return copied
+
+    def _copy_shares(self, shares: list[tuple[LaneState, RawBatchFetcher, int, PartitionOutcome]]) -> int:
+        """The round's shares copied and committed on the lanes' workers, side by side; returns records copied."""
         work = []  # (lane, its session, its generation, share start, fetch result) of every share to copy
         for state, fetcher, start, outcome in shares:
             # every fetched share is copied, even after SIGTERM: it is the in-flight work a stop finishes
@@ -1079,7 +1130,7 @@ class ShallowMirrorDaemon:
         # daemon is around: they must not lapse, or it takes our lanes and the two keep fencing each other)
         outcomes = self.workers.run(
             [(state.lane, _call(session.copy, start, state.fetcher.position, fetcher=FetchedOnce(fetched, start)))
-             for state, session, _generation, start, fetched in work], tick=self._leases_busy)
+             for state, session, _generation, start, fetched in work], tick=self._leases_busy) if work else []
         copied = 0
         for (state, session, generation, _start, fetched), outcome in zip(work, outcomes, strict=True):
             if not self._still_ours(state, generation, session):  # dropped meanwhile (a group round): its books
@@ -1091,55 +1142,76 @@ class ShallowMirrorDaemon:
                 self._failed(state, outcome.error)
                 continue
             copied += self._copied(state, fetched, outcome.value)
-        self.retention.publish(self._held_positions())
-        self._publish_lane_states()
         return copied
 
     def _drop_in_flight(self) -> None:
         """Nothing to copy the round in flight into: its answers are never taken. They are discarded on the
-        connections now, so the next round reads its own answers, not these (broker_fetch.PendingRound.discard)."""
+        connections now, so the next round reads its own answers, not these (StandingPending.discard)."""
         if self._in_flight is not None:
-            pending, _lanes = self._in_flight
-            self._in_flight = None
+            pending, self._in_flight = self._in_flight, None
             pending.discard()
 
-    def _send_round(self, lanes: list[tuple[LaneState, int]]
-                    ) -> tuple[PendingRound, list[tuple[LaneState, RawBatchFetcher, int]]]:
-        """Send one fetch round for ``lanes`` (one request per source broker) without waiting for it."""
+    def _standing(self) -> StandingRound:
+        if self._rounds is None or self._rounds.client is not self.source:
+            self._rounds = StandingRound(self.source, max_bytes=self._fetch_sizes[0],
+                                         max_wait_ms=self.config.poll_interval_ms)
+        return self._rounds
+
+    def _send_round(self, ready: list[tuple[LaneState, int]]) -> StandingPending:
+        """Send one fetch round for the ``ready`` lanes (one request per source broker) without waiting for it:
+        the standing round's members follow ``ready`` (a lane with a new fetcher joins, one not ready leaves), and
+        each broker's request names only what changed since its last one. On the rescan cadence the standing
+        round's books are first checked against its fetch sessions (StandingRound.audit): a discrepancy — a lane
+        that would never be named, never fetched — is logged and repaired."""
+        rounds = self._standing()
+        rounds.sync([(state.lane, state.fetcher) for state, _ in ready if state.fetcher is not None])
+        now = time.monotonic()
+        if now >= self._next_audit:
+            self._next_audit = now + self.config.rescan_interval_s
+            repaired = rounds.audit()
+            if repaired:
+                event("fetch_session_repaired", logging.WARNING, lanes=len(repaired), first=repaired[0],
+                      note="the standing fetch round's books differed from its sessions; the lanes are named again")
         stats = RoundStats()
-        fetchers = [state.fetcher for state, _ in lanes]
-        pending = send_round(self.source, fetchers, max_bytes=self._fetch_sizes[0],
-                             max_wait_ms=self.config.poll_interval_ms, rotation=self._round, stats=stats)
+        pending = rounds.send(rotation=self._round, stats=stats)
         self._round += 1
         self.metrics.fetch_rounds.inc()
         self.metrics.fetch_requests.inc(stats.requests)
         self.metrics.fetch_partitions.inc(stats.partitions)
-        return pending, [(state, fetcher, start) for (state, start), fetcher in zip(lanes, fetchers, strict=True)]
+        return pending
 
     def _take_round(self, ready: list[tuple[LaneState, int]]
-                    ) -> list[tuple[LaneState, RawBatchFetcher, int, PartitionOutcome]]:
-        """This round's answers: the round sent ahead last time (its lanes that are still held with the same
-        fetcher at the same position), plus a round sent now for ready lanes it did not carry."""
+                    ) -> tuple[list[tuple[LaneState, RawBatchFetcher, int, PartitionOutcome]], int]:
+        """This round's news — the round sent ahead last time (or, with none in flight, one sent now) — as the
+        shares of the lanes that are still held and ready with the same fetcher; and how many brokers answered.
+        A lane that joins while a round is in flight is named in the next one (sent right after this). A lane
+        with news that is not ready any more (dropped, backing off) had its position moved by the answer: it
+        reopens at its committed checkpoint, never skipping the answer it did not copy."""
+        pending, self._in_flight = self._in_flight, None
+        if pending is None:
+            pending = self._send_round(ready)
+        news = pending.collect()
+        if not news:
+            return [], pending.answered
+        lanes, wanted = self.lanes, {state.lane for state, _ in ready}
         shares = []
-        carried = set()
-        wanted = {state.lane for state, _ in ready}
-        if self._in_flight is not None:
-            pending, lanes = self._in_flight
-            self._in_flight = None
-            for (state, fetcher, start), outcome in zip(lanes, pending.collect(), strict=True):
-                if state.fetcher is not fetcher:
-                    continue  # the lane was reset meanwhile: this answer moved a fetcher nobody uses any more
-                if state.lane in wanted and state.lane in self.held:
-                    shares.append((state, fetcher, start, outcome))
-                    carried.add(state.lane)
-                else:  # collecting moved its position past an answer that is not copied now: reopen at the
-                    state.fetcher = None  # committed position (the checkpoint), never skip it
-        missing = [(state, start) for state, start in ready if state.lane not in carried]
-        if missing:
-            pending, lanes = self._send_round(missing)
-            shares += [(state, fetcher, start, outcome)
-                       for (state, fetcher, start), outcome in zip(lanes, pending.collect(), strict=True)]
-        return shares
+        for lane, fetcher, start, outcome in news:
+            state = lanes.get(lane)
+            if state is None or state.fetcher is not fetcher:
+                continue  # the lane was reset meanwhile: this answer moved a fetcher nobody uses any more
+            if lane in wanted and lane in self.held:
+                shares.append((state, fetcher, start, outcome))
+            else:  # collecting may have moved its position past an answer that is not copied now: reopen at the
+                state.fetcher = None  # committed position (the checkpoint), never skip it
+        return shares, pending.answered
+
+    def _publish_positions_if_due(self) -> None:
+        """The retention watch's positions, on its own cadence (it assesses every ``retention_interval_s``): at
+        most twice per interval (and at least once a second), not after every round."""
+        now = time.monotonic()
+        if now >= self._next_positions:
+            self._next_positions = now + min(1.0, self.config.retention_interval_s / 2)
+            self.retention.publish(self._held_positions())
 
     def _held_positions(self) -> dict[tuple[str, int], int]:
         """(topic, partition) → next source offset to copy as committed (the checkpoint; a lane without one yet:
@@ -1227,7 +1299,8 @@ class ShallowMirrorDaemon:
                   error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
                   state=state.health.state, attempt=state.health.attempts,
                   exc_info=not isinstance(exc, MirrorError | Errors.KafkaError))
-        self._publish_lane_states()
+        if not self._round_books:  # inside a round the round's end publishes (one walk, not one per failed lane)
+            self._publish_lane_states()
 
     def _halt(self, state: LaneState, exc: BaseException, reason: str, *, stopped: str = HALTED,
               range_end: int | None = None) -> None:

@@ -31,6 +31,7 @@ class PruneWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.gatherings = 0  # successful ones
+        self.version = 0  # bumped whenever the floors change: the copy loop applies them only then
 
     def publish(self, held: set[tuple[str, int]]) -> None:
         """The copy loop's held (source topic, partition)s; a partition new to the watch wakes it."""
@@ -79,7 +80,10 @@ class PruneWatch:
         with WireClient.for_cluster(self.source) as client:
             gathered = gather_prune_floors(self.source, client, held)
         with self._lock:
-            self._floors = {tp: floor for tp, floor in gathered.items() if tp in self._held}
+            floors = {tp: floor for tp, floor in gathered.items() if tp in self._held}
+            if floors != self._floors:
+                self._floors = floors
+                self.version += 1
             floors = dict(self._floors)
         self.gatherings += 1
         return floors

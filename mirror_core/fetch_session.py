@@ -20,6 +20,13 @@ partition's fetch parameters (fetch offset, leader epoch, last fetched epoch, ma
   broker's: harmless, since it is only left out while the broker has no records at our position — any record below
   the real LSO would make the broker name it.)
 
+Standing members (:meth:`FetchSession.build_changes`, the daemon's rounds, :mod:`mirror_core.standing_round`): the
+caller keeps the set of partitions the session should hold and says which of them changed or left since the last
+request; an incremental request is then built from the changes alone and its answer read from the partitions the
+broker named alone (:attr:`SessionRequest.sparse`: ``unchanged`` stays empty, a partition not named is simply
+not news) — a round over 2,000 idle partitions costs nothing per partition here. A full request still names every
+member and its answer is checked against every member.
+
 This module is pure (no I/O): :meth:`FetchSession.build` turns the partitions a round wants into the request's
 session fields, partitions and forgotten partitions; :meth:`FetchSession.answer` reads the response (any object
 with kafka-python's FetchResponse field names: ``error_code``, ``session_id``, ``responses[].topic`` /
@@ -62,8 +69,9 @@ Invariants (where the state lives: :class:`FetchSession`):
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import NamedTuple
 
 from mirror_core.wire_fastpath import FetchPartitionSpec, FetchTopicSpec, ForgottenTopic
@@ -104,9 +112,11 @@ class SessionRequest(NamedTuple):
     epoch: int
     topics: list[FetchTopicSpec]        # the partitions named in the request
     forgotten: list[ForgottenTopic]     # partitions leaving the session
-    wanted: tuple[PartitionKey, ...]    # every partition whose answer the round expects (named or not)
+    wanted: Mapping[PartitionKey, FetchPartitionSpec] | tuple[PartitionKey, ...]  # every partition the round
+    #                                   expects an answer for (named or not): build's tuple, build_changes' mapping
     token: int                          # which request of the session this is
     by_id: bool                         # topics named by id (Fetch v13+), for the session's whole life
+    sparse: bool = False                # build_changes: the answer names only what the broker named (news)
 
     @property
     def full(self) -> bool:
@@ -151,6 +161,10 @@ class FetchSession:
         self._by_id: bool | None = None          # whether the session names topics by id (v13+): never mixed
         self._outstanding: SessionRequest | None = None
         self._tokens = 0
+        # topic name ↔ id of every topic named in this session's requests (per topic, not per partition): how a
+        # sparse answer's partitions are keyed without walking the members (build_changes)
+        self._topic_ids: dict[str, uuid.UUID | None] = {}
+        self._topic_names: dict[uuid.UUID, str] = {}
         self.stats = SessionStats()
 
     @property
@@ -189,6 +203,58 @@ class FetchSession:
         self._outstanding = request if self.enabled else None
         return request
 
+    def build_changes(self, members: Mapping[PartitionKey, FetchPartitionSpec], changed: Iterable[PartitionKey],
+                      left: Iterable[PartitionKey], *, by_id: bool, rotation: int = 0) -> SessionRequest:
+        """The request for the standing set ``members`` (every partition the session should hold, at its current
+        parameters; the caller's own mapping, not copied: it must not change until this request is answered or
+        failed). While the session is active the request is incremental and costs what changed: it names the
+        ``changed`` members whose parameters differ from what the broker holds and forgets the ``left`` partitions
+        it holds — KIP-227's rule, the same request :meth:`build` would make, without walking every member. The
+        caller guarantees that a member not in ``changed`` has the parameters it had at the last request and that
+        every partition gone from ``members`` since then is in ``left`` (:class:`mirror_core.standing_round.
+        StandingRound`, whose :meth:`~mirror_core.standing_round.StandingRound.audit` checks it against
+        :meth:`holds`). Otherwise (the first request, after a lost session) the request is full: every member,
+        ``rotation`` shifting their order (fairness under the request's max_bytes). ``by_id``: every member's topic
+        has an id. The answer (:meth:`answer`) is sparse: only the partitions the broker named."""
+        if self._outstanding is not None:        # the last request's answer was never read: state unknown
+            self._lose()
+        if self._by_id is not None and by_id != self._by_id:
+            self._lose()                         # a session keeps to names or to ids (else error 106)
+        self._tokens += 1
+        if not self.enabled or not self.active:
+            keys = list(members)
+            if rotation and len(keys) > 1:
+                shift = rotation % len(keys)
+                keys = keys[shift:] + keys[:shift]
+            session_id, epoch = (INVALID_SESSION_ID, FINAL_EPOCH) if not self.enabled else \
+                (self.session_id, INITIAL_EPOCH)
+            request = SessionRequest(session_id, epoch, _topics(keys, members), [], members, self._tokens, by_id,
+                                     sparse=True)
+            self.stats.full_requests += 1
+        else:
+            sent = self._sent
+            named = [key for key in set(changed) if key in members and sent.get(key) != members[key]]
+            gone = [key for key in set(left) if key in sent and key not in members]
+            request = SessionRequest(self.session_id, self.epoch, _topics(named, members), _forgotten(gone),
+                                     members, self._tokens, by_id, sparse=True)
+            self.stats.incremental_requests += 1
+        for spec in request.topics:
+            self._topic_ids[spec.topic] = spec.topic_id
+            if spec.topic_id is not None:
+                self._topic_names[spec.topic_id] = spec.topic
+        self._by_id = by_id
+        self._outstanding = request if self.enabled else None
+        return request
+
+    def holds(self) -> Mapping[PartitionKey, FetchPartitionSpec]:
+        """The broker's view of the session as far as we know it (read only): each partition it holds, with the
+        parameters we last named it with. Empty while no session is active."""
+        return MappingProxyType(self._sent)
+
+    def ends(self, key: PartitionKey) -> PartitionEnds | None:
+        """What the broker last said about ``key``'s log (None: nothing kept, e.g. after an error)."""
+        return self._ends.get(key)
+
     def failed(self, request: SessionRequest) -> None:
         """The request got no answer (transport failure, timeout): the broker may or may not have taken it."""
         if self._outstanding is not None and request.token == self._outstanding.token:
@@ -208,21 +274,10 @@ class FetchSession:
                 return SessionAnswer(resend_full=True)
             return SessionAnswer(error_code=error)
         got = _response_parts(response)
-        result = SessionAnswer()
-        fits = True
-        for key in request.wanted:
-            data = got.pop((key.topic_id, key.partition), None) if key.topic_id is not None else None
-            if data is None:
-                data = got.pop((key.topic, key.partition), None)
-            if data is not None:
-                result.parts[key] = data
-            elif not request.full and key in self._ends:
-                result.unchanged[key] = self._ends[key]
-            else:
-                result.missing.append(key)
-                fits = fits and request.full     # a full response may leave partitions out (KIP-219 throttling)
-        if got:
-            fits = False                         # partitions we did not ask for
+        if request.sparse:
+            result, fits = self._read_sparse(request, got)
+        else:
+            result, fits = self._read(request, got)
         if not self.enabled:
             return result
         if not current or not fits:
@@ -240,6 +295,53 @@ class FetchSession:
         self._commit(request, response, result)
         return result
 
+    def _read(self, request: SessionRequest, got: dict[tuple, object]) -> tuple[SessionAnswer, bool]:
+        """Every wanted partition of a :meth:`build` request: its data, unchanged or missing; and whether the
+        answer fits the request."""
+        result = SessionAnswer()
+        fits = True
+        for key in request.wanted:
+            data = got.pop((key.topic_id, key.partition), None) if key.topic_id is not None else None
+            if data is None:
+                data = got.pop((key.topic, key.partition), None)
+            if data is not None:
+                result.parts[key] = data
+            elif not request.full and key in self._ends:
+                result.unchanged[key] = self._ends[key]
+            else:
+                result.missing.append(key)
+                fits = fits and request.full     # a full response may leave partitions out (KIP-219 throttling)
+        if got:
+            fits = False                         # partitions we did not ask for
+        return result, fits
+
+    def _read_sparse(self, request: SessionRequest, got: dict[tuple, object]) -> tuple[SessionAnswer, bool]:
+        """A :meth:`build_changes` request's answer, from what the broker named: each named partition's data; a
+        partition the request named that the answer left out while nothing is known of it (new to the session)
+        is missing; a full answer is checked against every member (the broker may leave some out: missing, as in
+        :meth:`_read`). ``unchanged`` stays empty: a member left out of an incremental answer is no news."""
+        result = SessionAnswer()
+        fits = True
+        wanted, ids, names = request.wanted, self._topic_ids, self._topic_names
+        for (topic, partition), data in got.items():
+            key = PartitionKey(topic, ids.get(topic), partition) if isinstance(topic, str) else \
+                PartitionKey(names.get(topic), topic, partition)
+            if key in wanted:
+                result.parts[key] = data
+            else:
+                fits = False                     # a partition we did not ask for
+        parts, ends = result.parts, self._ends
+        if request.full:
+            result.missing = [key for key in wanted if key not in parts]
+        else:
+            for spec in request.topics:
+                for part in spec.partitions:
+                    key = PartitionKey(spec.topic, spec.topic_id, part.partition)
+                    if key not in parts and key not in ends:
+                        result.missing.append(key)
+                        fits = False
+        return result, fits
+
     def close(self) -> SessionRequest | None:
         """The request that closes this session on the broker (its id, FINAL_EPOCH, no partitions; see the module
         docstring), or None when the broker holds no session of ours (none made, sessions off, or already closed
@@ -256,6 +358,7 @@ class FetchSession:
         self._sent, self._ends = {}, {}
         self._by_id = None
         self._outstanding = None
+        self._topic_ids, self._topic_names = {}, {}
         return request
 
     # -- state -----------------------------------------------------------------------------------------------

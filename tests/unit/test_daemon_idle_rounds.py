@@ -85,3 +85,56 @@ def test_idle_lane_lag_gauge_is_set_once_and_follows_changes(daemon, monkeypatch
     state.fetcher = NS(position=10)
     idle_share(15)  # ... and comes back with it, though the value is the same
     assert _gauge(daemon, "shoal_lag_records", 3) == 5
+
+
+@pytest.mark.timeout(10)
+def test_a_round_compares_the_health_of_the_lanes_it_touched_and_every_lane_once_a_second(daemon, monkeypatch):
+    walks = []
+    real = daemon._publish_lane_states
+    monkeypatch.setattr(daemon, "_publish_lane_states", lambda: (walks.append(1), real()))
+    daemon._publish_round_states([])   # first round: every lane is new to /readyz
+    assert len(walks) == 1
+    for _ in range(5):                 # idle rounds: nothing touched, no lane walked
+        daemon._publish_round_states([])
+    assert len(walks) == 1
+    state = daemon.lanes["orders-7"]
+    state.health.failed("source_unavailable", "leader moved", D.now_ms(), position=3)
+    daemon._publish_round_states([daemon.lanes["orders-2"]])   # touched, unchanged: no walk
+    assert len(walks) == 1
+    daemon._publish_round_states([state])                      # touched and changed: published at once
+    assert len(walks) == 2 and _lane_states(daemon)["orders-7"] == RETRYING
+    state.health.since_ms -= 3_600_000    # stalled by time alone, in no round's news ...
+    daemon._publish_round_states([])
+    assert _lane_states(daemon)["orders-7"] == RETRYING
+    daemon._next_health_walk = 0.0        # ... shows at the next walk (at most HEALTH_WALK_S later)
+    daemon._publish_round_states([])
+    assert _lane_states(daemon)["orders-7"] == STALLED
+
+
+@pytest.mark.timeout(10)
+def test_a_round_takes_only_its_news_and_a_lane_with_news_no_longer_ready_reopens(daemon):
+    ready, gone = daemon.lanes["orders-1"], daemon.lanes["orders-2"]
+    ready.fetcher, gone.fetcher = NS(position=14), NS(position=9)
+    quiet = daemon.lanes["orders-3"]
+    quiet.fetcher = NS(position=5)
+    outcome = PartitionOutcome(result=FetchResult([], 14, 14, 14, 0))
+    daemon._in_flight = NS(collect=lambda: [("orders-1", ready.fetcher, 10, outcome),
+                                            ("orders-2", gone.fetcher, 7, PartitionOutcome(result=outcome.result))],
+                           answered=1)
+    shares, answered = daemon._take_round([(ready, 14), (quiet, 5)])   # orders-2 is backing off: not ready
+    assert [(s.lane, start) for s, _f, start, _o in shares] == [("orders-1", 10)] and answered == 1
+    assert gone.fetcher is None, "its position moved past an answer not copied: it reopens at its checkpoint"
+    assert quiet.fetcher is not None
+
+
+@pytest.mark.timeout(10)
+def test_the_retention_watch_gets_positions_on_its_cadence_not_every_round(daemon, monkeypatch):
+    published = []
+    monkeypatch.setattr(daemon.retention, "publish", published.append)
+    daemon.lanes["orders-4"].start = 40
+    for _ in range(20):
+        daemon._publish_positions_if_due()
+    assert len(published) == 1 and published[0] == {("orders", 4): 40}
+    daemon._next_positions = 0.0
+    daemon._publish_positions_if_due()
+    assert len(published) == 2
