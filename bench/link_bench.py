@@ -53,6 +53,7 @@ import platform
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -121,13 +122,30 @@ class DelayProxy:
         self.procs = [subprocess.Popen([sys.executable, "-m", "bench.delay_proxy", "--listen", f"127.0.0.1:{port}",
                                         "--to", f"{NS_IP}:{port}", "--one-way-ms", f"{rtt_ms / 2:g}"], cwd=ROOT,
                                        start_new_session=True) for port in (PORT, SECURE_PORT)]
-        time.sleep(1.0)
+        for port, proc in zip((PORT, SECURE_PORT), self.procs, strict=True):
+            _wait_listening(port, proc)
 
     def stop(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(10)
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """Until the proxy on ``port`` accepts a connection. A fixed one-second sleep was not enough on a loaded machine:
+    the first mirror after a proxy restart met ECONNREFUSED on the secure port and failed the row."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the delay proxy for port {port} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the delay proxy for port {port} did not listen within {timeout_s:g} s") from None
+            time.sleep(0.1)
 
 
 def link_down() -> None:

@@ -157,26 +157,35 @@ class TlsChannel:
         self._flush()
 
     def send(self, parts) -> None:
-        out, gathered = self._outgoing, bytearray()
+        """Encrypt ``parts`` in order and hand the ciphertext to the kernel: parts smaller than ``_GATHER_BELOW``
+        are gathered into one TLS record (a request's header pieces), a larger part goes to ``SSLObject.write`` as
+        it is (sliced only above ``_SEND_SLICE``); whenever the outgoing BIO holds ``_SEND_SLICE`` it is drained,
+        and the drained pieces leave in one ``sendmsg`` per ``_SEND_SLICE`` or more. Python work is per part (a
+        record batch), never per TLS record: OpenSSL cuts the records."""
+        out, write = self._outgoing, self._ssl.write
+        gathered = bytearray()
         pending: list[bytes] = []
         pending_bytes = 0
         for part in parts:
             size = part.nbytes if isinstance(part, memoryview) else len(part)
-            if not size:
-                continue
             if size < _GATHER_BELOW:
+                if not size:
+                    continue
                 gathered += part
                 if len(gathered) < _GATHER_BELOW:
                     continue
                 chunks, gathered = (gathered,), bytearray()
             else:
                 if gathered:
-                    self._write(gathered)
+                    _write_all(write, gathered)
                     gathered = bytearray()
-                view = memoryview(part).cast("B")
-                chunks = [view[i:i + _SEND_SLICE] for i in range(0, size, _SEND_SLICE)]
+                if size <= _SEND_SLICE:
+                    chunks = (part,)
+                else:
+                    view = memoryview(part).cast("B")
+                    chunks = [view[i:i + _SEND_SLICE] for i in range(0, size, _SEND_SLICE)]
             for chunk in chunks:
-                self._write(chunk)
+                _write_all(write, chunk)
                 if out.pending >= _SEND_SLICE:
                     pending.append(out.read())
                     pending_bytes += len(pending[-1])
@@ -184,7 +193,7 @@ class TlsChannel:
                         _sendmsg_all(self.sock, pending)
                         pending, pending_bytes = [], 0
         if gathered:
-            self._write(gathered)
+            _write_all(write, gathered)
         if out.pending:
             pending.append(out.read())
         if pending:
@@ -224,12 +233,6 @@ class TlsChannel:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
-
-    def _write(self, data) -> None:
-        view = memoryview(data).cast("B")
-        while view.nbytes:
-            written = self._ssl.write(view)
-            view = view[written:]
 
     def _flush(self) -> None:
         if self._outgoing.pending:
@@ -276,6 +279,16 @@ def whole_records(buf, end: int) -> tuple[int, int]:
         if after > end:
             return pos, after - end
         pos = after
+
+
+def _write_all(write, data) -> None:
+    """``SSLObject.write`` of every byte of ``data`` (a bytes-like object): over a memory BIO OpenSSL takes it all in
+    one call (the BIO grows, partial writes are not enabled), so the loop after the first call is only a guard."""
+    written, size = write(data), data.nbytes if isinstance(data, memoryview) else len(data)
+    if written < size:
+        view = memoryview(data).cast("B")
+        while written < size:
+            written += write(view[written:])
 
 
 def _sendmsg_all(sock: socket.socket, pending: list) -> None:

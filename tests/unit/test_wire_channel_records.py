@@ -15,7 +15,7 @@ import ssl
 import pytest
 
 from mirror_core.sandbox.tls import pem_server_material
-from mirror_core.wire_channel import TlsChannel, tls_context, whole_records
+from mirror_core.wire_channel import _GATHER_BELOW, _SEND_SLICE, TlsChannel, tls_context, whole_records
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -207,3 +207,41 @@ def test_a_peer_closing_mid_record_is_a_connection_error_not_a_hang(material):
     peer.closed_after = True
     with pytest.raises(ConnectionResetError, match="closed by the broker during TLS"):
         channel.recv_into(memoryview(bytearray(10_000)))
+
+
+def _server_plaintext(peer: ScriptedPeer) -> bytes:
+    out = bytearray()
+    with contextlib.suppress(ssl.SSLWantReadError):
+        while True:
+            chunk = peer.server.read(1 << 20)
+            if not chunk:
+                break
+            out += chunk
+    return bytes(out)
+
+
+@pytest.mark.parametrize("sizes", [
+    (0, 1, _GATHER_BELOW - 1, _GATHER_BELOW, 7),                        # gathered, then a part written alone
+    (_SEND_SLICE - 1, _SEND_SLICE, _SEND_SLICE + 1, 3),                 # written whole, then sliced
+    (5,) * 4000 + (3 * _SEND_SLICE + 7,),                               # many header pieces, then a large batch
+], ids=["around-the-gather-size", "around-the-slice-size", "many-small-then-large"])
+def test_a_request_of_parts_on_either_side_of_the_boundaries_arrives_whole_and_in_order(material, sizes):
+    channel, peer = connected(material, whole)
+    sends: list[int] = []
+    sendmsg = peer.sendmsg
+    peer.sendmsg = lambda buffers: sends.append(sendmsg(buffers)) or sends[-1]
+    parts = [os.urandom(size) for size in sizes]
+    parts[-1] = memoryview(bytearray(parts[-1]))                        # a memoryview, as the writer passes batches
+    channel.send(parts)
+    assert _server_plaintext(peer) == b"".join(bytes(part) for part in parts)
+    # the outgoing BIO is drained per slice: no sendmsg carries much more than two slices of ciphertext
+    assert max(sends) < 2 * _SEND_SLICE + 64 * 1024
+    if sum(sizes) > 2 * _SEND_SLICE:
+        assert len(sends) >= 2
+
+
+def test_a_part_of_wide_items_is_sent_by_its_bytes(material):
+    channel, peer = connected(material, whole)
+    data = bytearray(os.urandom(4 * (_SEND_SLICE + 12)))        # more than a slice in items too
+    channel.send([b"head", memoryview(data).cast("I"), memoryview(b"tail").cast("B")])
+    assert _server_plaintext(peer) == b"head" + bytes(data) + b"tail"
