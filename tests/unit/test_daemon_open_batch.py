@@ -161,3 +161,29 @@ def test_each_lane_resumes_from_the_read_after_every_fence(monkeypatch):
 
     assert fenced.is_set() and len(store.calls) == 2
     assert opened == {f"orders-{p}": 200 + p for p in range(LANES)}
+
+
+@pytest.mark.timeout(20)
+def test_a_lane_whose_fence_failed_or_that_was_dropped_meanwhile_is_not_resumed(monkeypatch):
+    """Guard (passes on i18-startup): a lane whose InitProducerId raised, and a lane the group took away while the
+    fences ran, are not in the second read and get no session; the others open from it."""
+    store = Store({p: _value(p, 100 + p) for p in range(LANES)})
+    daemon = _daemon(monkeypatch, store)
+    real_fence = daemon._fence_lane
+
+    def fence(state, handed_over, clients):
+        if state.partition == 1:
+            raise Errors.CoordinatorNotAvailableError("orders-1's InitProducerId")
+        if state.partition == 2:
+            daemon._drop("orders-2", "rebalance")  # what a group round (the pool's tick) does
+        return real_fence(state, handed_over, clients)
+
+    monkeypatch.setattr(daemon, "_fence_lane", fence)
+    monkeypatch.setattr(daemon.workers, "release", lambda lane: None)  # dropped from a worker thread here
+
+    opened = _open(daemon)
+
+    assert len(store.calls) == 2 and {p for _t, p in store.calls[1]} == set(range(LANES)) - {1, 2}
+    assert opened == {f"orders-{p}": 100 + p for p in range(LANES) if p not in (1, 2)}
+    assert daemon.lanes["orders-1"].session is None and daemon.lanes["orders-1"].failures == 1
+    assert daemon.lanes["orders-2"].session is None and daemon.lanes["orders-2"].failures == 0
