@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 import kafka.errors as Errors
 
 from mirror_core.broker_fetch import PartitionOutcome, RoundStats
-from mirror_core.checkpoint import CHECKPOINT_TOPIC, Checkpoint, CheckpointStore
+from mirror_core.checkpoint import CHECKPOINT_TOPIC, Checkpoint, CheckpointStore, checkpoint_key, checkpoint_partition
 from mirror_core.checkpointed import (
     CheckpointedCopier,
     CommitPolicy,
@@ -1016,6 +1016,45 @@ class ShallowMirrorDaemon:
         return [(state, state.fetcher.position) for state in candidates
                 if state.lane in self.held and state.fetcher is not None and state.session is not None]
 
+    def _read_checkpoints(self, lanes: list[tuple[str, int]]
+                          ) -> dict[tuple[str, int], Checkpoint | None | BaseException]:
+        """(topic, partition) → the lane's checkpoint as :meth:`CheckpointStore.read_own` gives it, or the error
+        reading it raised. One pass for all (``read_own_many``); when that fails, each checkpoint partition's lanes
+        are read again on their own, and when a partition's lanes fail with an error of the data (not of the
+        cluster: an undecodable checkpoint, a format a newer Shoal wrote), each of them alone — so a leaderless
+        checkpoint partition fails only the lanes stored there, and one unreadable checkpoint only its own lane,
+        as when each lane read its own checkpoint. Cluster errors are not split further (an unreachable target not
+        at all): the main thread does not ask a failing cluster once per lane."""
+        pipeline, store = self.config.pipeline, self.store
+        try:
+            return dict(store.read_own_many(pipeline, lanes))
+        except Exception as exc:  # noqa: BLE001 - split below; each lane's error is classified by the caller
+            if len(lanes) <= 1 or is_transport_failure(exc):  # the target unreachable: each read would wait alike
+                return {lane: exc for lane in lanes}
+            first = exc
+        groups: dict[int, list[tuple[str, int]]] = {}
+        for topic, partition in lanes:
+            part = checkpoint_partition(checkpoint_key(pipeline, topic, partition), store.partitions)
+            groups.setdefault(part, []).append((topic, partition))
+        out: dict[tuple[str, int], Checkpoint | None | BaseException] = {}
+        for group in groups.values():
+            error: BaseException = first
+            if len(groups) > 1:
+                try:
+                    out.update(store.read_own_many(pipeline, group))
+                    continue
+                except Exception as exc:  # noqa: BLE001
+                    error = exc
+            if len(group) == 1 or _is_cluster_error(error):
+                out.update({lane: error for lane in group})
+                continue
+            for lane in group:
+                try:
+                    out.update(store.read_own_many(pipeline, [lane]))
+                except Exception as exc:  # noqa: BLE001
+                    out[lane] = exc
+        return out
+
     def _open_lanes(self, states: list[LaneState], began: list[tuple[LaneSession | None, int]]
                     ) -> list[TaskOutcome]:
         """Open ``states`` (each with the session and generation it had when the open began; a lane that has a
@@ -1041,15 +1080,14 @@ class ShallowMirrorDaemon:
         if fresh:
             pipeline = self.config.pipeline
             lanes = [(states[i].topic, states[i].partition) for i in fresh]
-            try:  # past the LSO: a handoff committed behind another lane's open transaction still counts
-                before = self.store.read_own_many(pipeline, lanes)
-            except Exception as exc:  # noqa: BLE001 - each lane retries after its backoff (classified by the caller)
-                before = {}
-                for i in fresh:
-                    outcomes[i] = TaskOutcome(error=exc)
+            # past the LSO: a handoff committed behind another lane's open transaction still counts. A lane whose
+            # checkpoint could not be read retries after its backoff (classified by the caller), alone
+            before = self._read_checkpoints(lanes)
             for i in fresh:
                 cp = before.get((states[i].topic, states[i].partition))
-                if cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
+                if isinstance(cp, BaseException):
+                    outcomes[i] = TaskOutcome(error=cp)
+                elif cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
                     outcomes[i] = TaskOutcome(error=NotHandedOffError(pipeline, cp))
             fresh = [i for i in fresh if outcomes[i] is None]
             fenced = self.workers.run(
@@ -1065,15 +1103,14 @@ class ShallowMirrorDaemon:
                 else:
                     kept.append(i)
                     sessions[i] = outcome.value  # a fenced session, resumed in step 3
-            if kept:
-                try:  # every InitProducerId of step 2 has returned (see the docstring)
-                    after = self.store.read_own_many(pipeline, [(states[i].topic, states[i].partition) for i in kept])
-                except Exception as exc:  # noqa: BLE001
-                    after = None
-                    for i in kept:
-                        outcomes[i] = TaskOutcome(error=exc)
-                if after is not None:
-                    resumed = {i: after.get((states[i].topic, states[i].partition)) for i in kept}
+            if kept:  # every InitProducerId of step 2 has returned (see the docstring)
+                after = self._read_checkpoints([(states[i].topic, states[i].partition) for i in kept])
+                for i in kept:
+                    cp = after.get((states[i].topic, states[i].partition))
+                    if isinstance(cp, BaseException):
+                        outcomes[i] = TaskOutcome(error=cp)
+                    else:
+                        resumed[i] = cp
         rest = [i for i in range(len(states)) if outcomes[i] is None]
         opened = self.workers.run(
             [(states[i].lane, functools.partial(self._open, states[i], sessions[i], fenced=i in resumed,
@@ -1398,6 +1435,13 @@ class ShallowMirrorDaemon:
               target_topic=state.target_topic, rejected=exc.error, source_offset=exc.source_offset,
               changes=f"'{'; '.join(map(str, changes))}'")
         return True
+
+
+def _is_cluster_error(exc: BaseException) -> bool:
+    """Whether a checkpoint read failed because of the cluster (a broker's error, unavailable, unreachable) rather
+    than because of what a lane's checkpoint holds: the former would fail each lane's own read alike."""
+    return isinstance(exc, Errors.KafkaError | OSError | TimeoutError) or bool(getattr(exc, "retriable", False)) \
+        or is_transport_failure(exc)
 
 
 def _call(fn, *args, **kwargs):

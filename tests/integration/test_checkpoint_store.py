@@ -13,7 +13,7 @@ import time
 import pytest
 
 from mirror_core.checkpoint import CHECKPOINT_TOPIC_CONFIG, Checkpoint, CheckpointStore, checkpoint_partition
-from mirror_core.errors import ConfigError
+from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka_wire import WireClient
 from mirror_core.lane_health_records import LaneHealthWriter, read_health_records
 from mirror_core.leases import MEMBER_PREFIX, Lease, LeaseStore, lease_key
@@ -450,3 +450,31 @@ def test_one_pass_read_of_many_lanes_equals_each_lanes_own_read(target_cluster, 
         assert many[("t", 13)] is None and many[("t", 14)] is None
     finally:
         foreign.abort_transaction(30)
+
+
+@pytest.mark.timeout(120)
+def test_one_unreadable_checkpoint_fails_only_its_own_lane_in_a_daemons_batched_read(target_cluster, wire, store):
+    """Review of i18-startup: a checkpoint this Shoal cannot decode (a newer Shoal's format) makes the one-pass
+    read_own_many raise for the whole batch; the daemon's batched open (``_read_checkpoints``) must still give every
+    other lane its checkpoint and only that lane the error, as per-lane reads did. Read from the real brokers:
+    checkpoints in every partition of the checkpoint topic, the poisoned one among them."""
+    import json
+    from types import SimpleNamespace
+
+    from mirror_core.daemon import ShallowMirrorDaemon
+
+    cps = [_cp("p", n, 10 + n) for n in range(8)]
+    poisoned = json.loads(cps[5].to_value())
+    poisoned["v"] = 99
+    _put(target_cluster, store, [(cp.key, cp.to_value()) for cp in cps if cp.partition != 5]
+         + [(cps[5].key, json.dumps(poisoned).encode())])
+    lanes = [("t", n) for n in range(9)]  # ("t", 8): no checkpoint
+    with pytest.raises(MirrorError, match="format 99"):
+        _fresh(target_cluster, wire, store).read_own_many("p", lanes)
+
+    daemon = SimpleNamespace(config=SimpleNamespace(pipeline="p"), store=_fresh(target_cluster, wire, store))
+    read = ShallowMirrorDaemon._read_checkpoints(daemon, lanes)
+
+    assert isinstance(read.pop(("t", 5)), MirrorError)
+    assert {lane: None if cp is None else cp.position for lane, cp in read.items()} == \
+        {**{("t", n): 10 + n for n in range(8) if n != 5}, ("t", 8): None}
