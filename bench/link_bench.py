@@ -578,6 +578,17 @@ def mm2_lib() -> Path:
     return lib
 
 
+def drop_target_topic(target_conf: dict, topic: str) -> None:
+    """Delete a mirror's copy on the target once it is measured: every run copies a few hundred MB per mirror and
+    round trip, which filled the sandbox's disk over a day of runs. Best effort: a failure is printed, not raised."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        AdminClient({**target_conf, "log_level": 0}).delete_topics([topic])[topic].result(30)
+    except Exception as exc:  # noqa: BLE001 - a measurement is not lost over a clean-up
+        print(f"   (target topic {topic} not deleted: {exc})", flush=True)
+
+
 def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, list[int], object]:
     """(command, target topic, target partitions watched, done-check or None)."""
     py = sys.executable
@@ -752,6 +763,8 @@ def run(args) -> dict:
                     continue
                 finally:
                     watch.close()
+                    if not args.keep_topics:
+                        drop_target_topic(target_conf, target_topic)
                 source_bytes = mirror_facts["bytes"]
                 per_record = mirror_facts["bytes"] / mirror_facts["records"]
                 steady, active_cpu = active_phase(result["samples"], expected, per_record)
@@ -791,6 +804,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ns-wmem-max", type=int, default=32 << 20)
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per mirror and round trip")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--keep-topics", action="store_true",
+                        help="leave each mirror's target topic on the target (default: deleted once measured)")
     parser.add_argument("--backfill-plan-args", default="",
                         help="extra `shoal backfill plan` arguments for the backfill mirror, one string")
     parser.add_argument("--before-tree", type=Path, default=Path("/work/main"),
