@@ -12,12 +12,14 @@ broker has nothing new to say, and when retention deletes past a lagging lane.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from mirror_core.broker_fetch import RoundSessions, RoundStats
-from mirror_core.errors import DataLossError
+from mirror_core.errors import DataLossError, TopicRecreatedError
 from mirror_core.fetcher import RawBatchFetcher
 from mirror_core.standing_round import StandingRound
 from tests.integration.test_fetch_sessions import clients, route  # noqa: F401 - fixtures
@@ -96,3 +98,48 @@ def test_a_lane_reopened_below_the_offset_its_session_keeps_fetches_again_from_i
     news = _round(rounds, fetchers)
     assert set(news) == {twin} and news[twin][1].error is None and news[twin][1].result.high_watermark == 6
     assert rounds.audit() == []
+
+
+@pytest.mark.parametrize("how", ["deleted", "recreated"])
+def test_a_deleted_or_recreated_topic_in_an_incremental_session_is_told_every_round_never_fetched_anew(
+        source_cluster, clients, unique_name, how):  # noqa: F811
+    """The broker answers UNKNOWN_TOPIC_ID for a session's partition of a deleted topic; a topic recreated under the
+    same name has a new id and a new log from offset 0: a lane standing at 4 on the old log must be told (a
+    recreated topic: TopicRecreatedError) round after round, and never be handed data of the new log."""
+    source, _target = clients
+    topic = unique_name(f"standing-{how}")
+    other = unique_name(f"standing-{how}-other")
+    source_cluster.create_topic(topic, partitions=1)
+    source_cluster.create_topic(other, partitions=1)
+    _produce_batches(source_cluster, topic, 0, 4)
+    _produce_batches(source_cluster, other, 0, 1)
+    fetchers = {name: RawBatchFetcher(source, name, 0, 0, None, max_bytes=1 << 20, max_wait_ms=50)
+                for name in (topic, other)}
+    rounds = StandingRound(source, max_bytes=1 << 20, max_wait_ms=50, sessions=RoundSessions())
+    _round(rounds, fetchers)
+    _round(rounds, fetchers)
+    assert fetchers[topic].position == 4
+    admin = AdminClient(source_cluster.config.confluent())
+    admin.delete_topics([topic])[topic].result(30)
+    if how == "recreated":
+        for _ in range(60):
+            try:
+                source_cluster.create_topic(topic, partitions=1)
+                break
+            except Exception:  # noqa: BLE001 - the deletion is still being finished
+                time.sleep(0.5)
+        _produce_batches(source_cluster, topic, 0, 8)
+    errors = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(errors) < 3:
+        news = _round(rounds, fetchers)
+        if topic in news:
+            _start, outcome = news[topic]
+            assert outcome.error is not None, f"the {how} topic handed out {outcome.result!r}"
+            errors.append(outcome.error)
+        time.sleep(0.2)
+    assert len(errors) >= 3, f"the {how} topic was told {errors!r} in 30 s of rounds: a silent stall"
+    assert fetchers[topic].position == 4
+    if how == "recreated":
+        assert any(isinstance(e, TopicRecreatedError) for e in errors), errors
+    assert fetchers[other].position == 1
