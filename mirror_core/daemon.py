@@ -113,6 +113,7 @@ GROUP_UNJOINED_SESSIONS = 3  # subscribed this many session timeouts without an 
 DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets none (both protocols' default)
 REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
 HEALTH_WALK_S = 1.0  # every lane's health is compared at least this often (_publish_round_states)
+AUDIT_MAX_S = 30.0  # the standing round's books are audited at least this often, however rare rescans are
 FENCED_BACKOFF_CAP_S = 300.0  # a lane fenced out of this process is retried after at most this (see _fenced_out)
 PREFLIGHT_WORKERS = 4  # target preparations (preflights) of new topics run this many at a time
 
@@ -219,7 +220,7 @@ class ShallowMirrorDaemon:
         # next round of it, sent before this round's shares are written (overlap, see _copy_round)
         self._rounds: StandingRound | None = None
         self._in_flight: StandingPending | None = None
-        self._next_audit = 0.0  # the standing round's books checked against its sessions (rescan cadence)
+        self._next_audit = 0.0  # the standing round's books checked against its sessions (rescan cadence, <= 30 s)
         self._next_positions = 0.0  # the retention watch's positions published (_publish_positions_if_due)
         self._next_health_walk = 0.0  # every lane's health compared (_publish_round_states)
         self._prune_seen: tuple[frozenset, int] | None = None  # (held lanes, floors version) last applied
@@ -1197,14 +1198,17 @@ class ShallowMirrorDaemon:
     def _send_round(self, ready: list[tuple[LaneState, int]]) -> StandingPending:
         """Send one fetch round for the ``ready`` lanes (one request per source broker) without waiting for it:
         the standing round's members follow ``ready`` (a lane with a new fetcher joins, one not ready leaves), and
-        each broker's request names only what changed since its last one. On the rescan cadence the standing
-        round's books are first checked against its fetch sessions (StandingRound.audit): a discrepancy — a lane
-        that would never be named, never fetched — is logged and repaired."""
+        each broker's request names only what changed since its last one. On the rescan cadence (at most
+        ``AUDIT_MAX_S`` apart) the standing round's books are first checked against its fetch sessions
+        (StandingRound.audit): a discrepancy — a lane that would never be named, never fetched — is logged and
+        repaired."""
         rounds = self._standing()
         rounds.sync([(state.lane, state.fetcher) for state, _ in ready if state.fetcher is not None])
         now = time.monotonic()
         if now >= self._next_audit:
-            self._next_audit = now + self.config.rescan_interval_s
+            # the rescan cadence, capped: a lane the books lost is never fetched and shows nothing (health
+            # copying, lag gauge frozen) until the audit finds it, and a pipeline may rescan only hourly
+            self._next_audit = now + min(self.config.rescan_interval_s, AUDIT_MAX_S)
             repaired = rounds.audit()
             if repaired:
                 event("fetch_session_repaired", logging.WARNING, lanes=len(repaired), first=repaired[0],
