@@ -598,7 +598,9 @@ class _Pipeline:
     waited for, and the answers already received are taken while more than ``KEEP_QUEUED`` requests stay in
     flight. Only the timing of sends changes: which batches a request carries, their order and every limit above
     are decided exactly as with one send per answer. ``leaders`` caches each partition's leader for a healthy
-    stretch only (cleared by any failed batch and before every retry).
+    stretch only (cleared by any failed batch and before every retry). A write of one writer to one partition on a
+    fast connection runs these turns in :meth:`_run_one_partition` (the same decisions on the same state, without
+    the per-request maps), until a failure hands it back to them.
     """
 
     def __init__(self, jobs: Sequence[tuple[BatchWriter, Sequence[OutgoingBatch], list[int], Sequence[int]]],
