@@ -18,7 +18,8 @@ cluster by three mirrors, each in its own process (so CPU time and peak RSS are 
 - ``shallow-sasl-kp`` (not in the default set): the same over kafka-python's connections (``fast_path=False``),
   which is what a secure cluster got before the fast path spoke TLS and SASL.
 - ``shallow-before`` (not in the default set): ``shallow`` run from another checkout (``--before-root``, e.g. a
-  worktree of main at a branch point), so a change and its baseline are measured in one run on the same data.
+  worktree of main at a branch point), so a change and its baseline are measured in one run on the same data;
+  ``concurrent-alo-before`` likewise runs that checkout's ``concurrent-alo``.
 - ``concurrent-alo`` / ``concurrent-eos`` / ``concurrent-none`` (not in the default set): ``shoal copy``'s engine
   (:class:`~mirror_core.concurrent_copy.ConcurrentCopy`, one lane per partition, every partition of the case) in
   at-least-once (checkpoints, the lanes' writes sharing Produce requests), exactly-once (a transaction per lane
@@ -58,7 +59,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 MIRROR_CORE, BROKER_CORE = 1, 0
 MIRRORS = ("shallow", "deep", "null", "shallow-sasl", "shallow-sasl-kp", "shallow-before", "concurrent-alo",
-           "concurrent-alo-alone", "concurrent-eos", "concurrent-none")
+           "concurrent-alo-alone", "concurrent-eos", "concurrent-none", "concurrent-alo-before")
+# mirrors run from the --before-root checkout, as the mirror it names there
+BEFORE_MIRRORS = {"shallow-before": "shallow-before", "concurrent-alo-before": "concurrent-alo"}
 DEFAULT_MIRRORS = ("shallow", "deep", "null")
 # these copy partition 0 only
 SINGLE_PARTITION_MIRRORS = {"shallow", "null", "shallow-sasl", "shallow-sasl-kp", "shallow-before"}
@@ -475,12 +478,13 @@ def run(args) -> dict:
                         spec = {"source": src_conf, "target": dst_conf, "src_topic": src, "dst_topic": dst,
                                 "fast_path": SECURE_MIRRORS.get(mirror, True),
                                 "start": data["start"], "end": data["end"], "starts": data["starts"],
-                                "ends": data["ends"], "case": asdict(case), "mirror": mirror,
+                                "ends": data["ends"], "case": asdict(case),
+                                "mirror": BEFORE_MIRRORS.get(mirror, mirror),
                                 "fetch_max_bytes": args.fetch_max_bytes,
                                 "max_inflight_bytes": args.max_inflight_bytes,
                                 "deep_consumer_conf": dict(args.deep_consumer_conf)}
-                        root = args.before_root if mirror == "shallow-before" else ROOT
-                        report = run_child(mirror, spec, root)
+                        root = args.before_root if mirror in BEFORE_MIRRORS else ROOT
+                        report = run_child(BEFORE_MIRRORS.get(mirror, mirror), spec, root)
                         landed = target_records(dst_plain, dst, case.partitions)
                         if landed != data["records"]:
                             raise RuntimeError(f"{mirror} on {case.name}: target holds {landed} records, "
@@ -584,14 +588,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--deep-consumer-conf", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                         help="extra librdkafka consumer setting for the deep baseline (repeatable)")
     parser.add_argument("--before-root", type=Path,
-                        help="checkout the shallow-before mirror runs from (its bench/copy_bench.py must take --child)")
+                        help="checkout the *-before mirrors run from (its bench/copy_bench.py must take --child)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin the broker JVMs to core 0")
     parser.add_argument("--keep-topics", action="store_true", help="leave the bench topics on both clusters")
     parser.add_argument("--out", type=Path, help="result JSON (default: bench/results/copy-<time>.json)")
     parser.add_argument("--child", choices=MIRRORS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if "shallow-before" in args.mirrors and not args.child and args.before_root is None:
-        parser.error("the shallow-before mirror needs --before-root")
+    if set(BEFORE_MIRRORS) & set(args.mirrors) and not args.child and args.before_root is None:
+        parser.error("the *-before mirrors need --before-root")
     if args.child:
         child_main(args.child)
         return

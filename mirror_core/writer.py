@@ -58,7 +58,7 @@ from kafka.protocol.producer import (
     ProduceRequest,
 )
 
-from mirror_core.batch_codec import parse_batch, stamp_producer_in_place
+from mirror_core.batch_codec import LOG_OVERHEAD, V2_HEADER, parse_batch, stamp_producer_in_place
 from mirror_core.errors import (
     AmbiguousWriteError,
     BatchRejectedError,
@@ -84,6 +84,9 @@ MAX_IN_FLIGHT = 5
 # After waiting for an answer, the pipeline takes the answers that already arrived before sending again, but only
 # while more than this many requests stay in flight (work queued at the broker while the answers are handled)
 KEEP_QUEUED = 3
+# A write of one writer to one partition takes _Pipeline._run_one_partition (same requests, less Python per
+# request); False sends every write through the general turns (tests compare the two)
+ONE_PARTITION_LOOP = True
 # Inside a transaction, writes are retried for at most this share of transaction.timeout.ms from its begin: the rest
 # is left for the commit, so a retried write ends as a retriable error before the coordinator aborts under it.
 TRANSACTION_RETRY_SHARE = 0.5
@@ -595,7 +598,9 @@ class _Pipeline:
     waited for, and the answers already received are taken while more than ``KEEP_QUEUED`` requests stay in
     flight. Only the timing of sends changes: which batches a request carries, their order and every limit above
     are decided exactly as with one send per answer. ``leaders`` caches each partition's leader for a healthy
-    stretch only (cleared by any failed batch and before every retry).
+    stretch only (cleared by any failed batch and before every retry). A write of one writer to one partition on a
+    fast connection runs these turns in :meth:`_run_one_partition` (the same decisions on the same state, without
+    the per-request maps), until a failure hands it back to them.
     """
 
     def __init__(self, jobs: Sequence[tuple[BatchWriter, Sequence[OutgoingBatch], list[int], Sequence[int]]],
@@ -632,9 +637,12 @@ class _Pipeline:
         # more than KEEP_QUEUED requests stay in flight: the refill then goes out in one sendmsg, and the broker
         # (one request per connection at a time) still has queued work while this process handles the answers.
         inflight, transport = self.inflight, self.transport
+        single = len(self.writers) == 1
         try:
             while self.unacked:
                 if not self.draining:
+                    if single and ONE_PARTITION_LOOP and len(self.unacked) == 1 and self._run_one_partition():
+                        continue
                     self._fill()
                     transport.flush()
                 if inflight:
@@ -646,6 +654,94 @@ class _Pipeline:
         except BaseException:
             self._abandon()
             raise
+
+    def _run_one_partition(self) -> bool:
+        """The turns of :meth:`run` for a write of one writer to one partition on a fast connection, without the
+        general per-request passes (:meth:`_fill`'s maps, :meth:`_send`'s and :class:`_Transport`'s regrouping,
+        :meth:`_complete`'s outcome dict): on one partition each request carries exactly the partition's next
+        batch, so a turn sends while the same limits as :meth:`_fill` allow (the first-acknowledgement rule,
+        ``MAX_IN_FLIGHT``, ``max_inflight_bytes``), stamps each batch with the same sequence, flushes, waits for
+        the oldest answer and takes the arrived ones while more than ``KEEP_QUEUED`` stay in flight. The
+        requests are the general path's, byte for byte and in the same order (tested); the state kept is the
+        general path's too (``unacked``, ``sent``, ``send_seq``, ``inflight``, ``node_load``,
+        ``inflight_bytes``), so any answer other than a clean acknowledgement of the batch is handed to
+        :meth:`_complete` as it is, and once a failure is noted (``draining``) the general turns take over.
+
+        Returns False (nothing done) when the write is not on this shape: the partition's leader not yet looked
+        up (the general :meth:`_fill` looks it up), no fast connection to it, or a failure being drained."""
+        if self.failed or self.draining:
+            return False
+        (key, queue), = self.unacked.items()
+        node = self.leaders.get(key)
+        if node is None:
+            return False
+        conn = self.transport.fast_connection(node)
+        if conn is None:
+            return False
+        tp = key[1]
+        topic, partition = tp
+        writer = self.writer
+        acknowledged, next_seq = writer._acknowledged, writer._next_seq
+        sent, send_seq, inflight, node_load, stats = self.sent, self.send_seq, self.inflight, self.node_load, \
+            self.stats
+        max_inflight_bytes, produce = self.max_inflight_bytes, conn.produce
+        while True:
+            count = sent[key]
+            load = node_load[node]
+            while count < len(queue) and load < MAX_IN_FLIGHT and (not count or tp in acknowledged):
+                p = queue[count]
+                data = p.batch.data
+                size = len(data)
+                if inflight and self.inflight_bytes + size > max_inflight_bytes:
+                    break
+                sequence = next_seq[tp] if not count else send_seq[key]
+                writer._stamp(p, sequence)
+                send_seq[key] = next_sequence(sequence, p.records)
+                count += 1
+                sent[key] = count
+                timeout_ms = writer.produce_timeout_ms
+                try:
+                    future = produce(transactional_id=writer.transactional_id if writer._in_txn else None,
+                                     acks=writer.acks, timeout_ms=timeout_ms,
+                                     topic_data=[(topic, [(partition, data)])], max_version=PRODUCE_MAX_VERSION,
+                                     request_timeout_ms=timeout_ms + 5_000, defer=True)
+                except Errors.KafkaError as exc:
+                    future = Future().failure(exc)
+                inflight.append(_Request(node, {tp: p}, [key], size, future))
+                load += 1
+                node_load[node] = load
+                self.inflight_bytes += size
+                if stats is not None:
+                    stats.requests += 1
+                    stats.batches += 1
+            conn.flush()
+            if not inflight:
+                return False
+            self._take_one_partition(inflight.popleft(), key, tp)
+            while len(inflight) > KEEP_QUEUED and conn.answered(inflight[0].future):
+                self._take_one_partition(inflight.popleft(), key, tp)
+            if self.draining or key not in self.unacked:
+                return True
+
+    def _take_one_partition(self, request: _Request, key: tuple, tp: tuple[str, int]) -> None:
+        """:meth:`_complete` for a request of :meth:`_run_one_partition`: a clean acknowledgement of its batch is
+        taken directly; anything else (a failed request, an error code, an answer of another shape, and every
+        answer once a batch failed: those behind it are resent whatever they say) goes to :meth:`_complete`
+        unchanged."""
+        future = request.future
+        conn = getattr(future, "conn", None)
+        if conn is not None:
+            conn.wait(future)
+            if not future.failed() and not self.failed:   # behind a failed batch: _complete's rule decides
+                responses = future.value.responses
+                if len(responses) == 1 and responses[0].name == tp[0]:
+                    parts = responses[0].partition_responses
+                    if len(parts) == 1 and parts[0].index == tp[1] and not parts[0].error_code:
+                        self.node_load[request.node] -= 1
+                        self.inflight_bytes -= request.size
+                        self._acknowledge(key, request.items[tp], parts[0].base_offset)
+                        return
+        self._complete(request)
 
     # -- sending ---------------------------------------------------------------------------------------------
 
@@ -887,6 +983,16 @@ class _Transport:
             future.failure(exc)
         return future
 
+    def fast_connection(self, node: int):
+        """The fast connection :meth:`send` would use for ``node``, or None (no fast route, or it cannot be opened
+        now: :meth:`send` then meets the same error and fails the request with it)."""
+        if self._fast is None:
+            return None
+        try:
+            return self._fast(node)
+        except Errors.KafkaError:
+            return None
+
     def flush(self) -> None:
         """Hand every deferred request to its connection's socket."""
         if self._deferred:
@@ -913,6 +1019,13 @@ def _error_name(error: type) -> str:
 
 def _check_ready(batch: OutgoingBatch) -> int:
     """The batch's record count, or ValueError naming it when it cannot be written as it is."""
+    data = batch.data
+    if len(data) >= V2_HEADER.size:   # the usual case, one unpack: a whole v2 batch with records and no holes
+        fields = V2_HEADER.unpack_from(data, 0)
+        # batchLength, magic, lastOffsetDelta, recordsCount (the field order of V2_HEADER: BatchView's)
+        length, magic, last_delta, count = fields[1], fields[3], fields[6], fields[12]
+        if length + LOG_OVERHEAD == len(data) and magic == 2 and count > 0 and last_delta + 1 == count:
+            return count
     try:
         view = parse_batch(batch.data)
     except (ValueError, CorruptBatchError):
