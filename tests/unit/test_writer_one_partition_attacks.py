@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import struct
 import time
 from types import SimpleNamespace
@@ -41,9 +42,11 @@ from mirror_core import wire_fastpath as fp
 from mirror_core import writer as writer_module
 from mirror_core.batch_codec import parse_batch
 from mirror_core.errors import ProducerFencedError
+from mirror_core.wire_channel import FastSecurity, tls_context
 from mirror_core.writer import BatchWriter, OutgoingBatch, next_sequence
 from tests.unit import test_writer_fast_route_faults as faults
 from tests.unit.test_kafka_wire_pure import make_batch
+from tests.unit.test_wire_channel_records import material  # noqa: F401 - fixture
 from tests.unit.test_wire_fastpath import _recv
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,8 +58,13 @@ OUT_OF_ORDER = Errors.OutOfOrderSequenceNumberError.errno
 
 
 class AttackCluster(faults.Cluster):
-    def __init__(self, leaders, script=None, *, delivery="whole"):
+    def __init__(self, leaders, script=None, *, delivery="whole", tls=None, session_ms=0):
         self.delivery = delivery
+        self.tls = tls                       # a server SSLContext: every connection is TLS
+        self.session_ms = session_ms         # SASL PLAIN on every connection, sessions of this lifetime (KIP-368)
+        self.logins: list = []               # (connection number, monotonic time) per SaslAuthenticate
+        self.expired_requests = 0            # requests that came on a connection whose session had expired
+        self.accepted = 0
         self.fenced: set = set()             # (tp, producer id) refused for good
         self.frames: list[bytes] = []        # every Produce frame received, in order
         self.throttle_ms = 0
@@ -64,7 +72,15 @@ class AttackCluster(faults.Cluster):
 
     def _serve(self, node, conn):
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        held = []
+        with self.lock:
+            self.accepted += 1
+            number = self.accepted
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except (OSError, ssl.SSLError):
+                return
+        held, session_ends = [], None
         with conn:
             while True:
                 if held and not select.select([conn], [], [], 0.03)[0]:
@@ -78,9 +94,25 @@ class AttackCluster(faults.Cluster):
                     return
                 api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
                 if api_key == fp.API_VERSIONS:
-                    body = struct.pack(">hi", 0, 2) + struct.pack(">hhh", 0, 3, 11) + struct.pack(">hhh", 1, 4, 17)
+                    apis = [(0, 3, 11), (1, 4, 17)] + ([(17, 0, 1), (36, 0, 1)] if self.session_ms else [])
+                    body = struct.pack(">hi", 0, len(apis)) + b"".join(struct.pack(">hhh", *a) for a in apis)
                     conn.sendall(struct.pack(">ii", len(body) + 4, correlation_id) + body)
                     continue
+                if api_key == fp.API_SASL_HANDSHAKE:
+                    body = struct.pack(">hih", 0, 1, 5) + b"PLAIN"
+                    conn.sendall(struct.pack(">ii", len(body) + 4, correlation_id) + body)
+                    continue
+                if api_key == fp.API_SASL_AUTHENTICATE:   # v1: error, null message, empty auth bytes, lifetime
+                    with self.lock:
+                        self.logins.append((number, time.monotonic()))
+                    session_ends = time.monotonic() + self.session_ms / 1000
+                    body = struct.pack(">hhiq", 0, -1, 0, self.session_ms)
+                    conn.sendall(struct.pack(">ii", len(body) + 4, correlation_id) + body)
+                    continue
+                if session_ends is not None and time.monotonic() > session_ends:
+                    with self.lock:                   # Kafka closes a connection used past its session
+                        self.expired_requests += 1
+                    return
                 self.frames.append(bytes(frame))
                 _, version, correlation_id, topics = faults._parse_produce(frame)
                 answers, action = [], 0
@@ -105,7 +137,10 @@ class AttackCluster(faults.Cluster):
                     self._deliver(conn, out)
 
     def _deliver(self, conn, out):
-        if self.delivery == "bytes":
+        if self.delivery == "slow":                  # a broker taking 10 ms per request
+            time.sleep(0.01)
+            conn.sendall(out)
+        elif self.delivery == "bytes":
             for i in range(len(out)):
                 conn.sendall(out[i:i + 1])
                 time.sleep(0.0002)
@@ -385,6 +420,54 @@ def test_a_write_interrupted_with_requests_in_flight_leaves_nothing_in_flight_an
         assert cluster.log[tp] == list(range(30))
         assert results == list(range(done, 30))
         assert next_sequence(0, 30) == writer._next_seq[tp]
+    finally:
+        client.close()
+        cluster.close()
+
+
+# -- TLS and re-authentication (KIP-368) ------------------------------------------------------------------------------
+
+class SecureClient(faults.FastClient):
+    """FastClient whose connections are SASL_SSL (PLAIN), as WireClient makes them for a secure cluster."""
+
+    def __init__(self, cluster, ca):
+        super().__init__(cluster)
+        self.security = FastSecurity("SASL_SSL", tls_context({"ssl.ca.location": ca}), "PLAIN", "shoal", "secret")
+
+    def fast_connection(self, node):
+        conn = self.conns.get(node)
+        if conn is None or conn.closed:
+            conn = self.conns[node] = fp.FastConnection("localhost", self.cluster.port(node), node_id=node,
+                                                        request_timeout_s=5, security=self.security)
+        return conn
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["general", "loop"])
+@pytest.mark.parametrize("script", [[], [0, 0, 0, NOT_LEADER, 0, 0, 0, 0, 0, "half"]], ids=["clean", "faults"])
+def test_a_long_write_over_tls_re_authenticates_on_its_connection_between_requests(
+        monkeypatch, material, loop, script):  # noqa: F811
+    """A write over SASL_SSL that outlives its SASL session (1.5 s; the broker takes 10 ms per request, 200
+    requests): the connection logs in again between requests before the session ends (KIP-368), so the broker
+    never meets a request on an expired session (it closes such a connection, as Kafka does), and the target holds
+    every record once, in order, whether the loop or the general turns send.
+
+    (The broker reads a pipelined request only after answering those before it, as Kafka does with a muted
+    channel; the client's 5-15 % margin must cover that queue: with a 300 ms session and slow answers it does
+    not, in both paths alike — a property of FastConnection's re-authentication, not of the loop.)"""
+    monkeypatch.setattr(writer_module, "ONE_PARTITION_LOOP", loop)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(material["cert"], material["key"])
+    tp = ("t", 0)
+    cluster = AttackCluster({tp: 1}, {tp: list(script)}, delivery="slow", tls=server, session_ms=1500)
+    client = SecureClient(cluster, material["ca"])
+    try:
+        writer = BatchWriter(client, retry_timeout_s=10)
+        assert writer.write(_batches(200)) == list(range(200))
+        assert cluster.log[tp] == list(range(200))
+        assert cluster.expired_requests == 0
+        connections = {number for number, _ in cluster.logins}
+        assert len(cluster.logins) > len(connections)   # some connection logged in again, mid-write
+        assert all(conn.tls_version for conn in client.conns.values())
     finally:
         client.close()
         cluster.close()
