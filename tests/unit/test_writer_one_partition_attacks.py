@@ -13,7 +13,12 @@ Extra per-batch actions (besides those of ``test_writer_fast_route_faults.Cluste
   over the partition: fencing is sticky, nothing of the old epoch lands again);
 - ``"oos"``: OUT_OF_ORDER_SEQUENCE_NUMBER for this batch, nothing appended (the broker refuses a gap it sees);
 - ``"silent"``: append, never answer (the client's request timeout must end the wait);
-- ``("throttle", ms)``: append and answer with ``throttle_time_ms`` = ms.
+- ``("throttle", ms)``: append and answer with ``throttle_time_ms`` = ms;
+- ``("forget", code)``: the broker drops our producer state (retention deleted our batches), this batch is
+  answered ``code`` and not written; the next batch is taken as a first one, whatever its sequence (Kafka's
+  ``checkSequence`` without a producer epoch);
+- ``("appended", code)``: append, then answer ``code`` (NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT of an
+  acks=all write whose replication timed out: the leader holds the batch).
 
 Answer delivery (``delivery``): ``"whole"`` (one ``sendall`` per answer), ``"bytes"`` (each answer a byte at a
 time), ``"coalesced"`` (answers held while more requests are already waiting, then sent in one ``sendall``: a
@@ -163,6 +168,15 @@ class AttackCluster(faults.Cluster):
             actions.pop(0)
             self.received.append((node, tp, view.base_sequence, view.base_offset))
             return OUT_OF_ORDER, -1, 0
+        if isinstance(action, tuple) and action[0] == "forget":     # state dropped, this batch refused with code
+            actions.pop(0)
+            self.received.append((node, tp, view.base_sequence, view.base_offset))
+            self.state.pop(tp, None)
+            return action[1], -1, 0
+        if isinstance(action, tuple) and action[0] == "appended":   # written, then an error answered
+            actions[0] = 0
+            code, base, _ = super()._answer(node, tp, data)
+            return (action[1] if code == 0 else code), -1, 0
         if isinstance(action, tuple) and action[0] == "throttle":
             actions[0] = 0
             self.throttle_ms = action[1]
@@ -281,6 +295,36 @@ def test_out_of_order_sequence_on_a_batch_mid_stream_renews_the_producer_id_and_
         assert outcome == list(range(30)) and log == list(range(30))
         assert client.init_calls == 2
         assert writer._next_seq[("t", 0)] == 20         # 20 records under the new producer id
+
+
+@pytest.mark.parametrize("delivery", ["whole", "coalesced"])
+@pytest.mark.parametrize("code", [Errors.NotEnoughReplicasAfterAppendError.errno, Errors.RequestTimedOutError.errno])
+def test_an_error_answered_for_a_batch_the_leader_appended_is_resent_and_deduplicated(monkeypatch, delivery, code):
+    """NOT_ENOUGH_REPLICAS_AFTER_APPEND / REQUEST_TIMED_OUT for batch 6: the leader holds it, and the batches behind
+    it in flight are appended and acknowledged. All are resent after it with their bytes; the broker answers them as
+    duplicates with their first offsets, so every record is on the target once, in order, with its offset."""
+    general, loop = _both(monkeypatch, [0] * 6 + [("appended", code)], delivery=delivery)
+    for outcome, log, _, client, _ in (general, loop):
+        assert outcome == list(range(30)) and log == list(range(30))
+        assert client.init_calls == 1
+
+
+@pytest.mark.parametrize("delivery", ["whole", "coalesced"])
+def test_a_batch_that_may_have_landed_ahead_of_a_refused_one_halts_instead_of_a_new_producer_id(monkeypatch,
+                                                                                                delivery):
+    """The WriteOrderError case when the answer that would prove it is lost. The broker dropped our state; batch 2
+    is refused (NOT_ENOUGH_REPLICAS) and batch 3, behind it, is taken as a first batch — and the connection drops
+    before its answer. The resend: batch 2 is OUT_OF_ORDER (the broker now expects 4), batch 3 is a duplicate, and
+    the connection drops before that answer too. Batch 3 is on the target ahead of batch 2, with no answer saying
+    so; a new producer id would write batch 2 after it, and batch 3 twice. The writer must halt (WriteOrderError /
+    AmbiguousWriteError naming the partition), never leave the target out of source order."""
+    from mirror_core.errors import AmbiguousWriteError, WriteOrderError
+    script = [0, 0, ("forget", Errors.NotEnoughReplicasError.errno), "reset", 0, "reset"]
+    general, loop = _both(monkeypatch, script, n=12, delivery=delivery)
+    for outcome, log, *_ in (general, loop):
+        assert log == sorted(log) and len(log) == len(set(log)), log      # never out of order, never twice
+        assert isinstance(outcome, (WriteOrderError, AmbiguousWriteError)), outcome
+        assert "t-0" in str(outcome) or "'t' partition 0" in str(outcome) or "t 0" in str(outcome), str(outcome)
 
 
 def test_throttle_time_is_honoured_before_the_next_request(monkeypatch):
