@@ -515,3 +515,32 @@ def test_a_long_write_over_tls_re_authenticates_on_its_connection_between_reques
     finally:
         client.close()
         cluster.close()
+
+
+def test_the_loop_takes_over_a_two_partition_write_once_one_partition_is_done(monkeypatch):
+    """A write of two partitions becomes a one-partition write when the short one is done: the loop takes over with
+    the general turns' requests still in flight, and a refusal and a dropped connection after that keep order."""
+    monkeypatch.setattr(writer_module, "ONE_PARTITION_LOOP", True)
+    turns = []
+    run_one = writer_module._Pipeline._run_one_partition
+
+    def counted(self):
+        ran = run_one(self)
+        turns.append(ran)
+        return ran
+
+    monkeypatch.setattr(writer_module._Pipeline, "_run_one_partition", counted)
+    a, b = ("t", 0), ("t", 1)
+    cluster = AttackCluster({a: 1, b: 1}, {b: [0] * 8 + [NOT_LEADER] + [0] * 6 + ["reset"]})
+    client = faults.FastClient(cluster)
+    try:
+        writer = BatchWriter(client, retry_timeout_s=10)
+        short = [OutgoingBatch("t", 0, make_batch(i), source_offset=i) for i in range(3)]
+        long = [OutgoingBatch("t", 1, make_batch(i), source_offset=i) for i in range(30)]
+        results = writer.write(short + long)
+        assert results == list(range(3)) + list(range(30))
+        assert cluster.log[a] == list(range(3)) and cluster.log[b] == list(range(30))
+        assert any(turns)
+    finally:
+        client.close()
+        cluster.close()
