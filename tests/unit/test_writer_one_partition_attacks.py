@@ -282,7 +282,7 @@ def test_a_fenced_epoch_with_batches_in_flight_stops_the_write_and_nothing_lands
         assert isinstance(outcome, ProducerFencedError), outcome
         assert log == list(range(8))
         assert all(conn.in_flight == 0 for conn in client.conns.values())
-    assert general[2].received == loop[2].received    # the same requests reached the broker, in the same order
+    # (how many later batches reached the broker before the refusal was read depends on timing: not compared)
 
 
 @pytest.mark.parametrize("delivery", ["whole", "coalesced"])
