@@ -490,7 +490,7 @@ class SecureClient(faults.FastClient):
 @pytest.mark.parametrize("script", [[], [0, 0, 0, NOT_LEADER, 0, 0, 0, 0, 0, "half"]], ids=["clean", "faults"])
 def test_a_long_write_over_tls_re_authenticates_on_its_connection_between_requests(
         monkeypatch, material, loop, script):  # noqa: F811
-    """A write over SASL_SSL that outlives its SASL session (1.5 s; the broker takes 10 ms per request, 200
+    """A write over SASL_SSL that outlives its SASL session (2 s; the broker takes 10 ms per request, 250
     requests): the connection logs in again between requests before the session ends (KIP-368), so the broker
     never meets a request on an expired session (it closes such a connection, as Kafka does), and the target holds
     every record once, in order, whether the loop or the general turns send.
@@ -502,12 +502,12 @@ def test_a_long_write_over_tls_re_authenticates_on_its_connection_between_reques
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(material["cert"], material["key"])
     tp = ("t", 0)
-    cluster = AttackCluster({tp: 1}, {tp: list(script)}, delivery="slow", tls=server, session_ms=1500)
+    cluster = AttackCluster({tp: 1}, {tp: list(script)}, delivery="slow", tls=server, session_ms=2000)
     client = SecureClient(cluster, material["ca"])
     try:
         writer = BatchWriter(client, retry_timeout_s=10)
-        assert writer.write(_batches(200)) == list(range(200))
-        assert cluster.log[tp] == list(range(200))
+        assert writer.write(_batches(250)) == list(range(250))
+        assert cluster.log[tp] == list(range(250))
         assert cluster.expired_requests == 0
         connections = {number for number, _ in cluster.logins}
         assert len(cluster.logins) > len(connections)   # some connection logged in again, mid-write
