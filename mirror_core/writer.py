@@ -885,6 +885,9 @@ class _Pipeline:
                     renew.append(writer)
             for writer in renew:
                 self._refuse_if_renewal_ambiguous(writer, {key for key, _, _ in lost}, lost[0][2])
+            for key, p, error in lost:
+                self._refuse_if_landing_unknown(key, p, error)
+            for writer in renew:
                 writer.init_producer_id(keep=True)
         elif not self.backoff.wait():
             p = next(iter(self.unacked.values()))[0]
@@ -897,7 +900,7 @@ class _Pipeline:
         dedupe against the old one: so should any of them have been sent without an answer (it may have landed) or
         landed behind a refused batch, halt instead of writing it twice. (Only a writer of several partitions in one
         write meets this; a lost partition's own batches are checked by :meth:`BatchWriter._on_state_lost` and
-        :meth:`_refuse_if_order_broken`.)"""
+        :meth:`_refuse_if_order_broken` and :meth:`_refuse_if_landing_unknown`.)"""
         for key, queue in self.unacked.items():
             if key in lost or self.writers[key[0]] is not writer or not queue:
                 continue
@@ -917,6 +920,18 @@ class _Pipeline:
             if p is not head and p.landed_at >= 0:
                 raise WriteOrderError(self.writer.client.cluster_name, tp[0], tp[1], head.batch.source_offset,
                                       p.batch.source_offset, p.landed_at, _error_name(error))
+
+    def _refuse_if_landing_unknown(self, key: tuple, head: _Pending, error: type) -> None:
+        """As :meth:`_refuse_if_order_broken` for a batch behind ``head`` sent under this producer id whose answer
+        never came (``ambiguous``): a broker without our state takes it as a first batch, so it may be on the target
+        ahead of ``head`` without our hearing of it, and a new producer id would write ``head`` after it and it
+        twice. Halt, naming it (checked last: a proven landing or another partition's doubt is named first)."""
+        tp = key[1]
+        for p in self.unacked.get(key, ()):
+            if p is not head and p.ambiguous:
+                raise AmbiguousWriteError(self.writer.client.cluster_name, tp[0], tp[1], p.batch.source_offset,
+                                          f"{_error_name(error)} for the batch from source offset "
+                                          f"{head.batch.source_offset} before it")
 
     def _abandon(self) -> None:
         """On the way out with an error: let the requests in flight finish so none lands behind our back later."""
