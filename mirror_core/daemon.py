@@ -527,8 +527,10 @@ class ShallowMirrorDaemon:
             elif isinstance(exc, MirrorError):
                 self.metrics.errors.labels("preflight").inc()
                 event("preflight_refused", logging.ERROR, topic=topic, target_topic=target_topic, error=exc)
-            elif unexpected is None:
-                unexpected = exc
+            else:  # each named here: the rescan's own failure event carries only the first one
+                event("preflight_failed", logging.WARNING, topic=topic, target_topic=target_topic,
+                      error=f"{type(exc).__name__}: {exc}", note="no lanes for this topic yet; retried next rescan")
+                unexpected = exc if unexpected is None else unexpected
         return passed, unexpected
 
     def _prepare_target(self, topic: str, target_topic: str, partitions: int, existing: int | None,
