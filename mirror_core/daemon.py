@@ -89,6 +89,8 @@ from mirror_core.handoff import DAEMON_OWNER, new_worker_id
 from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.lane_control import persist_lane_state
 from mirror_core.lane_health_records import LaneHealthWriter, live_health, plan_health_writes
+from mirror_core.lane_openings import HeldLanes, LaneOpenings
+from mirror_core.lane_openings import audit as audit_openings
 from mirror_core.lane_status import HALTED, RETIRED, LaneHealth, PersistedLaneState, classify_failure
 from mirror_core.lane_workers import LaneClients, LaneWorkerPool, TaskOutcome
 from mirror_core.leases import (
@@ -186,7 +188,11 @@ class ShallowMirrorDaemon:
         self.include = TopicPattern(config.include, "include")
         self.exclude = TopicPattern(config.exclude, "exclude") if config.exclude else None
         self.lanes: dict[str, LaneState] = {}
-        self.held: set[str] = set()
+        # which held lanes a round must look at to open (mirror_core.lane_openings): every change of a lane's
+        # standing touches it there — held/dropped (HeldLanes), reset, halted, resumed, a retry time (_retry_later)
+        self.openings = LaneOpenings()
+        self._held = HeldLanes(on_change=self.openings.touch)
+        self._next_openings_audit = 0.0  # the openings' books checked against the lanes (rescan cadence)
         self.status = DaemonStatus()
         self._next_rescan = 0.0
         self._next_lease = 0.0
@@ -234,6 +240,17 @@ class ShallowMirrorDaemon:
         # (bytes per fetch request, bytes per partition in it): the configured sizes, or sized for the declared
         # link at start (_size_for_link)
         self._fetch_sizes = (config.fetch_max_bytes, config.partition_fetch_max_bytes)
+
+    @property
+    def held(self) -> set[str]:
+        """The lanes this process holds (a set touching each added or removed lane in ``self.openings``)."""
+        return self._held
+
+    @held.setter
+    def held(self, lanes) -> None:
+        for lane in self._held:
+            self.openings.touch(lane)
+        self._held = HeldLanes(lanes, on_change=self.openings.touch)
 
     def _refuse_checkpoints_elsewhere(self) -> None:
         """A pipeline file naming its own ``checkpoint_topic`` while the default topic holds checkpoints of the
@@ -571,6 +588,7 @@ class ShallowMirrorDaemon:
             state.halt_stored = True
             if not health.stopped or health.since_ms != cp.lane_state.since_ms:
                 health.stop(cp.lane_state)
+                self.openings.touch(state.lane)  # leaves the round (dropped below when held)
                 if state.lane in self.held:
                     self._drop(state.lane, f"{cp.lane_state.state}: {cp.lane_state.reason}")
             return
@@ -586,6 +604,7 @@ class ShallowMirrorDaemon:
             state.failures = state.fetch_failures = 0
             state.retry_at = 0.0
             state.repaired_at = None
+            self.openings.touch(state.lane)  # held and resumed: opened by the next round
             event("lane_resumed", topic=state.topic, partition=state.partition, lane=state.lane,
                   position=cp.position, lost_ranges=list(cp.lost_ranges))
 
@@ -880,7 +899,7 @@ class ShallowMirrorDaemon:
         self.membership.close()
 
     def _drop(self, lane: str, why: str) -> None:
-        self.held.discard(lane)
+        self.held.discard(lane)  # touches it in self.openings
         state = self.lanes.get(lane)
         if state is not None:
             state.reset()
@@ -990,10 +1009,19 @@ class ShallowMirrorDaemon:
         A group round runs as the pool's tick while the workers open lanes, and may drop one of them: the
         opened session and fetcher are then not installed (a later acquisition must open anew: InitProducerId,
         checkpoint read), and an error is not classified (the lane is not ours: no 'retrying', no halt)."""
-        now, lanes = time.monotonic(), self.lanes
-        candidates = [state for state in (lanes[lane] for lane in sorted(self.held))
-                      if not state.health.stopped and now >= state.retry_at]
-        closed = [state for state in candidates if state.session is None or state.fetcher is None]
+        now, lanes, openings = time.monotonic(), self.lanes, self.openings
+        self._audit_openings_if_due(now)
+        closed = []
+        for lane in openings.take(now):  # touched, or its retry time came: not every held lane
+            state = lanes.get(lane)
+            if state is None or lane not in self.held or state.health.stopped:
+                continue  # touched again when acquired or resumed
+            if now < state.retry_at:
+                openings.wait(lane, state.retry_at)
+            elif state.session is None or state.fetcher is None:
+                closed.append(state)
+            else:
+                openings.ready[lane] = state
         if closed:
             began = [(state.session, state.generation) for state in closed]
             outcomes = self._open_lanes(closed, began)
@@ -1005,7 +1033,7 @@ class ShallowMirrorDaemon:
                               note="dropped while it opened; its next holder's InitProducerId fences this writer")
                     continue
                 if not outcome.ok:
-                    self._failed(state, outcome.error)
+                    self._failed(state, outcome.error)  # waits for its retry time (or halts, or is dropped)
                     continue
                 opened, state.fetcher = outcome.value
                 if opened is not session:
@@ -1013,8 +1041,25 @@ class ShallowMirrorDaemon:
                     state.session = opened
                     event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                           position=opened.position)
-        return [(state, state.fetcher.position) for state in candidates
-                if state.lane in self.held and state.fetcher is not None and state.session is not None]
+                openings.ready[state.lane] = state
+        ready = []
+        for lane, state in list(openings.ready.items()):
+            if state.fetcher is None or state.session is None or lane not in self.held:
+                openings.touch(lane)  # reset without being touched (a missed hook): looked at next round
+                continue
+            ready.append((state, state.fetcher.position))
+        return ready
+
+    def _audit_openings_if_due(self, now: float) -> None:
+        """On the rescan cadence: the openings' books checked against the held lanes (lane_openings.audit); a lane
+        that would never be opened again is logged and repaired — never a silent stall."""
+        if now < self._next_openings_audit:
+            return
+        self._next_openings_audit = now + self.config.rescan_interval_s
+        repaired = audit_openings(self.openings, self.held, self.lanes, now)
+        if repaired:
+            event("lane_openings_repaired", logging.WARNING, lanes=len(repaired), first=repaired[0],
+                  note="a held lane was missing from the lanes a round opens; it is looked at again")
 
     def _open_lanes(self, states: list[LaneState], began: list[tuple[LaneSession | None, int]]
                     ) -> list[TaskOutcome]:
@@ -1203,6 +1248,7 @@ class ShallowMirrorDaemon:
                 shares.append((state, fetcher, start, outcome))
             else:  # collecting may have moved its position past an answer that is not copied now: reopen at the
                 state.fetcher = None  # committed position (the checkpoint), never skip it
+                self.openings.touch(lane)
         return shares, pending.answered
 
     def _publish_positions_if_due(self) -> None:
@@ -1253,6 +1299,7 @@ class ShallowMirrorDaemon:
             event("position_realigned", logging.WARNING, topic=state.topic, partition=state.partition,
                   checkpoint=state.session.position, fetcher=state.fetcher.position)
             state.fetcher = None
+            self.openings.touch(state.lane)
         self.metrics.observe_copy(state.topic, state.partition, result, result.newest_timestamp_ms)
         self.metrics.position.labels(*labels).set(result.source_end)
         state.shown_lag = max(0, fetched.last_stable_offset - result.source_end)
@@ -1288,6 +1335,7 @@ class ShallowMirrorDaemon:
         if fetching and isinstance(exc, Errors.KafkaError) and is_retriable(type(exc)):
             state.fetch_failures += 1
             state.retry_at = time.monotonic() + min(5.0, 0.1 * 2 ** min(state.fetch_failures, 6))
+            self.openings.wait(state.lane, state.retry_at)
             event("fetch_retry", logging.INFO if state.fetch_failures < 5 else logging.WARNING, topic=state.topic,
                   partition=state.partition, offset=state.fetcher.position if state.fetcher else None,
                   error=type(exc).__name__, attempt=state.fetch_failures, state=state.health.state)
@@ -1295,6 +1343,7 @@ class ShallowMirrorDaemon:
             state.failures += 1
             state.reset()
             state.retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** min(state.failures, 6))
+            self.openings.wait(state.lane, state.retry_at)
             event("lane_error", logging.WARNING, topic=state.topic, partition=state.partition, offset=position,
                   error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
                   state=state.health.state, attempt=state.health.attempts,
@@ -1313,6 +1362,7 @@ class ShallowMirrorDaemon:
             range_end = _first_known(getattr(exc, "log_start_offset", None), getattr(exc, "source_offset", None))
         persisted = PersistedLaneState(stopped, reason, str(exc), now_ms(), position, range_end)
         state.health.stop(persisted)
+        self.openings.touch(state.lane)  # a halted lane stays out of the round (looked at: stopped, not opened)
         self.status.halted[state.lane] = str(exc)
         self._drop(state.lane, reason)
         saved = self._persist(state, persisted)
