@@ -1,0 +1,162 @@
+"""A round looks only at the lanes whose standing changed (issue #18: per-round cost must not grow with idle lanes) —
+and still never leaves a lane that should copy unopened (DESIGN §3): a lane whose retry time passes while nothing
+else happens is reopened, a lane reset by a failure is reopened after its backoff, a halted lane stays out, and the
+audit repairs a lane missing from the books."""
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+import mirror_core.daemon as D
+from mirror_core.daemon_config import pipeline_config_from_mapping
+from mirror_core.errors import MirrorError
+from mirror_core.lane_openings import LaneOpenings, audit
+from mirror_core.lane_status import HALTED, PersistedLaneState
+from mirror_core.lane_workers import TaskOutcome
+
+BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
+        "include": "orders.*"}
+LANES = 200
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(D.time, "monotonic", clock)
+    return clock
+
+
+@pytest.fixture
+def daemon(clock, monkeypatch):
+    daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="me")
+    daemon._next_openings_audit = clock.t + 3600  # the audit is tested on its own below
+    daemon.pruner = NS(floors=lambda: {})
+    daemon.opened = []  # the lanes each _open_lanes call opened (fake: a session and a fetcher at 0)
+
+    def open_lanes(states, began):
+        daemon.opened.append(sorted(state.lane for state in states))
+        return [TaskOutcome(value=(session or NS(position=0, prune_floor=None), NS(position=0)))
+                for state, (session, _gen) in zip(states, began, strict=True)]
+
+    monkeypatch.setattr(daemon, "_open_lanes", open_lanes)
+    for p in range(LANES):
+        lane = f"orders-{p}"
+        daemon.lanes[lane] = D.LaneState("orders", p, "orders", lane, health=daemon._new_health())
+        daemon.held.add(lane)
+    return daemon
+
+
+def _round(daemon) -> set[str]:
+    return {state.lane for state, _position in daemon._open_ready()}
+
+
+@pytest.mark.timeout(10)
+def test_idle_rounds_look_at_no_lane(daemon, monkeypatch):
+    assert len(_round(daemon)) == LANES and daemon.opened == [sorted(daemon.lanes)]
+    looked = []
+    real = daemon.openings.take
+    monkeypatch.setattr(daemon.openings, "take", lambda now: looked.append(real(now)) or looked[-1])
+    for _ in range(5):
+        assert len(_round(daemon)) == LANES
+    assert looked == [[]] * 5 and len(daemon.opened) == 1
+
+
+@pytest.mark.timeout(10)
+def test_a_lane_reset_by_a_failure_reopens_after_its_backoff_with_nothing_else_happening(daemon, clock):
+    _round(daemon)
+    state = daemon.lanes["orders-7"]
+    daemon._failed(state, MirrorError("the target went away"))
+    assert state.session is None and state.retry_at > clock.t
+    assert "orders-7" not in _round(daemon)  # backing off: not fetched, not opened
+    assert daemon.opened[1:] == []
+    clock.t = state.retry_at + 0.01  # its time comes; no other event
+    assert "orders-7" in _round(daemon)
+    assert daemon.opened[1:] == [["orders-7"]] and state.session is not None and state.fetcher is not None
+
+
+@pytest.mark.timeout(10)
+def test_a_lane_whose_fetch_failed_keeps_its_session_and_returns_at_its_retry_time(daemon, clock):
+    import kafka.errors as Errors
+    _round(daemon)
+    state = daemon.lanes["orders-3"]
+    session, fetcher = state.session, state.fetcher
+    daemon._failed(state, Errors.NotLeaderForPartitionError(), fetching=True)
+    assert "orders-3" not in _round(daemon)
+    clock.t = state.retry_at
+    assert "orders-3" in _round(daemon)
+    assert state.session is session and state.fetcher is fetcher and daemon.opened[1:] == []
+
+
+@pytest.mark.timeout(10)
+def test_dropped_halted_and_reacquired_lanes(daemon, monkeypatch):
+    _round(daemon)
+    daemon._drop("orders-1", "not assigned")
+    assert "orders-1" not in _round(daemon)
+    daemon.held.add("orders-1")  # acquired again: reopened (InitProducerId) by the next round
+    assert "orders-1" in _round(daemon) and daemon.opened[-1] == ["orders-1"]
+    monkeypatch.setattr(daemon, "_persist", lambda *a: True)
+    daemon._halt(daemon.lanes["orders-2"], MirrorError("bad batch"), "rejected")
+    for _ in range(3):
+        assert "orders-2" not in _round(daemon)
+    daemon.held.add("orders-2")  # even held again (a stale assignment), a halted lane is not opened
+    assert "orders-2" not in _round(daemon) and daemon.lanes["orders-2"].health.state == HALTED
+
+
+@pytest.mark.timeout(10)
+def test_a_resumed_lane_is_opened_again(daemon, monkeypatch):
+    _round(daemon)
+    state = daemon.lanes["orders-4"]
+    state.health.stop(PersistedLaneState(HALTED, "rejected", "bad", D.now_ms(), 5, None))
+    state.halt_stored = True
+    daemon.openings.touch("orders-4")
+    assert "orders-4" not in _round(daemon)
+    daemon.store = NS(read_own=lambda *a: NS(lane_state=None))
+    daemon._follow_persisted_state(state, NS(lane_state=None, position=5, lost_ranges=()))  # the operator resumed
+    assert "orders-4" in _round(daemon)
+
+
+@pytest.mark.timeout(10)
+def test_the_audit_repairs_a_lane_missing_from_the_books(daemon, clock):
+    _round(daemon)
+    state = daemon.lanes["orders-9"]
+    state.reset()  # a reset no hook saw, and the lane gone from the books: it would never be opened again
+    daemon.openings.ready.pop("orders-9")
+    assert "orders-9" not in _round(daemon)
+    assert "orders-9" not in _round(daemon)
+    events = []
+    real_event = D.event
+    D.event = lambda name, *a, **k: (events.append((name, k)), real_event(name, *a, **k))
+    try:
+        daemon._next_openings_audit = clock.t  # the rescan cadence comes
+        assert "orders-9" in _round(daemon)
+    finally:
+        D.event = real_event
+    assert tuple(name for name, _ in events if name == "lane_openings_repaired") == ("lane_openings_repaired", )
+    assert [k for name, k in events if name == "lane_openings_repaired"][0]["first"] == "orders-9"
+    assert state.session is not None and state.fetcher is not None
+
+
+@pytest.mark.timeout(10)
+def test_audit_finds_each_kind_of_discrepancy():
+    openings = LaneOpenings()
+    lane = lambda **k: NS(health=NS(stopped=k.get("stopped", False)), session=k.get("session", 1),  # noqa: E731
+                          fetcher=k.get("fetcher", 1), retry_at=k.get("retry_at", 0.0))
+    lanes = {"ok": lane(), "missing": lane(), "closed": lane(fetcher=None), "early": lane(retry_at=50.0),
+             "halted": lane(stopped=True), "waiting": lane(retry_at=50.0), "gone": lane()}
+    for name in ("ok", "closed", "early", "halted", "gone"):
+        openings.ready[name] = lanes[name]
+    openings.wait("waiting", 50.0)
+    held = set(lanes) - {"gone"}
+    assert audit(openings, held, lanes, now=10.0) == ["closed", "early", "gone", "halted", "missing"]
+    assert audit(openings, held, lanes, now=10.0) == []  # repaired: each is looked at by the next take
+    assert openings.take(10.0) == ["closed", "early", "gone", "halted", "missing"]
+    assert openings.take(49.0) == [] and openings.take(50.0) == ["waiting"]
