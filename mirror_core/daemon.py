@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import heapq
 import logging
 import math
 import signal
@@ -193,6 +194,12 @@ class ShallowMirrorDaemon:
         self.openings = LaneOpenings()
         self._held = HeldLanes(on_change=self.openings.touch)
         self._next_openings_audit = 0.0  # the openings' books checked against the lanes (rescan cadence)
+        # at-least-once: (time its fence falls due, seq, lane, session) per open session (_renew_fences); a walk of
+        # every held lane only on the rescan cadence, as a check
+        self._fence_times: list[tuple[float, int, str, LaneSession]] = []
+        self._fence_seq = 0
+        self._next_fence_walk = 0.0
+        self._states_pending = False  # a lane halted since the lane states were last published (_halt)
         self.status = DaemonStatus()
         self._next_rescan = 0.0
         self._next_lease = 0.0
@@ -296,7 +303,9 @@ class ShallowMirrorDaemon:
                     self._report_source_reachability()
                     self._apply_prune_floors()
                     self._renew_fences()
-                    if self._copy_round() is None:  # nothing to fetch: no lane held, or all backing off
+                    idle = self._copy_round() is None
+                    self._publish_pending_states()
+                    if idle:  # nothing to fetch: no lane held, or all backing off
                         stop.wait(cfg.poll_interval_ms / 1000)
             except ForcedShutdown:
                 forced = True
@@ -915,21 +924,52 @@ class ShallowMirrorDaemon:
     def _renew_fences(self) -> None:
         """At-least-once: renew each held lane's broker fence when due (LaneSession.renew_fence_if_due), idle or
         not — an idle lane calls no copy, and its fence must not lapse while it is held. Renewals run on the
-        lanes' workers (the writer lives there), side by side."""
+        lanes' workers (the writer lives there), side by side. Which lanes are due comes from a heap of the times
+        their sessions' fences fall due (pushed when a session is installed or renewed), not a walk of every held
+        lane per round; the walk runs once per rescan interval, as a check that no session was left out."""
         if self.config.mode == "exactly-once":
             return
-        due = [self.lanes[lane] for lane in sorted(self.held)
-               if lane in self.lanes and self.lanes[lane].session is not None and self.lanes[lane].session.fence_due]
+        now, heap, lanes = time.monotonic(), self._fence_times, self.lanes
+        due: dict[str, LaneState] = {}
+        while heap and heap[0][0] <= now:
+            _at, _seq, lane, session = heapq.heappop(heap)
+            state = lanes.get(lane)
+            if state is None or lane not in self.held or state.session is not session:
+                continue  # dropped or reopened: its new session has its own entry
+            if session.fence_due:
+                due[lane] = state
+            else:
+                self._schedule_fence(state)  # renewed meanwhile: due later
+        if now >= self._next_fence_walk:
+            self._next_fence_walk = now + self.config.rescan_interval_s
+            for lane in self.held:
+                state = lanes.get(lane)
+                if state is not None and state.session is not None and state.session.fence_due and lane not in due:
+                    event("fence_renewal_repaired", logging.WARNING, lane=lane,
+                          note="a held lane's fence was due without being scheduled; renewed now")
+                    due[lane] = state
         if not due:
             return
-        began = [(state.session, state.generation) for state in due]
-        outcomes = self.workers.run([(state.lane, _call(state.session.renew_fence_if_due)) for state in due],
+        states = [due[lane] for lane in sorted(due)]
+        began = [(state.session, state.generation) for state in states]
+        outcomes = self.workers.run([(state.lane, _call(state.session.renew_fence_if_due)) for state in states],
                                     tick=self._leases_busy)
-        for state, (session, generation), outcome in zip(due, began, outcomes, strict=True):
+        for state, (session, generation), outcome in zip(states, began, outcomes, strict=True):
             if not self._still_ours(state, generation, session):  # dropped meanwhile (a group round)
                 continue
             if not outcome.ok:  # classified like any lane error (fenced → dropped)
                 self._failed(state, outcome.error)
+            else:
+                self._schedule_fence(state)
+
+    def _schedule_fence(self, state: LaneState) -> None:
+        """At-least-once: remember when the lane's session's fence falls due (for _renew_fences)."""
+        session = state.session
+        at = getattr(session, "fence_due_at", None) if session is not None else None
+        if at is None or self.config.mode == "exactly-once":
+            return
+        self._fence_seq += 1
+        heapq.heappush(self._fence_times, (at, self._fence_seq, state.lane, session))
 
     def _still_ours(self, state: LaneState, generation: int, session: LaneSession | None = None) -> bool:
         """Whether work a worker began for the lane (at ``generation``, with ``session``) is still this lane's:
@@ -1039,6 +1079,7 @@ class ShallowMirrorDaemon:
                 if opened is not session:
                     opened.prune_floor = floors.get((state.topic, state.partition))
                     state.session = opened
+                    self._schedule_fence(state)
                     event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                           position=opened.position)
                 openings.ready[state.lane] = state
@@ -1370,7 +1411,13 @@ class ShallowMirrorDaemon:
         event("lane_halted" if stopped == HALTED else "lane_retired", logging.ERROR if stopped == HALTED
               else logging.WARNING, topic=state.topic, partition=state.partition, lane=state.lane, reason=reason,
               position=position, range_end=range_end, persisted=saved, error=exc)
-        self._publish_lane_states()
+        self._states_pending = True  # published once per pass (_publish_pending_states), not once per halt
+
+    def _publish_pending_states(self) -> None:
+        """Lanes halted during this pass of the loop: their states published — one walk, however many halted."""
+        if self._states_pending:
+            self._states_pending = False
+            self._publish_lane_states()
 
     def _persist(self, state: LaneState, persisted: PersistedLaneState) -> bool:
         """Write the lane state into the lane's checkpoint; False (logged) when there is none or the write

@@ -160,3 +160,99 @@ def test_audit_finds_each_kind_of_discrepancy():
     assert audit(openings, held, lanes, now=10.0) == []  # repaired: each is looked at by the next take
     assert openings.take(10.0) == ["closed", "early", "gone", "halted", "missing"]
     assert openings.take(49.0) == [] and openings.take(50.0) == ["waiting"]
+
+
+class FenceSession:
+    """An at-least-once session's fence clock (LaneSession.fence_due/fence_due_at), counting who looks at it."""
+    INTERVAL = 60.0
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock, self.fenced_at, self.looked, self.renewals = clock, clock.t, 0, 0
+
+    @property
+    def fence_due_at(self) -> float:
+        return self.fenced_at + self.INTERVAL
+
+    @property
+    def fence_due(self) -> bool:
+        self.looked += 1
+        return self.clock.t >= self.fence_due_at
+
+    def renew_fence_if_due(self) -> None:
+        if self.clock.t >= self.fence_due_at:
+            self.fenced_at, self.renewals = self.clock.t, self.renewals + 1
+
+
+@pytest.fixture
+def fenced(clock, monkeypatch):
+    daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, "mode": "at-least-once"}), worker_id="me")
+    daemon.workers = NS(run=lambda tasks, tick=None: [TaskOutcome(value=fn(None)) for _lane, fn in tasks])
+    daemon._next_fence_walk = clock.t + 3600
+    for p in range(LANES):
+        lane = f"orders-{p}"
+        state = daemon.lanes[lane] = D.LaneState("orders", p, "orders", lane, health=daemon._new_health())
+        daemon.held.add(lane)
+        state.session = FenceSession(clock)
+        if p % 2:  # half the lanes were opened 30 s later: their fences fall due 30 s later
+            state.session.fenced_at += 30.0
+        daemon._schedule_fence(state)
+    return daemon
+
+
+@pytest.mark.timeout(10)
+def test_fences_are_renewed_when_due_without_a_walk_of_every_lane(fenced, clock):
+    sessions = [fenced.lanes[f"orders-{p}"].session for p in range(LANES)]
+    for _ in range(5):
+        fenced._renew_fences()  # rounds before any fence is due: no lane looked at
+    assert sum(s.looked for s in sessions) == 0
+    clock.t += 60.0  # the even lanes' fences fall due; nothing else happens
+    fenced._renew_fences()
+    assert [s.renewals for s in sessions] == [1, 0] * (LANES // 2)
+    clock.t += 30.0
+    fenced._renew_fences()
+    assert [s.renewals for s in sessions] == [1] * LANES
+    looked = sum(s.looked for s in sessions)
+    fenced._renew_fences()
+    assert sum(s.looked for s in sessions) == looked  # renewed ones are due again in 60 s: not looked at now
+    clock.t += 30.0  # 60 s after the even lanes' renewal, 30 s after the odd ones'
+    fenced._renew_fences()
+    assert [s.renewals for s in sessions] == [2, 1] * (LANES // 2)
+
+
+@pytest.mark.timeout(10)
+def test_the_fence_walk_renews_a_session_never_scheduled(fenced, clock):
+    state = fenced.lanes["orders-5"]
+    state.session = FenceSession(clock)  # installed without _schedule_fence
+    clock.t += 61.0
+    fenced._renew_fences()
+    assert state.session.renewals == 0  # not scheduled: not seen by the heap ...
+    fenced._next_fence_walk = clock.t  # ... until the walk on the rescan cadence
+    fenced._renew_fences()
+    assert state.session.renewals == 1
+
+
+@pytest.mark.timeout(10)
+def test_dropped_lanes_fences_are_not_renewed(fenced, clock):
+    fenced._drop("orders-0", "not assigned")
+    clock.t += 100.0
+    fenced._renew_fences()
+    assert all(fenced.lanes[f"orders-{p}"].session.renewals == 1 for p in range(1, LANES))
+
+
+@pytest.mark.timeout(10)
+def test_halts_in_one_pass_publish_the_lane_states_once(daemon, monkeypatch):
+    _round(daemon)
+    daemon._publish_lane_states()
+    published = []
+    real = daemon.metrics.publish_lanes
+    monkeypatch.setattr(daemon.metrics, "publish_lanes", lambda *a: (published.append(1), real(*a)))
+    monkeypatch.setattr(daemon, "_persist", lambda *a: True)
+    for p in range(10):
+        daemon._halt(daemon.lanes[f"orders-{p}"], MirrorError("bad batch"), "rejected")
+    assert published == []
+    daemon._publish_pending_states()
+    assert len(published) == 1
+    states = {lane["lane"]: lane["state"] for lane in daemon.metrics.readiness()[1]["lanes"]}
+    assert [states[f"orders-{p}"] for p in range(10)] == [HALTED] * 10
+    daemon._publish_pending_states()
+    assert len(published) == 1
