@@ -186,7 +186,8 @@ class FenceSession:
 @pytest.fixture
 def fenced(clock, monkeypatch):
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, "mode": "at-least-once"}), worker_id="me")
-    daemon.workers = NS(run=lambda tasks, tick=None: [TaskOutcome(value=fn(None)) for _lane, fn in tasks])
+    daemon.workers = NS(run=lambda tasks, tick=None: [TaskOutcome(value=fn(None)) for _lane, fn in tasks],
+                        release=lambda lane: None)
     daemon._next_fence_walk = clock.t + 3600
     for p in range(LANES):
         lane = f"orders-{p}"
