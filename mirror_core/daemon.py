@@ -200,6 +200,8 @@ class ShallowMirrorDaemon:
         self._fence_seq = 0
         self._next_fence_walk = 0.0
         self._states_pending = False  # a lane halted since the lane states were last published (_halt)
+        self._halts = 0  # lanes halted or retired by this process (a key of _eligible's cached answer)
+        self._eligible_seen: tuple[tuple, list[str]] | None = None  # (what it depended on, the answer) (_eligible)
         self.status = DaemonStatus()
         self._next_rescan = 0.0
         self._next_lease = 0.0
@@ -569,7 +571,17 @@ class ShallowMirrorDaemon:
             event("target_created", topic=topic, target_topic=target_topic, partitions=partitions)
 
     def _eligible(self) -> list[str]:
-        checkpoints = self.store.read_all(self.config.pipeline, whole_maps=False)
+        """The lanes this daemon may hold: not halted or retired (here or in their checkpoint: a halt persisted by
+        any daemon is followed, an operator's resume too) and owned by the daemon (a checkpoint a backfill or copy
+        claimed is not). Derived from every checkpoint of the pipeline — recomputed only when something it depends
+        on can have changed: the checkpoint topic's content (a handoff, a newer owner, a halt or resume written by
+        anyone, CheckpointStore.content_version), the lanes known, a lane halted here; otherwise the last answer
+        stands (a group round every few seconds must not decode 2,000 unchanged checkpoints)."""
+        self.store.refresh()
+        key = (self.store.content_version(), len(self.lanes), self._halts)
+        if self._eligible_seen is not None and self._eligible_seen[0] == key:
+            return list(self._eligible_seen[1])
+        checkpoints = self.store.read_all(self.config.pipeline, whole_maps=False, refresh=False)
         self._adopt_stopped_lanes(checkpoints)
         out = []
         for lane, state in self.lanes.items():
@@ -580,7 +592,10 @@ class ShallowMirrorDaemon:
             if cp is None or cp.owner == DAEMON_OWNER:
                 out.append(lane)
         self._publish_lane_states()
-        return sorted(out)
+        out.sort()
+        # the key as of after the walk: a resume read (read_own) or a lane adopted above changed nothing it covers
+        self._eligible_seen = ((self.store.content_version(), len(self.lanes), self._halts), out)
+        return list(out)
 
     def _adopt_stopped_lanes(self, checkpoints) -> None:
         """Lanes halted or retired in checkpoints whose source topic is no longer listed (deleted) still show."""
@@ -1403,6 +1418,7 @@ class ShallowMirrorDaemon:
             range_end = _first_known(getattr(exc, "log_start_offset", None), getattr(exc, "source_offset", None))
         persisted = PersistedLaneState(stopped, reason, str(exc), now_ms(), position, range_end)
         state.health.stop(persisted)
+        self._halts += 1
         self.openings.touch(state.lane)  # a halted lane stays out of the round (looked at: stopped, not opened)
         self.status.halted[state.lane] = str(exc)
         self._drop(state.lane, reason)

@@ -257,3 +257,50 @@ def test_halts_in_one_pass_publish_the_lane_states_once(daemon, monkeypatch):
     assert [states[f"orders-{p}"] for p in range(10)] == [HALTED] * 10
     daemon._publish_pending_states()
     assert len(published) == 1
+
+
+class FakeStore:
+    """The checkpoint store as the group round sees it: refreshed, a content version, the pipeline's checkpoints."""
+
+    def __init__(self) -> None:
+        self.checkpoints: dict = {}
+        self.version = 0
+        self.decodes = 0
+
+    def refresh(self) -> None:
+        pass
+
+    def content_version(self) -> int:
+        return self.version
+
+    def write(self, topic: str, partition: int, cp) -> None:
+        self.checkpoints[("p", topic, partition)] = cp
+        self.version += 1
+
+    def read_all(self, pipeline, *, whole_maps=True, refresh=True):
+        self.decodes += len(self.checkpoints)
+        return dict(self.checkpoints)
+
+
+@pytest.mark.timeout(10)
+def test_the_group_round_decodes_checkpoints_only_when_they_changed_and_still_sees_a_new_owner(daemon, monkeypatch):
+    store = daemon.store = FakeStore()
+    for p in range(LANES):
+        store.write("orders", p, NS(owner=D.DAEMON_OWNER, lane_state=None, target_topic="orders",
+                                    target_partition=p))
+    assert daemon._eligible() == sorted(daemon.lanes) and store.decodes == LANES
+    for _ in range(5):  # group rounds with nothing changed: nothing decoded, same answer
+        assert len(daemon._eligible()) == LANES
+    assert store.decodes == LANES
+    store.write("orders", 5, NS(owner="backfill", lane_state=None, target_topic="orders", target_partition=5))
+    assert "orders-5" not in daemon._eligible()  # a handoff back to a backfill: the lane is not ours to hold
+    assert store.decodes == 2 * LANES
+    monkeypatch.setattr(daemon, "_persist", lambda *a: False)
+    daemon._halt(daemon.lanes["orders-6"], MirrorError("bad batch"), "rejected")  # halted here (not stored)
+    assert "orders-6" not in daemon._eligible()
+    daemon.lanes["orders-new"] = D.LaneState("orders", LANES, "orders", "orders-new", health=daemon._new_health())
+    assert "orders-new" in daemon._eligible()  # discovered by a rescan: eligible at once
+    stored = PersistedLaneState(HALTED, "rejected", "bad", D.now_ms(), 3, None)
+    store.write("orders", 7, NS(owner=D.DAEMON_OWNER, lane_state=stored, target_topic="orders", target_partition=7))
+    assert "orders-7" not in daemon._eligible()  # halted by another daemon (persisted): followed here
+    assert daemon.lanes["orders-7"].health.state == HALTED
