@@ -192,7 +192,8 @@ class ShallowMirrorDaemon:
         # which held lanes a round must look at to open (mirror_core.lane_openings): every change of a lane's
         # standing touches it there — held/dropped (HeldLanes), reset, halted, resumed, a retry time (_retry_later)
         self.openings = LaneOpenings()
-        self._held = HeldLanes(on_change=self.openings.touch)
+        self._held_version = 0  # moves with every lane acquired or dropped (_apply_prune_floors compares it)
+        self._held = HeldLanes(on_change=self._held_changed)
         self._next_openings_audit = 0.0  # the openings' books checked against the lanes (rescan cadence)
         # at-least-once: (time its fence falls due, seq, lane, session) per open session (_renew_fences); a walk of
         # every held lane only on the rescan cadence, as a check
@@ -237,7 +238,7 @@ class ShallowMirrorDaemon:
         self._next_audit = 0.0  # the standing round's books checked against its sessions (rescan cadence)
         self._next_positions = 0.0  # the retention watch's positions published (_publish_positions_if_due)
         self._next_health_walk = 0.0  # every lane's health compared (_publish_round_states)
-        self._prune_seen: tuple[frozenset, int] | None = None  # (held lanes, floors version) last applied
+        self._prune_seen: tuple[int, int] | None = None  # (held set's version, floors version) last applied
         self._round_books = False  # a round's shares are being booked: a failed lane is published at its end
         self.retention = RetentionWatch(config.source, config.target, self.metrics,
                                         interval_s=config.retention_interval_s,
@@ -259,7 +260,12 @@ class ShallowMirrorDaemon:
     def held(self, lanes) -> None:
         for lane in self._held:
             self.openings.touch(lane)
-        self._held = HeldLanes(lanes, on_change=self.openings.touch)
+        self._held_version += 1
+        self._held = HeldLanes(lanes, on_change=self._held_changed)
+
+    def _held_changed(self, lane: str) -> None:
+        self._held_version += 1
+        self.openings.touch(lane)
 
     def _refuse_checkpoints_elsewhere(self) -> None:
         """A pipeline file naming its own ``checkpoint_topic`` while the default topic holds checkpoints of the
@@ -659,7 +665,8 @@ class ShallowMirrorDaemon:
         ``stalled`` as time passes, a resume read by a rescan — once every ``HEALTH_WALK_S``; an idle round
         compares nothing per idle lane."""
         now = time.monotonic()
-        if now >= self._next_health_walk or self.lanes.keys() != self._published_health.keys():
+        # lanes are only ever added (never removed from self.lanes): equal counts mean the same lanes — O(1)
+        if now >= self._next_health_walk or len(self.lanes) != len(self._published_health):
             self._next_health_walk = now + HEALTH_WALK_S
             self._publish_lane_states()
             return
@@ -997,7 +1004,7 @@ class ShallowMirrorDaemon:
         """Hand each held lane the newest floor the prune watch gathered (its next commit prunes below it), and
         tell the watch which partitions are held now — when either changed (the held lanes, the watch's floors),
         not every pass: a lane opened meanwhile takes its floor when it opens (_open_ready)."""
-        seen = (frozenset(self.held), self.pruner.version)
+        seen = (self._held_version, self.pruner.version)  # no copy of the held set per pass
         if seen == self._prune_seen:
             return
         self._prune_seen = seen

@@ -304,3 +304,25 @@ def test_the_group_round_decodes_checkpoints_only_when_they_changed_and_still_se
     store.write("orders", 7, NS(owner=D.DAEMON_OWNER, lane_state=stored, target_topic="orders", target_partition=7))
     assert "orders-7" not in daemon._eligible()  # halted by another daemon (persisted): followed here
     assert daemon.lanes["orders-7"].health.state == HALTED
+
+
+@pytest.mark.timeout(10)
+def test_prune_floors_follow_the_held_lanes_without_a_copy_of_them_per_pass(daemon):
+    published = []
+    daemon.pruner = NS(version=0, floors=lambda: {("orders", 1): 40}, publish=lambda parts: published.append(parts))
+    _round(daemon)
+    daemon._apply_prune_floors()
+    assert len(published) == 1 and len(published[0]) == LANES
+    assert daemon.lanes["orders-1"].session.prune_floor == 40
+    for _ in range(5):
+        daemon._apply_prune_floors()  # nothing changed: nothing published
+    assert len(published) == 1
+    daemon._drop("orders-3", "not assigned")
+    daemon._apply_prune_floors()
+    assert len(published) == 2 and ("orders", 3) not in published[1]
+    daemon.held.add("orders-3")
+    daemon._apply_prune_floors()
+    assert len(published) == 3 and ("orders", 3) in published[2]
+    daemon.pruner.version = 1  # the watch gathered new floors
+    daemon._apply_prune_floors()
+    assert len(published) == 4
