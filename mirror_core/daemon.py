@@ -195,6 +195,9 @@ class ShallowMirrorDaemon:
         self._held_version = 0  # moves with every lane acquired or dropped (_apply_prune_floors compares it)
         self._held = HeldLanes(on_change=self._held_changed)
         self._next_openings_audit = 0.0  # the openings' books checked against the lanes (rescan cadence)
+        # (openings.version, the ready list _open_ready returned, its (lane, fetcher) pairs for the fetch round):
+        # reused while no lane was touched — an idle round builds no list of every ready lane
+        self._ready_cache: tuple[int, list, list] | None = None
         # at-least-once: (time its fence falls due, seq, lane, session) per open session (_renew_fences); a walk of
         # every held lane only on the rescan cadence, as a check
         self._fence_times: list[tuple[float, int, str, LaneSession]] = []
@@ -1083,7 +1086,7 @@ class ShallowMirrorDaemon:
             elif state.session is None or state.fetcher is None:
                 closed.append(state)
             else:
-                openings.ready[lane] = state
+                openings.set_ready(lane, state)
         if closed:
             began = [(state.session, state.generation) for state in closed]
             outcomes = self._open_lanes(closed, began)
@@ -1104,13 +1107,17 @@ class ShallowMirrorDaemon:
                     self._schedule_fence(state)
                     event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                           position=opened.position)
-                openings.ready[state.lane] = state
+                openings.set_ready(state.lane, state)
+        cached = self._ready_cache
+        if cached is not None and cached[0] == openings.version:
+            return cached[1]  # nothing changed since the last round: the same lanes, the same fetchers
         ready = []
         for lane, state in list(openings.ready.items()):
             if state.fetcher is None or state.session is None or lane not in self.held:
                 openings.touch(lane)  # reset without being touched (a missed hook): looked at next round
                 continue
             ready.append((state, state.fetcher.position))
+        self._ready_cache = (openings.version, ready, [(state.lane, state.fetcher) for state, _ in ready])
         return ready
 
     def _audit_openings_if_due(self, now: float) -> None:
@@ -1272,7 +1279,11 @@ class ShallowMirrorDaemon:
         round's books are first checked against its fetch sessions (StandingRound.audit): a discrepancy — a lane
         that would never be named, never fetched — is logged and repaired."""
         rounds = self._standing()
-        rounds.sync([(state.lane, state.fetcher) for state, _ in ready if state.fetcher is not None])
+        cached = self._ready_cache
+        if cached is not None and ready is cached[1] and cached[0] == self.openings.version:
+            rounds.sync(cached[2])  # no lane touched since the list was built: its fetchers are the lanes' own
+        else:
+            rounds.sync([(state.lane, state.fetcher) for state, _ in ready if state.fetcher is not None])
         now = time.monotonic()
         if now >= self._next_audit:
             self._next_audit = now + self.config.rescan_interval_s
@@ -1301,7 +1312,11 @@ class ShallowMirrorDaemon:
         news = pending.collect()
         if not news:
             return [], pending.answered
-        lanes, wanted = self.lanes, {state.lane for state, _ in ready}
+        lanes, cached = self.lanes, self._ready_cache
+        if cached is not None and ready is cached[1] and cached[0] == self.openings.version:
+            wanted = self.openings.ready  # the lanes of ``ready`` (none touched since): no set built per round
+        else:
+            wanted = {state.lane for state, _ in ready}
         shares = []
         for lane, fetcher, start, outcome in news:
             state = lanes.get(lane)

@@ -23,18 +23,26 @@ class LaneOpenings:
         self._due: set[str] = set()  # touched since the last take
         self._waiting: dict[str, float] = {}  # lane → the retry time it waits for (monotonic)
         self._heap: list[tuple[float, str]] = []  # (retry time, lane); entries not matching _waiting are stale
+        self.version = 0  # moves whenever ``ready`` may have changed (a caller's list built from it is then stale)
+
+    def set_ready(self, lane: str, state: object) -> None:
+        """The lane is held, open and not backing off: fetched by the rounds until it is touched again."""
+        self.ready[lane] = state
+        self.version += 1
 
     def touch(self, lane: str) -> None:
         """The lane's standing may have changed: it leaves ``ready`` and is looked at by the next :meth:`take`."""
         self.ready.pop(lane, None)
         self._waiting.pop(lane, None)
         self._due.add(lane)
+        self.version += 1
 
     def wait(self, lane: str, at: float) -> None:
         """The lane backs off until ``at``: looked at by the first :meth:`take` at or after it."""
         self.ready.pop(lane, None)
         self._due.discard(lane)
         self._waiting[lane] = at
+        self.version += 1
         heapq.heappush(self._heap, (at, lane))
 
     def take(self, now: float) -> list[str]:

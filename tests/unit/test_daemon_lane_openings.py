@@ -68,6 +68,9 @@ def test_idle_rounds_look_at_no_lane(daemon, monkeypatch):
     for _ in range(5):
         assert len(_round(daemon)) == LANES
     assert looked == [[]] * 5 and len(daemon.opened) == 1
+    assert daemon._open_ready() is daemon._open_ready()  # nothing touched: the same list, none built per round
+    daemon.openings.touch("orders-0")
+    assert "orders-0" in _round(daemon) and len(daemon.opened) == 1  # looked at: still open, not reopened
 
 
 @pytest.mark.timeout(10)
@@ -130,8 +133,9 @@ def test_the_audit_repairs_a_lane_missing_from_the_books(daemon, clock):
     state = daemon.lanes["orders-9"]
     state.reset()  # a reset no hook saw, and the lane gone from the books: it would never be opened again
     daemon.openings.ready.pop("orders-9")
-    assert "orders-9" not in _round(daemon)
-    assert "orders-9" not in _round(daemon)
+    _round(daemon)
+    _round(daemon)
+    assert state.session is None and state.fetcher is None and daemon.opened[1:] == []  # not reopened
     events = []
     real_event = D.event
     D.event = lambda name, *a, **k: (events.append((name, k)), real_event(name, *a, **k))
