@@ -190,7 +190,7 @@ class ShallowMirrorDaemon:
         self.exclude = TopicPattern(config.exclude, "exclude") if config.exclude else None
         self.lanes: dict[str, LaneState] = {}
         # which held lanes a round must look at to open (mirror_core.lane_openings): every change of a lane's
-        # standing touches it there — held/dropped (HeldLanes), reset, halted, resumed, a retry time (_retry_later)
+        # standing touches it there — held/dropped (HeldLanes), reset, halted, resumed, a retry time (openings.wait)
         self.openings = LaneOpenings()
         self._held_version = 0  # moves with every lane acquired or dropped (_apply_prune_floors compares it)
         self._held = HeldLanes(on_change=self._held_changed)
