@@ -399,17 +399,19 @@ class CheckpointStore:
 
     # ---- reading ---------------------------------------------------------------------------------------------
 
-    def read_all(self, pipeline: str | None = None, *, whole_maps: bool = True
+    def read_all(self, pipeline: str | None = None, *, whole_maps: bool = True, refresh: bool = True
                  ) -> dict[tuple[str, str, int], Checkpoint]:
         """Every committed checkpoint (last value per key wins), optionally of one pipeline, maps assembled.
 
         ``whole_maps=False``: each checkpoint keeps only the open tail of its offset map (translation declines
         below the tail's start) — for readers that need positions, owners and lane states (the daemon's lease
         round, status pages), so they neither pay for assembling every lane's map nor fail for all lanes when one
-        lane's segment chain is broken (that lane's own open still assembles it and reports the error)."""
+        lane's segment chain is broken (that lane's own open still assembles it and reports the error).
+        ``refresh=False``: from the cache as it is (the caller refreshed)."""
         out: dict[tuple[str, str, int], Checkpoint] = {}
         with self._lock:
-            self.refresh()
+            if refresh:
+                self.refresh()
             for partition in range(self.partitions):
                 entries = self._caches[partition].entries
                 for key, (_offset, value) in list(entries.items()):
@@ -571,6 +573,15 @@ class CheckpointStore:
                         keep(record.offset, record_key, value)
         return {key: value for key, (_offset, value) in last.items()}
 
+    def content_version(self) -> tuple:
+        """A value that changes whenever what the cache holds may have changed — records read into a partition,
+        a log start applied, a partition re-read, the topic recreated — and stays equal otherwise (no I/O; call
+        :meth:`refresh` first to see the topic as it is now). Readers that derive something from every record
+        (the daemon's group round) recompute it only when this changed."""
+        with self._lock:
+            return (self._topic_id, self.cache_resets,
+                    tuple((p, c.log_start, c.next_offset) for p, c in sorted(self._caches.items())))
+
     def latest(self, partition: int) -> dict[bytes, bytes]:
         """Key → last committed value of every live key in one partition of the topic (tombstoned keys absent),
         refreshed first; a new dict the caller may keep."""
@@ -578,11 +589,13 @@ class CheckpointStore:
             self.refresh([partition])
             return {key: value for key, (_offset, value) in self._caches[partition].entries.items()}
 
-    def latest_items(self) -> list[tuple[bytes, bytes]]:
-        """(key, last committed value) of every live key in every partition, all partitions refreshed first;
-        per partition in the order the keys were last written."""
+    def latest_items(self, *, refresh: bool = True) -> list[tuple[bytes, bytes]]:
+        """(key, last committed value) of every live key in every partition, all partitions refreshed first
+        (``refresh=False``: as the cache holds them — the caller refreshed); per partition in the order the keys
+        were last written."""
         with self._lock:
-            self.refresh()
+            if refresh:
+                self.refresh()
             return [(key, value) for partition in range(self.partitions)
                     for key, (_offset, value) in self._caches[partition].entries.items()]
 

@@ -342,6 +342,13 @@ class LaneSession:
         return not self.exactly_once and self.fenced_by_broker and \
             time.monotonic() - self.fenced_at >= self.owner.policy.refence_interval_s
 
+    @property
+    def fence_due_at(self) -> float | None:
+        """The monotonic time :attr:`fence_due` turns true (None: this session renews no fence)."""
+        if self.exactly_once or not self.fenced_by_broker:
+            return None
+        return self.fenced_at + self.owner.policy.refence_interval_s
+
     def check_still_owner(self) -> None:
         """Without a broker fence: raise :class:`LaneTakenError` if the lane's stored checkpoint is no longer the
         one this session read or wrote last (another writer committed the lane meanwhile)."""

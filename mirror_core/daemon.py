@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import heapq
 import logging
 import math
 import signal
@@ -89,6 +90,8 @@ from mirror_core.handoff import DAEMON_OWNER, new_worker_id
 from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.lane_control import persist_lane_state
 from mirror_core.lane_health_records import LaneHealthWriter, live_health, plan_health_writes
+from mirror_core.lane_openings import HeldLanes, LaneOpenings
+from mirror_core.lane_openings import audit as audit_openings
 from mirror_core.lane_status import HALTED, RETIRED, LaneHealth, PersistedLaneState, classify_failure
 from mirror_core.lane_workers import LaneClients, LaneWorkerPool, TaskOutcome
 from mirror_core.leases import (
@@ -187,7 +190,23 @@ class ShallowMirrorDaemon:
         self.include = TopicPattern(config.include, "include")
         self.exclude = TopicPattern(config.exclude, "exclude") if config.exclude else None
         self.lanes: dict[str, LaneState] = {}
-        self.held: set[str] = set()
+        # which held lanes a round must look at to open (mirror_core.lane_openings): every change of a lane's
+        # standing touches it there — held/dropped (HeldLanes), reset, halted, resumed, a retry time (openings.wait)
+        self.openings = LaneOpenings()
+        self._held_version = 0  # moves with every lane acquired or dropped (_apply_prune_floors compares it)
+        self._held = HeldLanes(on_change=self._held_changed)
+        self._next_openings_audit = 0.0  # the openings' books checked against the lanes (rescan cadence)
+        # (openings.version, the ready list _open_ready returned, its (lane, fetcher) pairs for the fetch round):
+        # reused while no lane was touched — an idle round builds no list of every ready lane
+        self._ready_cache: tuple[int, list, list] | None = None
+        # at-least-once: (time its fence falls due, seq, lane, session) per open session (_renew_fences); a walk of
+        # every held lane only on the rescan cadence, as a check
+        self._fence_times: list[tuple[float, int, str, LaneSession]] = []
+        self._fence_seq = 0
+        self._next_fence_walk = 0.0
+        self._states_pending = False  # a lane halted since the lane states were last published (_halt)
+        self._halts = 0  # lanes halted or retired by this process (a key of _eligible's cached answer)
+        self._eligible_seen: tuple[tuple, list[str]] | None = None  # (what it depended on, the answer) (_eligible)
         self.status = DaemonStatus()
         self._next_rescan = 0.0
         self._next_lease = 0.0
@@ -223,7 +242,7 @@ class ShallowMirrorDaemon:
         self._next_audit = 0.0  # the standing round's books checked against its sessions (rescan cadence, <= 30 s)
         self._next_positions = 0.0  # the retention watch's positions published (_publish_positions_if_due)
         self._next_health_walk = 0.0  # every lane's health compared (_publish_round_states)
-        self._prune_seen: tuple[frozenset, int] | None = None  # (held lanes, floors version) last applied
+        self._prune_seen: tuple[int, int] | None = None  # (held set's version, floors version) last applied
         self._round_books = False  # a round's shares are being booked: a failed lane is published at its end
         self.retention = RetentionWatch(config.source, config.target, self.metrics,
                                         interval_s=config.retention_interval_s,
@@ -235,6 +254,22 @@ class ShallowMirrorDaemon:
         # (bytes per fetch request, bytes per partition in it): the configured sizes, or sized for the declared
         # link at start (_size_for_link)
         self._fetch_sizes = (config.fetch_max_bytes, config.partition_fetch_max_bytes)
+
+    @property
+    def held(self) -> set[str]:
+        """The lanes this process holds (a set touching each added or removed lane in ``self.openings``)."""
+        return self._held
+
+    @held.setter
+    def held(self, lanes) -> None:
+        for lane in self._held:
+            self.openings.touch(lane)
+        self._held_version += 1
+        self._held = HeldLanes(lanes, on_change=self._held_changed)
+
+    def _held_changed(self, lane: str) -> None:
+        self._held_version += 1
+        self.openings.touch(lane)
 
     def _refuse_checkpoints_elsewhere(self) -> None:
         """A pipeline file naming its own ``checkpoint_topic`` while the default topic holds checkpoints of the
@@ -280,7 +315,9 @@ class ShallowMirrorDaemon:
                     self._report_source_reachability()
                     self._apply_prune_floors()
                     self._renew_fences()
-                    if self._copy_round() is None:  # nothing to fetch: no lane held, or all backing off
+                    idle = self._copy_round() is None
+                    self._publish_pending_states()
+                    if idle:  # nothing to fetch: no lane held, or all backing off
                         stop.wait(cfg.poll_interval_ms / 1000)
             except ForcedShutdown:
                 forced = True
@@ -546,7 +583,17 @@ class ShallowMirrorDaemon:
             event("target_created", topic=topic, target_topic=target_topic, partitions=partitions)
 
     def _eligible(self) -> list[str]:
-        checkpoints = self.store.read_all(self.config.pipeline, whole_maps=False)
+        """The lanes this daemon may hold: not halted or retired (here or in their checkpoint: a halt persisted by
+        any daemon is followed, an operator's resume too) and owned by the daemon (a checkpoint a backfill or copy
+        claimed is not). Derived from every checkpoint of the pipeline — recomputed only when something it depends
+        on can have changed: the checkpoint topic's content (a handoff, a newer owner, a halt or resume written by
+        anyone, CheckpointStore.content_version), the lanes known, a lane halted here; otherwise the last answer
+        stands (a group round every few seconds must not decode 2,000 unchanged checkpoints)."""
+        self.store.refresh()
+        key = (self.store.content_version(), len(self.lanes), self._halts)
+        if self._eligible_seen is not None and self._eligible_seen[0] == key:
+            return list(self._eligible_seen[1])
+        checkpoints = self.store.read_all(self.config.pipeline, whole_maps=False, refresh=False)
         self._adopt_stopped_lanes(checkpoints)
         out = []
         for lane, state in self.lanes.items():
@@ -557,7 +604,10 @@ class ShallowMirrorDaemon:
             if cp is None or cp.owner == DAEMON_OWNER:
                 out.append(lane)
         self._publish_lane_states()
-        return sorted(out)
+        out.sort()
+        # the key as of after the walk: a resume read (read_own) or a lane adopted above changed nothing it covers
+        self._eligible_seen = ((self.store.content_version(), len(self.lanes), self._halts), out)
+        return list(out)
 
     def _adopt_stopped_lanes(self, checkpoints) -> None:
         """Lanes halted or retired in checkpoints whose source topic is no longer listed (deleted) still show."""
@@ -574,6 +624,7 @@ class ShallowMirrorDaemon:
             state.halt_stored = True
             if not health.stopped or health.since_ms != cp.lane_state.since_ms:
                 health.stop(cp.lane_state)
+                self.openings.touch(state.lane)  # leaves the round (dropped below when held)
                 if state.lane in self.held:
                     self._drop(state.lane, f"{cp.lane_state.state}: {cp.lane_state.reason}")
             return
@@ -589,6 +640,7 @@ class ShallowMirrorDaemon:
             state.failures = state.fetch_failures = 0
             state.retry_at = 0.0
             state.repaired_at = None
+            self.openings.touch(state.lane)  # held and resumed: opened by the next round
             event("lane_resumed", topic=state.topic, partition=state.partition, lane=state.lane,
                   position=cp.position, lost_ranges=list(cp.lost_ranges))
 
@@ -619,7 +671,8 @@ class ShallowMirrorDaemon:
         ``stalled`` as time passes, a resume read by a rescan — once every ``HEALTH_WALK_S``; an idle round
         compares nothing per idle lane."""
         now = time.monotonic()
-        if now >= self._next_health_walk or self.lanes.keys() != self._published_health.keys():
+        # lanes are only ever added (never removed from self.lanes): equal counts mean the same lanes — O(1)
+        if now >= self._next_health_walk or len(self.lanes) != len(self._published_health):
             self._next_health_walk = now + HEALTH_WALK_S
             self._publish_lane_states()
             return
@@ -883,7 +936,7 @@ class ShallowMirrorDaemon:
         self.membership.close()
 
     def _drop(self, lane: str, why: str) -> None:
-        self.held.discard(lane)
+        self.held.discard(lane)  # touches it in self.openings
         state = self.lanes.get(lane)
         if state is not None:
             state.reset()
@@ -899,21 +952,52 @@ class ShallowMirrorDaemon:
     def _renew_fences(self) -> None:
         """At-least-once: renew each held lane's broker fence when due (LaneSession.renew_fence_if_due), idle or
         not — an idle lane calls no copy, and its fence must not lapse while it is held. Renewals run on the
-        lanes' workers (the writer lives there), side by side."""
+        lanes' workers (the writer lives there), side by side. Which lanes are due comes from a heap of the times
+        their sessions' fences fall due (pushed when a session is installed or renewed), not a walk of every held
+        lane per round; the walk runs once per rescan interval, as a check that no session was left out."""
         if self.config.mode == "exactly-once":
             return
-        due = [self.lanes[lane] for lane in sorted(self.held)
-               if lane in self.lanes and self.lanes[lane].session is not None and self.lanes[lane].session.fence_due]
+        now, heap, lanes = time.monotonic(), self._fence_times, self.lanes
+        due: dict[str, LaneState] = {}
+        while heap and heap[0][0] <= now:
+            _at, _seq, lane, session = heapq.heappop(heap)
+            state = lanes.get(lane)
+            if state is None or lane not in self.held or state.session is not session:
+                continue  # dropped or reopened: its new session has its own entry
+            if session.fence_due:
+                due[lane] = state
+            else:
+                self._schedule_fence(state)  # renewed meanwhile: due later
+        if now >= self._next_fence_walk:
+            self._next_fence_walk = now + self.config.rescan_interval_s
+            for lane in self.held:
+                state = lanes.get(lane)
+                if state is not None and state.session is not None and state.session.fence_due and lane not in due:
+                    event("fence_renewal_repaired", logging.WARNING, lane=lane,
+                          note="a held lane's fence was due without being scheduled; renewed now")
+                    due[lane] = state
         if not due:
             return
-        began = [(state.session, state.generation) for state in due]
-        outcomes = self.workers.run([(state.lane, _call(state.session.renew_fence_if_due)) for state in due],
+        states = [due[lane] for lane in sorted(due)]
+        began = [(state.session, state.generation) for state in states]
+        outcomes = self.workers.run([(state.lane, _call(state.session.renew_fence_if_due)) for state in states],
                                     tick=self._leases_busy)
-        for state, (session, generation), outcome in zip(due, began, outcomes, strict=True):
+        for state, (session, generation), outcome in zip(states, began, outcomes, strict=True):
             if not self._still_ours(state, generation, session):  # dropped meanwhile (a group round)
                 continue
             if not outcome.ok:  # classified like any lane error (fenced → dropped)
                 self._failed(state, outcome.error)
+            else:
+                self._schedule_fence(state)
+
+    def _schedule_fence(self, state: LaneState) -> None:
+        """At-least-once: remember when the lane's session's fence falls due (for _renew_fences)."""
+        session = state.session
+        at = getattr(session, "fence_due_at", None) if session is not None else None
+        if at is None or self.config.mode == "exactly-once":
+            return
+        self._fence_seq += 1
+        heapq.heappush(self._fence_times, (at, self._fence_seq, state.lane, session))
 
     def _still_ours(self, state: LaneState, generation: int, session: LaneSession | None = None) -> bool:
         """Whether work a worker began for the lane (at ``generation``, with ``session``) is still this lane's:
@@ -926,7 +1010,7 @@ class ShallowMirrorDaemon:
         """Hand each held lane the newest floor the prune watch gathered (its next commit prunes below it), and
         tell the watch which partitions are held now — when either changed (the held lanes, the watch's floors),
         not every pass: a lane opened meanwhile takes its floor when it opens (_open_ready)."""
-        seen = (frozenset(self.held), self.pruner.version)
+        seen = (self._held_version, self.pruner.version)  # no copy of the held set per pass
         if seen == self._prune_seen:
             return
         self._prune_seen = seen
@@ -993,10 +1077,19 @@ class ShallowMirrorDaemon:
         A group round runs as the pool's tick while the workers open lanes, and may drop one of them: the
         opened session and fetcher are then not installed (a later acquisition must open anew: InitProducerId,
         checkpoint read), and an error is not classified (the lane is not ours: no 'retrying', no halt)."""
-        now, lanes = time.monotonic(), self.lanes
-        candidates = [state for state in (lanes[lane] for lane in sorted(self.held))
-                      if not state.health.stopped and now >= state.retry_at]
-        closed = [state for state in candidates if state.session is None or state.fetcher is None]
+        now, lanes, openings = time.monotonic(), self.lanes, self.openings
+        self._audit_openings_if_due(now)
+        closed = []
+        for lane in openings.take(now):  # touched, or its retry time came: not every held lane
+            state = lanes.get(lane)
+            if state is None or lane not in self.held or state.health.stopped:
+                continue  # touched again when acquired or resumed
+            if now < state.retry_at:
+                openings.wait(lane, state.retry_at)
+            elif state.session is None or state.fetcher is None:
+                closed.append(state)
+            else:
+                openings.set_ready(lane, state)
         if closed:
             began = [(state.session, state.generation) for state in closed]
             outcomes = self._open_lanes(closed, began)
@@ -1008,16 +1101,38 @@ class ShallowMirrorDaemon:
                               note="dropped while it opened; its next holder's InitProducerId fences this writer")
                     continue
                 if not outcome.ok:
-                    self._failed(state, outcome.error)
+                    self._failed(state, outcome.error)  # waits for its retry time (or halts, or is dropped)
                     continue
                 opened, state.fetcher = outcome.value
                 if opened is not session:
                     opened.prune_floor = floors.get((state.topic, state.partition))
                     state.session = opened
+                    self._schedule_fence(state)
                     event("lane_opened", topic=state.topic, partition=state.partition, lane=state.lane,
                           position=opened.position)
-        return [(state, state.fetcher.position) for state in candidates
-                if state.lane in self.held and state.fetcher is not None and state.session is not None]
+                openings.set_ready(state.lane, state)
+        cached = self._ready_cache
+        if cached is not None and cached[0] == openings.version:
+            return cached[1]  # nothing changed since the last round: the same lanes, the same fetchers
+        ready = []
+        for lane, state in list(openings.ready.items()):
+            if state.fetcher is None or state.session is None or lane not in self.held:
+                openings.touch(lane)  # reset without being touched (a missed hook): looked at next round
+                continue
+            ready.append((state, state.fetcher.position))
+        self._ready_cache = (openings.version, ready, [(state.lane, state.fetcher) for state, _ in ready])
+        return ready
+
+    def _audit_openings_if_due(self, now: float) -> None:
+        """On the rescan cadence: the openings' books checked against the held lanes (lane_openings.audit); a lane
+        that would never be opened again is logged and repaired — never a silent stall."""
+        if now < self._next_openings_audit:
+            return
+        self._next_openings_audit = now + self.config.rescan_interval_s
+        repaired = audit_openings(self.openings, self.held, self.lanes, now)
+        if repaired:
+            event("lane_openings_repaired", logging.WARNING, lanes=len(repaired), first=repaired[0],
+                  note="a held lane was missing from the lanes a round opens; it is looked at again")
 
     def _read_checkpoints(self, lanes: list[tuple[str, int]]
                           ) -> dict[tuple[str, int], Checkpoint | None | BaseException]:
@@ -1205,7 +1320,11 @@ class ShallowMirrorDaemon:
         (StandingRound.audit): a discrepancy — a lane that would never be named, never fetched — is logged and
         repaired."""
         rounds = self._standing()
-        rounds.sync([(state.lane, state.fetcher) for state, _ in ready if state.fetcher is not None])
+        cached = self._ready_cache
+        if cached is not None and ready is cached[1] and cached[0] == self.openings.version:
+            rounds.sync(cached[2])  # no lane touched since the list was built: its fetchers are the lanes' own
+        else:
+            rounds.sync([(state.lane, state.fetcher) for state, _ in ready if state.fetcher is not None])
         now = time.monotonic()
         if now >= self._next_audit:
             # the rescan cadence, capped: a lane the books lost is never fetched and shows nothing (health
@@ -1236,7 +1355,11 @@ class ShallowMirrorDaemon:
         news = pending.collect()
         if not news:
             return [], pending.answered
-        lanes, wanted = self.lanes, {state.lane for state, _ in ready}
+        lanes, cached = self.lanes, self._ready_cache
+        if cached is not None and ready is cached[1] and cached[0] == self.openings.version:
+            wanted = self.openings.ready  # the lanes of ``ready`` (none touched since): no set built per round
+        else:
+            wanted = {state.lane for state, _ in ready}
         shares = []
         for lane, fetcher, start, outcome in news:
             state = lanes.get(lane)
@@ -1246,6 +1369,7 @@ class ShallowMirrorDaemon:
                 shares.append((state, fetcher, start, outcome))
             else:  # collecting may have moved its position past an answer that is not copied now: reopen at the
                 state.fetcher = None  # committed position (the checkpoint), never skip it
+                self.openings.touch(lane)
         return shares, pending.answered
 
     def _publish_positions_if_due(self) -> None:
@@ -1296,6 +1420,7 @@ class ShallowMirrorDaemon:
             event("position_realigned", logging.WARNING, topic=state.topic, partition=state.partition,
                   checkpoint=state.session.position, fetcher=state.fetcher.position)
             state.fetcher = None
+            self.openings.touch(state.lane)
         self.metrics.observe_copy(state.topic, state.partition, result, result.newest_timestamp_ms)
         self.metrics.position.labels(*labels).set(result.source_end)
         state.shown_lag = max(0, fetched.last_stable_offset - result.source_end)
@@ -1331,6 +1456,7 @@ class ShallowMirrorDaemon:
         if fetching and isinstance(exc, Errors.KafkaError) and is_retriable(type(exc)):
             state.fetch_failures += 1
             state.retry_at = time.monotonic() + min(5.0, 0.1 * 2 ** min(state.fetch_failures, 6))
+            self.openings.wait(state.lane, state.retry_at)
             event("fetch_retry", logging.INFO if state.fetch_failures < 5 else logging.WARNING, topic=state.topic,
                   partition=state.partition, offset=state.fetcher.position if state.fetcher else None,
                   error=type(exc).__name__, attempt=state.fetch_failures, state=state.health.state)
@@ -1338,6 +1464,7 @@ class ShallowMirrorDaemon:
             state.failures += 1
             state.reset()
             state.retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** min(state.failures, 6))
+            self.openings.wait(state.lane, state.retry_at)
             event("lane_error", logging.WARNING, topic=state.topic, partition=state.partition, offset=position,
                   error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
                   state=state.health.state, attempt=state.health.attempts,
@@ -1356,6 +1483,8 @@ class ShallowMirrorDaemon:
             range_end = _first_known(getattr(exc, "log_start_offset", None), getattr(exc, "source_offset", None))
         persisted = PersistedLaneState(stopped, reason, str(exc), now_ms(), position, range_end)
         state.health.stop(persisted)
+        self._halts += 1
+        self.openings.touch(state.lane)  # a halted lane stays out of the round (looked at: stopped, not opened)
         self.status.halted[state.lane] = str(exc)
         self._drop(state.lane, reason)
         saved = self._persist(state, persisted)
@@ -1363,7 +1492,13 @@ class ShallowMirrorDaemon:
         event("lane_halted" if stopped == HALTED else "lane_retired", logging.ERROR if stopped == HALTED
               else logging.WARNING, topic=state.topic, partition=state.partition, lane=state.lane, reason=reason,
               position=position, range_end=range_end, persisted=saved, error=exc)
-        self._publish_lane_states()
+        self._states_pending = True  # published once per pass (_publish_pending_states), not once per halt
+
+    def _publish_pending_states(self) -> None:
+        """Lanes halted during this pass of the loop: their states published — one walk, however many halted."""
+        if self._states_pending:
+            self._states_pending = False
+            self._publish_lane_states()
 
     def _persist(self, state: LaneState, persisted: PersistedLaneState) -> bool:
         """Write the lane state into the lane's checkpoint; False (logged) when there is none or the write

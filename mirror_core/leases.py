@@ -72,17 +72,27 @@ class LeaseStore:
     def __init__(self, store: CheckpointStore, producer_config: dict, producer: SideRecordProducer | None = None):
         self.store = store
         self.producer = producer or SideRecordProducer(store, producer_config)
+        self._read_cache: tuple | None = None  # (pipeline and store content version, lanes, members) last decoded
 
     def read(self, pipeline: str) -> dict[str, Lease]:
         """Lane → lease (membership heartbeats left out)."""
         return self.read_with_members(pipeline)[0]
 
-    def read_with_members(self, pipeline: str) -> tuple[dict[str, Lease], dict[str, Lease]]:
+    def read_with_members(self, pipeline: str, *, refresh: bool = True
+                          ) -> tuple[dict[str, Lease], dict[str, Lease]]:
         """(lane → lease, worker → membership heartbeat), from the store's incremental cache of the topic
         (:meth:`CheckpointStore.latest_items`: one refresh of every partition, then only live keys; a released
-        membership, i.e. a tombstone, is simply absent)."""
+        membership, i.e. a tombstone, is simply absent). ``refresh=False``: the caller refreshed the store.
+        Decoded again only when the store's content changed (CheckpointStore.content_version): a daemon's group
+        round reads this every few seconds, the records almost never change."""
+        if refresh:
+            self.store.refresh()
+        version = (pipeline, self.store.content_version())
+        cached = self._read_cache
+        if cached is not None and cached[0] == version:
+            return dict(cached[1]), dict(cached[2])
         leases: dict[str, Lease] = {}
-        for key, value in self.store.latest_items():
+        for key, value in self.store.latest_items(refresh=False):
             decoded = json.loads(key)
             if not isinstance(decoded, dict) or decoded.get("pipeline") != pipeline:
                 continue
@@ -91,7 +101,8 @@ class LeaseStore:
                                              body.get("health"), bool(body.get("group", False)))
         lanes = {lane: lease for lane, lease in leases.items() if not lane.startswith(MEMBER_PREFIX)}
         members = {lease.holder: lease for lane, lease in leases.items() if lane.startswith(MEMBER_PREFIX)}
-        return lanes, members
+        self._read_cache = (version, lanes, members)
+        return dict(lanes), dict(members)
 
     def write(self, lease: Lease) -> None:
         """Write (or renew) a lease; returns once the broker acknowledged it."""
