@@ -1,0 +1,135 @@
+"""Review attacks on the event-driven round bookkeeping (issue #18, follow-up 2: i18-rounds-2).
+
+The promise (DESIGN §3): never a silent stall, never a silent skip, a handed-off lane is dropped. Each test here
+failed on ``stage`` at 99df613 before the fix that follows it."""
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+import mirror_core.daemon as D
+from mirror_core.daemon_config import pipeline_config_from_mapping
+from mirror_core.lane_status import HALTED, PersistedLaneState
+from mirror_core.lane_workers import TaskOutcome
+from tests.unit.test_daemon_lane_openings import FakeStore, FenceSession
+
+HOURLY = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
+          "include": "orders.*", "rescan_interval_s": 3600}  # a pipeline that rescans hourly
+LANES = 20
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(D.time, "monotonic", clock)
+    return clock
+
+
+def _daemon(monkeypatch, mapping: dict) -> D.ShallowMirrorDaemon:
+    daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(mapping), worker_id="me")
+    daemon.pruner = NS(floors=lambda: {})
+    daemon.opened = []
+
+    def open_lanes(states, began):
+        daemon.opened.append(sorted(state.lane for state in states))
+        return [TaskOutcome(value=(session or NS(position=0, prune_floor=None), NS(position=0)))
+                for state, (session, _gen) in zip(states, began, strict=True)]
+
+    monkeypatch.setattr(daemon, "_open_lanes", open_lanes)
+    for p in range(LANES):
+        lane = f"orders-{p}"
+        daemon.lanes[lane] = D.LaneState("orders", p, "orders", lane, health=daemon._new_health())
+        daemon.held.add(lane)
+    return daemon
+
+
+def _round(daemon) -> set[str]:
+    return {state.lane for state, _position in daemon._open_ready()}
+
+
+class ReadOwnStore(FakeStore):
+    """Like the real store, ``read_own`` refreshes the lane's checkpoint partition: a record written after the group
+    round's own refresh enters the cache there (here: ``arrive_before_read_own``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arriving: list = []
+
+    def arrive_before_read_own(self, topic: str, partition: int, cp) -> None:
+        self.arriving.append((topic, partition, cp))
+
+    def read_own(self, pipeline, topic, partition):
+        for args in self.arriving:
+            self.write(*args)
+        self.arriving = []
+        return self.checkpoints.get((pipeline, topic, partition))
+
+
+def _cp(p: int, owner: str = D.DAEMON_OWNER, lane_state=None):
+    return NS(owner=owner, lane_state=lane_state, target_topic="orders", target_partition=p, position=5,
+              lost_ranges=())
+
+
+@pytest.mark.timeout(10)
+def test_a_handoff_read_into_the_cache_by_a_resume_check_is_not_hidden_by_the_eligible_cache(clock, monkeypatch):
+    """The group round's ``_eligible`` caches its answer under the store's content version. A resume check in the
+    walk (``read_own``) refreshes a checkpoint partition: a backfill's handoff landing then is in the cache but not
+    in the answer. Stored under the version as of *after* the walk, the stale answer (the handed-off lane still
+    eligible) stands until some other checkpoint write — on an idle pipeline, indefinitely."""
+    daemon = _daemon(monkeypatch, HOURLY)
+    store = daemon.store = ReadOwnStore()
+    halt = PersistedLaneState(HALTED, "rejected", "bad", D.now_ms(), 5, None)
+    for p in range(LANES):
+        store.write("orders", p, _cp(p, lane_state=halt if p == 4 else None))
+    assert "orders-4" not in daemon._eligible() and daemon.lanes["orders-4"].health.stopped
+    store.write("orders", 4, _cp(4))  # the operator resumes orders-4 ...
+    store.arrive_before_read_own("orders", 5, _cp(5, owner="backfill"))  # ... as a backfill takes orders-5 back
+    first = daemon._eligible()
+    assert "orders-4" in first and not daemon.lanes["orders-4"].health.stopped  # resumed
+    # nothing more is written: the next group round must see the handoff already in the cache
+    assert "orders-5" not in daemon._eligible(), "a lane handed off to a backfill stays eligible (stale cache)"
+
+
+@pytest.mark.timeout(10)
+def test_a_lane_lost_from_the_openings_books_is_reopened_within_the_audit_cap_on_an_hourly_rescan(clock,
+                                                                                                  monkeypatch):
+    """The openings audit is the only net for a lane a hook missed (held, closed, in none of ready/due/waiting: no
+    round opens it, nothing is logged). The standing round's audit is capped at AUDIT_MAX_S for exactly this; the
+    openings audit ran only every ``rescan_interval_s`` — an hour here: an hour of a silently unopened lane."""
+    daemon = _daemon(monkeypatch, HOURLY)
+    assert len(_round(daemon)) == LANES  # the first round audits (nothing wrong) and opens every lane
+    state = daemon.lanes["orders-3"]
+    state.reset()  # a reset no hook saw: the lane leaves the books
+    daemon.openings.ready.pop("orders-3")
+    clock.t += D.AUDIT_MAX_S + 1
+    _round(daemon)
+    assert daemon.opened[1:] == [["orders-3"]], "a held lane stays unopened until the hourly rescan audits the books"
+    assert state.session is not None and state.fetcher is not None and "orders-3" in _round(daemon)
+
+
+@pytest.mark.timeout(10)
+def test_a_fence_missed_by_the_heap_is_renewed_within_the_audit_cap_on_an_hourly_rescan(clock, monkeypatch):
+    """At-least-once: the fence walk is the net for a session the heap never saw; on an hourly rescan it ran
+    hourly, so such a fence stayed lapsed for up to an hour (the heap's whole point is that idle lanes still renew)."""
+    daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping({**HOURLY, "mode": "at-least-once"}),
+                                   worker_id="me")
+    daemon.workers = NS(run=lambda tasks, tick=None: [TaskOutcome(value=fn(None)) for _lane, fn in tasks],
+                        release=lambda lane: None)
+    state = daemon.lanes["orders-0"] = D.LaneState("orders", 0, "orders", "orders-0", health=daemon._new_health())
+    daemon.held.add("orders-0")
+    daemon._renew_fences()  # the first pass: the walk runs (nothing held open yet) and is scheduled again
+    state.session = FenceSession(clock)  # installed without _schedule_fence (a missed hook)
+    clock.t += 61.0  # its fence is due
+    daemon._renew_fences()
+    clock.t += D.AUDIT_MAX_S
+    daemon._renew_fences()
+    assert state.session.renewals == 1, "a held lane's fence stays lapsed until the hourly walk"
