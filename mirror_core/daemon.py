@@ -116,7 +116,8 @@ GROUP_UNJOINED_SESSIONS = 3  # subscribed this many session timeouts without an 
 DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets none (both protocols' default)
 REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
 HEALTH_WALK_S = 1.0  # every lane's health is compared at least this often (_publish_round_states)
-AUDIT_MAX_S = 30.0  # the standing round's books are audited at least this often, however rare rescans are
+# the standing round's and the openings' books audited, and the fence walk: this often, however rare rescans are
+AUDIT_MAX_S = 30.0
 FENCED_BACKOFF_CAP_S = 300.0  # a lane fenced out of this process is retried after at most this (see _fenced_out)
 PREFLIGHT_WORKERS = 4  # target preparations (preflights) of new topics run this many at a time
 
@@ -605,8 +606,11 @@ class ShallowMirrorDaemon:
                 out.append(lane)
         self._publish_lane_states()
         out.sort()
-        # the key as of after the walk: a resume read (read_own) or a lane adopted above changed nothing it covers
-        self._eligible_seen = ((self.store.content_version(), len(self.lanes), self._halts), out)
+        # the content version as of BEFORE the walk (what ``checkpoints`` was read at): a resume check's read_own
+        # above refreshes a checkpoint partition, and a record it reads in (a handoff, a halt) is in none of this
+        # answer — the next round must recompute, not find that record already covered. Lanes adopted above come
+        # from these same checkpoints, so the lane count is taken after the walk.
+        self._eligible_seen = ((key[0], len(self.lanes), self._halts), out)
         return list(out)
 
     def _adopt_stopped_lanes(self, checkpoints) -> None:
@@ -954,7 +958,8 @@ class ShallowMirrorDaemon:
         not — an idle lane calls no copy, and its fence must not lapse while it is held. Renewals run on the
         lanes' workers (the writer lives there), side by side. Which lanes are due comes from a heap of the times
         their sessions' fences fall due (pushed when a session is installed or renewed), not a walk of every held
-        lane per round; the walk runs once per rescan interval, as a check that no session was left out."""
+        lane per round; the walk runs once per rescan interval (at most AUDIT_MAX_S apart), as a check that no session
+        was left out."""
         if self.config.mode == "exactly-once":
             return
         now, heap, lanes = time.monotonic(), self._fence_times, self.lanes
@@ -969,7 +974,8 @@ class ShallowMirrorDaemon:
             else:
                 self._schedule_fence(state)  # renewed meanwhile: due later
         if now >= self._next_fence_walk:
-            self._next_fence_walk = now + self.config.rescan_interval_s
+            # capped like the audits: a fence the heap missed must not lapse for a whole (maybe hourly) rescan
+            self._next_fence_walk = now + min(self.config.rescan_interval_s, AUDIT_MAX_S)
             for lane in self.held:
                 state = lanes.get(lane)
                 if state is not None and state.session is not None and state.session.fence_due and lane not in due:
@@ -1124,11 +1130,13 @@ class ShallowMirrorDaemon:
         return ready
 
     def _audit_openings_if_due(self, now: float) -> None:
-        """On the rescan cadence: the openings' books checked against the held lanes (lane_openings.audit); a lane
-        that would never be opened again is logged and repaired — never a silent stall."""
+        """On the rescan cadence (at most AUDIT_MAX_S apart): the openings' books checked against the held lanes
+        (lane_openings.audit); a lane that would never be opened again is logged and repaired — never a silent stall."""
         if now < self._next_openings_audit:
             return
-        self._next_openings_audit = now + self.config.rescan_interval_s
+        # the rescan cadence, capped like the standing round's audit: a lane a hook missed is opened by nothing
+        # else, and a pipeline may rescan only hourly
+        self._next_openings_audit = now + min(self.config.rescan_interval_s, AUDIT_MAX_S)
         repaired = audit_openings(self.openings, self.held, self.lanes, now)
         if repaired:
             event("lane_openings_repaired", logging.WARNING, lanes=len(repaired), first=repaired[0],
