@@ -978,7 +978,10 @@ class ShallowMirrorDaemon:
             self._next_fence_walk = now + min(self.config.rescan_interval_s, AUDIT_MAX_S)
             for lane in self.held:
                 state = lanes.get(lane)
-                if state is not None and state.session is not None and state.session.fence_due and lane not in due:
+                # due as of the same ``now`` the heap was drained at (not session.fence_due, a later clock read: a
+                # fence falling due in between is in the heap, popped next pass — not a missed hook)
+                at = getattr(state.session, "fence_due_at", None) if state is not None else None
+                if at is not None and at <= now and lane not in due:
                     event("fence_renewal_repaired", logging.WARNING, lane=lane,
                           note="a held lane's fence was due without being scheduled; renewed now")
                     due[lane] = state
