@@ -81,6 +81,26 @@ class RoundStats:
     incremental: int = 0
     sessions_lost: int = 0
 
+    def count_request(self, request, partitions: int) -> None:
+        """One fetch request sent for ``partitions`` members (``request``: its session request)."""
+        self.requests += 1
+        self.partitions += partitions
+        self.named += request.partition_count
+        self.incremental += not request.full
+
+
+def give_up_answer(client: WireClient, future) -> None:
+    """An answer nobody will read (see :meth:`PendingRound.discard`): close the hand-encoded connection it is coming
+    on, or, on kafka-python's route, wait for it and drop it, so no later read meets it first."""
+    if future is None or future.is_done:
+        return
+    conn = getattr(future, "conn", None)
+    if conn is not None:
+        conn.close()
+        return
+    with contextlib.suppress(Exception):  # a failed answer is as good as a taken one: nothing is left
+        wait_fetch(client, future)
+
 
 @dataclass
 class RoundSessions:
@@ -270,14 +290,7 @@ class PendingRound:
             future = sent.future
             if sent.request is not None:
                 sent.session.failed(sent.request)  # its answer is never read: the session starts afresh
-            if future is None or future.is_done:
-                continue
-            conn = getattr(future, "conn", None)
-            if conn is not None:
-                conn.close()
-                continue
-            with contextlib.suppress(Exception):  # a failed answer is as good as a taken one: nothing is left
-                wait_fetch(self._client, future)
+            give_up_answer(self._client, future)
         self._in_flight = []
 
 
@@ -324,10 +337,7 @@ def send_round(client: WireClient, fetchers: Sequence[RawBatchFetcher], *, max_b
                 _failed(fetchers[i], outcomes[i], exc)
             return False
         if stats is not None:
-            stats.requests += 1
-            stats.partitions += len(sent.members)
-            stats.named += sent.request.partition_count
-            stats.incremental += not sent.request.full
+            stats.count_request(sent.request, len(sent.members))
         return True
 
     in_flight = []

@@ -38,7 +38,6 @@ that would otherwise never be named, never fetched — naming it, so a bug here 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -52,6 +51,7 @@ from mirror_core.broker_fetch import (
     RoundStats,
     _failed,
     _handle,
+    give_up_answer,
     round_sessions,
 )
 from mirror_core.fetch_session import FetchSession, PartitionKey, SessionRequest
@@ -297,14 +297,7 @@ class StandingPending:
             future = sent.future
             if sent.request is not None:
                 sent.broker.session.failed(sent.request)
-            if future is None or future.is_done:
-                continue
-            conn = getattr(future, "conn", None)
-            if conn is not None:
-                conn.close()
-                continue
-            with contextlib.suppress(Exception):
-                wait_fetch(self._owner.client, future)
+            give_up_answer(self._owner.client, future)
         self._in_flight = []
 
     def _send(self, sent: _Sent, rotation: int = 0) -> bool:
@@ -321,10 +314,7 @@ class StandingPending:
             self._failed.extend((member, exc) for member in broker.lanes.values())
             return False
         if stats is not None:
-            stats.requests += 1
-            stats.partitions += len(broker.members)
-            stats.named += sent.request.partition_count
-            stats.incremental += not sent.request.full
+            stats.count_request(sent.request, len(broker.members))
         return True
 
     def _collect_one(self, sent: _Sent, news: list, *, resent: bool) -> None:

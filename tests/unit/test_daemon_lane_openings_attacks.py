@@ -12,19 +12,11 @@ import mirror_core.daemon as D
 from mirror_core.daemon_config import pipeline_config_from_mapping
 from mirror_core.lane_status import HALTED, PersistedLaneState
 from mirror_core.lane_workers import TaskOutcome
-from tests.unit.test_daemon_lane_openings import FakeStore, FenceSession
+from tests.unit.test_daemon_lane_openings import Clock, FakeStore, FenceSession
 
 HOURLY = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
           "include": "orders.*", "rescan_interval_s": 3600}  # a pipeline that rescans hourly
 LANES = 20
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture
