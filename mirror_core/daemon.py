@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 
 import kafka.errors as Errors
 
+from mirror_core import thread_sampler
 from mirror_core.broker_fetch import PartitionOutcome, RoundStats
 from mirror_core.checkpoint import CHECKPOINT_TOPIC, Checkpoint, CheckpointStore, checkpoint_key, checkpoint_partition
 from mirror_core.checkpointed import (
@@ -1613,6 +1614,7 @@ def run_daemon(config_path, worker_id: str | None = None) -> int:
         print(f"shoal mirror: error: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
+    sampler = thread_sampler.from_env()  # diagnostics only (SHOAL_THREAD_SAMPLE=<report path>)
 
     def on_stop(*_):
         if not stop.is_set():  # the first signal: finish the round, commit, release; the alarm bounds that
@@ -1640,6 +1642,8 @@ def run_daemon(config_path, worker_id: str | None = None) -> int:
         signal.alarm(0)
         if server is not None:
             server.shutdown()
+        if sampler is not None:
+            sampler.stop()
     return 0
 
 
