@@ -1,6 +1,6 @@
 """A diagnostic switch: which thread of this process spends CPU, and in what Python code (issue #18).
 
-``SHOAL_THREAD_SAMPLE=<path>`` (``{pid}`` in it becomes the process id) makes the daemon start
+``python -m mirror_core.daemon --thread-sample <path>`` (``{pid}`` in it becomes the process id) starts
 :class:`ThreadSampler`: every ``interval_s`` it reads each thread's CPU time from ``/proc/self/task/<tid>/stat``
 and, for every Python thread whose CPU advanced since the previous sample, counts its current stack (innermost
 frames). It writes a JSON report to ``<path>`` every few seconds and at stop: CPU seconds per thread *name* (Python
@@ -21,7 +21,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-ENV = "SHOAL_THREAD_SAMPLE"
 _WORKER_SUFFIX = re.compile(r"[-_]\d+$")
 
 
@@ -64,6 +63,7 @@ class ThreadSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        self.sample()  # a last look: threads that ended since the previous sample count as ended
         self.write()
 
     def _run(self) -> None:
@@ -113,7 +113,6 @@ class ThreadSampler:
         self.path.write_text(json.dumps(self.report(), indent=1))
 
 
-def from_env() -> ThreadSampler | None:
-    """The sampler if ``SHOAL_THREAD_SAMPLE`` names a report file, started; else None."""
-    path = os.environ.get(ENV)
-    return ThreadSampler(path.replace("{pid}", str(os.getpid()))).start() if path else None
+def start(path: str) -> ThreadSampler:
+    """A started sampler reporting to ``path`` (``{pid}`` in it: this process's id)."""
+    return ThreadSampler(path.replace("{pid}", str(os.getpid()))).start()
