@@ -50,3 +50,20 @@ def test_batched_inputs_match_per_partition_lookups_and_the_oldest_probe_is_kept
     third = {(s.topic, s.partition): s for s in gather_inputs(cluster, parts, positions, oldest=oldest).snapshots}
     assert third[(topic, 0)].log_start == 3
     assert oldest.probes == 3  # partition 0's log start moved: probed again, partition 1 still kept
+
+
+@pytest.mark.timeout(60)
+def test_prune_floors_from_batched_log_starts_match_per_partition_lookups(source_cluster, unique_name):
+    from mirror_core.prune_inputs import gather_prune_floors
+
+    topic = source_cluster.create_topic(unique_name(), 3)
+    for p in range(2):
+        source_cluster.produce(topic, [(b"k", b"v" * 50) for _ in range(6)], partition=p)
+    cluster = source_cluster.config
+    admin = AdminClient(cluster.confluent())
+    for future in admin.delete_records([TopicPartition(topic, 1, 4)]).values():
+        future.result(30)
+    with WireClient.for_cluster(cluster) as client:
+        floors = gather_prune_floors(cluster, client, [(topic, 0), (topic, 1), (topic, 2)])
+        expected = {(topic, p): list_offsets(client, topic, p, "earliest") for p in range(3)}
+    assert floors == expected == {(topic, 0): 0, (topic, 1): 4, (topic, 2): 0}  # no group holds these partitions
