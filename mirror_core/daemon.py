@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 
 import kafka.errors as Errors
 
+from mirror_core import thread_sampler
 from mirror_core.broker_fetch import PartitionOutcome, RoundStats
 from mirror_core.checkpoint import CHECKPOINT_TOPIC, Checkpoint, CheckpointStore, checkpoint_key, checkpoint_partition
 from mirror_core.checkpointed import (
@@ -1610,11 +1611,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="pipeline YAML file")
     parser.add_argument("--worker-id", help="this process's name in the group (its client.id) and in lease records "
                                             "(default: random)")
+    parser.add_argument("--thread-sample", metavar="PATH",
+                        help="diagnostics: write CPU per thread name and busy stacks to PATH ({pid}: the process "
+                             "id) every few seconds and at exit (mirror_core.thread_sampler)")
     args = parser.parse_args(argv)
-    return run_daemon(args.config, args.worker_id)
+    return run_daemon(args.config, args.worker_id, thread_sample=args.thread_sample)
 
 
-def run_daemon(config_path, worker_id: str | None = None) -> int:
+def run_daemon(config_path, worker_id: str | None = None, *, thread_sample: str | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)  # the wire library narrates every connection at INFO
     try:
@@ -1624,6 +1628,7 @@ def run_daemon(config_path, worker_id: str | None = None) -> int:
         print(f"shoal mirror: error: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
+    sampler = thread_sampler.start(thread_sample) if thread_sample else None  # diagnostics only
 
     def on_stop(*_):
         if not stop.is_set():  # the first signal: finish the round, commit, release; the alarm bounds that
@@ -1651,6 +1656,8 @@ def run_daemon(config_path, worker_id: str | None = None) -> int:
         signal.alarm(0)
         if server is not None:
             server.shutdown()
+        if sampler is not None:
+            sampler.stop()
     return 0
 
 

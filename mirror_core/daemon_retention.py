@@ -29,6 +29,7 @@ class RetentionWatch:
     def __init__(self, source: ClusterConfig, target: ClusterConfig, metrics, *, interval_s: float,
                  fetch_bytes: int, policy=None):
         from mirror_core.metrics import register_retention_gauges
+        from mirror_core.retention_inputs import OldestTimestamps
         from mirror_core.retention_policy import RetentionPolicy
 
         self.source, self.target, self.metrics = source, target, metrics
@@ -40,6 +41,7 @@ class RetentionWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.assessments = 0
+        self._oldest = OldestTimestamps()  # the log-start probes, kept between assessments (only on this thread)
 
     def publish(self, positions: dict[tuple[str, int], int]) -> None:
         """The copy loop's latest positions (source topic, partition) → next offset to copy."""
@@ -76,7 +78,8 @@ class RetentionWatch:
         topics: dict[str, list[int]] = {}
         for topic, partition in sorted(positions):
             topics.setdefault(topic, []).append(partition)
-        statuses = assess_positions(self.source, topics, positions, self.policy, target=self.target).statuses
+        statuses = assess_positions(self.source, topics, positions, self.policy, target=self.target,
+                                    oldest=self._oldest).statuses
         update_retention_gauges(statuses, self.gauges)
         self.assessments += 1
         for s in statuses:

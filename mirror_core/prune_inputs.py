@@ -40,14 +40,22 @@ def gather_prune_floors(source: ClusterConfig, client: WireClient, partitions: I
     :func:`~mirror_core.map_segments.prune_floor`). Raises MirrorError when a group listing fails: then nothing
     is pruned (a partial group list could prune what a group still holds). A partition whose log start cannot be
     read now (offline, leaderless) gets no floor this time; the others still do."""
+    from mirror_core.plan_inputs import lookup_offsets
+
     partitions = list(partitions)
     held = group_offsets_by_partition(source, partitions)
+    try:  # one ListOffsets per leader (issue #18: one per partition cost the idle 2,000-lane daemon seconds)
+        starts = lookup_offsets(client, partitions, "earliest")
+    except MirrorError:  # a partition that cannot answer: ask one by one, so the others still get their floor
+        starts = {}
     floors: dict[tuple[str, int], int] = {}
     for topic, partition in partitions:
-        try:
-            log_start = list_offsets(client, topic, partition, "earliest")
-        except MirrorError as exc:
-            log.info("cluster %r %s-%d: no prune floor this time (%s)", source.name, topic, partition, exc)
-            continue
+        log_start = starts.get((topic, partition))
+        if log_start is None:
+            try:
+                log_start = list_offsets(client, topic, partition, "earliest")
+            except MirrorError as exc:
+                log.info("cluster %r %s-%d: no prune floor this time (%s)", source.name, topic, partition, exc)
+                continue
         floors[(topic, partition)] = prune_floor(log_start, held.get((topic, partition), ()))
     return floors

@@ -63,8 +63,18 @@ class PositionProbe:
 def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | None],
                   positions: Mapping[tuple[str, int], int] | None = None, *, probe_bytes: int = DEFAULT_PROBE_BYTES,
                   sample_s: float = 0.0, clock: Callable[[], float] = time.time,
-                  sleep: Callable[[float], None] = time.sleep) -> RetentionInputs:
-    """Snapshots of ``topics`` (topic → partitions, None for all) on ``cluster`` at the given mirror positions."""
+                  sleep: Callable[[float], None] = time.sleep,
+                  oldest: OldestTimestamps | None = None) -> RetentionInputs:
+    """Snapshots of ``topics`` (topic → partitions, None for all) on ``cluster`` at the given mirror positions.
+
+    Log starts, log ends and newest timestamps are asked with one ListOffsets per leader for all partitions (a
+    failed partition is retried on its own, as before); what is left per partition is the Fetch probe at the
+    position (only where something is unmirrored) and, for the ingest estimate, the probe at the log start —
+    which ``oldest`` (kept by a caller that assesses again and again, e.g. the daemon's retention watch) answers
+    from the previous assessment while the log start has not moved (issue #18: 2,000 idle lanes cost ~4 CPU-s
+    per assessment when every partition took four to five round trips)."""
+    from mirror_core.plan_inputs import lookup_offsets
+
     positions = positions or {}
     admin = TopicAdmin(cluster)
     with WireClient.for_cluster(cluster) as client:
@@ -84,22 +94,50 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
         if sample_s > 0:
             sleep(sample_s)
         sizes = partition_sizes(cluster, leaders)
+        starts = lookup_offsets(client, leaders, "earliest")
+        ends = lookup_offsets(client, leaders, "latest")
+        newest = newest_timestamps(client, [tp for tp in leaders if ends[tp] > starts[tp]])
+        oldest = oldest if oldest is not None else OldestTimestamps()
+        oldest.keep_only(leaders, configs)
         snapshots = []
         for (topic, p) in leaders:
             snapshots.append(_snapshot(client, cluster.name, topic, p, positions.get((topic, p)), sizes,
-                                       probe_bytes, ends0, t0, clock))
+                                       probe_bytes, ends0, t0, clock, log_start=starts[(topic, p)],
+                                       log_end=ends[(topic, p)], newest_ts=newest.get((topic, p)), oldest=oldest))
     return RetentionInputs(cluster.name, configs, snapshots, check_interval_ms)
+
+
+class OldestTimestamps:
+    """(topic, partition) → (log start, timestamp of the batch there): the ingest estimate's probe at the log
+    start, kept between assessments. Invariant: an entry is used only while the partition's log start is the one
+    it was read at (records below a log start never come back, the batch at it never changes) and only for a
+    topic that is not compacted (compaction can remove the first batch without moving the log start)."""
+
+    def __init__(self):
+        self._known: dict[tuple[str, int], tuple[int, int | None]] = {}
+        self.probes = 0  # probes actually sent (for tests and diagnostics)
+
+    def keep_only(self, partitions, configs: Mapping[str, TopicRetention]) -> None:
+        self._known = {tp: v for tp, v in self._known.items()
+                       if tp in partitions and not configs[tp[0]].compacts}
+
+    def get(self, client: WireClient, topic: str, p: int, log_start: int, probe_bytes: int) -> int | None:
+        known = self._known.get((topic, p))
+        if known is not None and known[0] == log_start:
+            return known[1]
+        self.probes += 1
+        ts = probe_position(client, topic, p, log_start, min(probe_bytes, 64 * 1024)).position_ts
+        self._known[(topic, p)] = (log_start, ts)
+        return ts
 
 
 def _snapshot(client: WireClient, cluster: str, topic: str, p: int, position: int | None,
               sizes: Mapping[tuple[str, int], int], probe_bytes: int, ends0: Mapping[tuple[str, int], int],
-              t0: float, clock: Callable[[], float]) -> PartitionSnapshot:
-    log_start = list_offsets(client, topic, p, "earliest")
-    log_end = list_offsets(client, topic, p, "latest")
+              t0: float, clock: Callable[[], float], *, log_start: int, log_end: int, newest_ts: int | None,
+              oldest: OldestTimestamps) -> PartitionSnapshot:
     position = log_start if position is None else position
     effective = min(max(position, log_start), log_end)
     probe = probe_position(client, topic, p, effective, probe_bytes) if effective < log_end else None
-    newest_ts = newest_timestamp(client, topic, p) if log_end > log_start else None
     now = clock()
     size = sizes.get((topic, p))
     if size is None:   # the leader did not report it (e.g. not authorized): extrapolate from the probe
@@ -108,7 +146,7 @@ def _snapshot(client: WireClient, cluster: str, topic: str, p: int, position: in
         per_offset = size / (log_end - log_start) if log_end > log_start else 0.0
         ingest = (log_end - ends0[(topic, p)]) * per_offset / max(now - t0, 1e-3)
     else:
-        ingest = _ingest_from_log(client, topic, p, log_start, log_end, size, now, probe_bytes)
+        ingest = _ingest_from_log(client, topic, p, log_start, log_end, size, now, probe_bytes, oldest)
     return PartitionSnapshot(
         topic=topic, partition=p, position=position, log_start=log_start, log_end=log_end, size_bytes=size,
         observed_at_ms=int(now * 1000), ingest_bytes_per_s=ingest,
@@ -126,11 +164,11 @@ def _size_from_probe(probe: PositionProbe | None, offset: int, log_start: int, l
 
 
 def _ingest_from_log(client: WireClient, topic: str, p: int, log_start: int, log_end: int, size: int, now: float,
-                     probe_bytes: int) -> float:
+                     probe_bytes: int, oldest_known: OldestTimestamps) -> float:
     """Retained bytes over the age of the oldest retained record (an average that a burst does not inflate)."""
     if log_end <= log_start or size <= 0:
         return 0.0
-    oldest = probe_position(client, topic, p, log_start, min(probe_bytes, 64 * 1024)).position_ts
+    oldest = oldest_known.get(client, topic, p, log_start, probe_bytes)
     if oldest is None or oldest < 0:
         return 0.0
     return size / max(now - oldest / 1000, 1.0)
@@ -261,6 +299,47 @@ def newest_timestamp(client: WireClient, topic: str, partition: int) -> int | No
     return int(data.timestamp)
 
 
+def newest_timestamps(client: WireClient, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+    """:func:`newest_timestamp` of many partitions: one ListOffsets (MAX_TIMESTAMP) per leader; a partition the
+    batched answer left out or refused is asked on its own."""
+    Topic = ListOffsetsRequest.ListOffsetsTopic
+    by_leader: dict[int, dict[str, list]] = {}
+    found: dict[tuple[str, int], int | None] = {}
+    alone: list[tuple[str, int]] = []
+    for topic, partition in partitions:
+        try:
+            leader, epoch = client.leader_for(topic, partition)
+        except Errors.KafkaError:
+            alone.append((topic, partition))
+            continue
+        by_leader.setdefault(leader, {}).setdefault(topic, []).append(Topic.ListOffsetsPartition(
+            partition_index=partition, current_leader_epoch=epoch, timestamp=int(OffsetSpec.MAX_TIMESTAMP)))
+    for leader, grouped in by_leader.items():
+        asked = [(t, p.partition_index) for t, ps in grouped.items() for p in ps]
+        request = ListOffsetsRequest(
+            replica_id=-1, isolation_level=int(IsolationLevel.READ_UNCOMMITTED), timeout_ms=client.request_timeout_ms,
+            topics=[Topic(name=t, partitions=ps) for t, ps in grouped.items()], min_version=7)
+        try:
+            response = client.send(leader, request)
+        except Errors.KafkaError:
+            alone.extend(asked)
+            continue
+        answered = {}
+        for t in response.topics:
+            for p in t.partitions:
+                if not p.error_code:
+                    answered[(t.name, p.partition_index)] = \
+                        None if p.timestamp is None or p.timestamp < 0 else int(p.timestamp)
+        for tp in asked:
+            if tp in answered:
+                found[tp] = answered[tp]
+            else:
+                alone.append(tp)
+    for tp in alone:
+        found[tp] = newest_timestamp(client, *tp)
+    return found
+
+
 @dataclass(frozen=True)
 class Assessment:
     """One retention verdict: the statuses (most urgent first), the capacity and policy that produced them."""
@@ -301,11 +380,11 @@ def copy_round_trip(source: ClusterConfig, target: ClusterConfig | None = None) 
 def assess_positions(source: ClusterConfig, topics: Mapping[str, Sequence[int] | None],
                      positions: Mapping[tuple[str, int], int] | None, policy=None, *,
                      target: ClusterConfig | None = None, throttle_bytes_per_s: float | None = None,
-                     link_bytes_per_s: float | None = None) -> Assessment:
+                     link_bytes_per_s: float | None = None, oldest: OldestTimestamps | None = None) -> Assessment:
     """The retention verdict every component shares: inputs gathered at ``positions``, copy capacity from
     ``policy`` (the round trip the copy sees, :func:`copy_round_trip`; a throttle shared by the partitions that
     still have data to copy; ``link_bytes_per_s``: the copy's declared link rate, whose sized fetches the estimate
-    then uses), statuses from :func:`mirror_core.retention.assess_partitions`."""
+    then uses), statuses from :func:`mirror_core.retention.assess_partitions`. ``oldest``: see :func:`gather_inputs`."""
     from mirror_core.retention import assess_partitions
     from mirror_core.retention_policy import RetentionPolicy
 
@@ -313,7 +392,7 @@ def assess_positions(source: ClusterConfig, topics: Mapping[str, Sequence[int] |
     rtt, rtt_how = 0.0, ""
     if policy.throughput_bytes_per_s is None:
         rtt, rtt_how = copy_round_trip(source, target)
-    inputs = gather_inputs(source, topics, positions, sample_s=policy.ingest_sample_s)
+    inputs = gather_inputs(source, topics, positions, sample_s=policy.ingest_sample_s, oldest=oldest)
     streams = sum(1 for s in inputs.snapshots if s.unmirrored_records > 0)
     copy = policy.capacity(rtt, throttle_bytes_per_s=throttle_bytes_per_s, streams=streams,
                            link_bytes_per_s=link_bytes_per_s, rtt_how=rtt_how)
