@@ -80,8 +80,10 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
     with WireClient.for_cluster(cluster) as client:
         chosen: dict[str, list[int]] = {}
         leaders: dict[tuple[str, int], int] = {}
+        topic_ids: dict[str, object] = {}
         for topic, parts in topics.items():
             meta = _topic_metadata(client, topic)
+            topic_ids[topic] = getattr(meta, "topic_id", None)
             chosen[topic] = sorted(meta.partitions) if parts is None else list(parts)
             for p in chosen[topic]:
                 if p not in meta.partitions:
@@ -98,7 +100,7 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
         ends = lookup_offsets(client, leaders, "latest")
         newest = newest_timestamps(client, [tp for tp in leaders if ends[tp] > starts[tp]])
         oldest = oldest if oldest is not None else OldestTimestamps()
-        oldest.keep_only(leaders, configs)
+        oldest.keep_only(leaders, configs, topic_ids)
         snapshots = []
         for (topic, p) in leaders:
             snapshots.append(_snapshot(client, cluster.name, topic, p, positions.get((topic, p)), sizes,
@@ -111,15 +113,22 @@ class OldestTimestamps:
     """(topic, partition) → (log start, timestamp of the batch there): the ingest estimate's probe at the log
     start, kept between assessments. Invariant: an entry is used only while the partition's log start is the one
     it was read at (records below a log start never come back, the batch at it never changes) and only for a
-    topic that is not compacted (compaction can remove the first batch without moving the log start)."""
+    topic that is not compacted (compaction can remove the first batch without moving the log start), and of the
+    same topic id (a topic deleted and created again under its name starts again at log start 0 with other data)."""
 
     def __init__(self):
         self._known: dict[tuple[str, int], tuple[int, int | None]] = {}
+        self._topic_ids: dict[str, object] = {}
         self.probes = 0  # probes actually sent (for tests and diagnostics)
 
-    def keep_only(self, partitions, configs: Mapping[str, TopicRetention]) -> None:
+    def keep_only(self, partitions, configs: Mapping[str, TopicRetention],
+                  topic_ids: Mapping[str, object] | None = None) -> None:
+        topic_ids = topic_ids or {}
+        recreated = {topic for topic, topic_id in topic_ids.items()
+                     if topic in self._topic_ids and self._topic_ids[topic] != topic_id}
+        self._topic_ids.update(topic_ids)
         self._known = {tp: v for tp, v in self._known.items()
-                       if tp in partitions and not configs[tp[0]].compacts}
+                       if tp in partitions and not configs[tp[0]].compacts and tp[0] not in recreated}
 
     def get(self, client: WireClient, topic: str, p: int, log_start: int, probe_bytes: int) -> int | None:
         known = self._known.get((topic, p))

@@ -51,6 +51,28 @@ def test_batched_inputs_match_per_partition_lookups_and_the_oldest_probe_is_kept
     assert third[(topic, 0)].log_start == 3
     assert oldest.probes == 3  # partition 0's log start moved: probed again, partition 1 still kept
 
+    # the topic deleted and created again under its name: log start 0 again, other data — nothing kept is used
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.time() + 30
+    while topic in admin.list_topics(timeout=10).topics and time.time() < deadline:
+        time.sleep(0.2)
+    source_cluster.create_topic(topic, 3)
+    fresh_ts = int(time.time() * 1000) - 1000
+    for p in range(2):
+        source_cluster.produce(topic, [(b"k", b"w" * 100, None, fresh_ts + i) for i in range(4)], partition=p)
+    deadline = time.time() + 30
+    while True:  # the new topic's leaders known to a fresh client
+        try:
+            gather_inputs(cluster, parts, positions)
+            break
+        except Exception:  # noqa: BLE001 - not there yet
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+    before = oldest.probes
+    gather_inputs(cluster, parts, {}, oldest=oldest)
+    assert oldest.probes == before + 2, "the recreated topic's log starts were not probed again"
+
 
 @pytest.mark.timeout(60)
 def test_prune_floors_from_batched_log_starts_match_per_partition_lookups(source_cluster, unique_name):
