@@ -22,7 +22,7 @@ move does not count), and reachable again at the first answer. :meth:`SourceReac
 transition to report, at most once per change.
 
 Invariants: ``_failing_since`` is the time of the first failure after the last answer (None when the last
-observation was an answer or there was none); ``_reported`` is what was last reported (True: unreachable), changed
+observation was an answer or there was none; an answer to a request that began before it does not clear it); ``_reported`` is what was last reported (True: unreachable), changed
 only by :meth:`check`. Observations are stamped with when the request began (a failing request may have waited
 seconds for its answer), so the statement does not lag by that wait.
 """
@@ -90,7 +90,12 @@ class SourceReachability:
         return self._failing_since is not None
 
     def answered(self, now: float) -> None:
+        """An answer to a request that began at ``now``. One that began before the first failure since the last
+        answer says nothing about the source after that failure (the round in flight when the broker went down
+        is answered, then nothing is): it leaves the failure standing."""
         with self._lock:
+            if self._failing_since is not None and now < self._failing_since:
+                return
             self._failing_since = None
 
     def unanswered(self, now: float, error: object) -> None:

@@ -37,6 +37,19 @@ def test_an_answer_within_the_bound_resets_the_count():
     assert seen.check(109.0).unreachable
 
 
+def test_an_answer_to_a_request_sent_before_the_failure_does_not_take_it_back():
+    """The fetch round in flight when the source went down is answered (its request began before), then nothing
+    is: that answer must not clear the failure the group's consumer saw meanwhile (CI on 949fc51: /readyz never
+    named the source through a 10 s outage)."""
+    seen = SourceReachability("source", after_s=5)
+    seen.unanswered(100.0, "every broker of the group's consumer is down")
+    seen.observe_round(99.9, [None])                  # asked at 99.9, answered after the failure was seen
+    assert seen.failing and "unreachable for 6s" in seen.problem(106.0)
+    assert seen.check(106.0).unreachable
+    seen.answered(100.0)                              # a request that began at or after the failure: it answers
+    assert not seen.failing and seen.problem(106.5) is None
+
+
 def test_a_broker_refusing_something_is_not_an_unreachable_source():
     seen = SourceReachability("source", after_s=1)
     seen.observe_round(100.0, [Errors.TopicAuthorizationFailedError(), REFUSED])
