@@ -22,9 +22,10 @@ move does not count), and reachable again at the first answer. :meth:`SourceReac
 transition to report, at most once per change.
 
 Invariants: ``_failing_since`` is the time of the first failure after the last answer (None when the last
-observation was an answer or there was none; an answer to a request that began before it does not clear it); ``_reported`` is what was last reported (True: unreachable), changed
-only by :meth:`check`. Observations are stamped with when the request began (a failing request may have waited
-seconds for its answer), so the statement does not lag by that wait.
+observation was an answer or there was none; an answer to a request that began before it does not clear it);
+``_reported`` is what was last reported (True: unreachable), changed only by :meth:`check`. Observations are
+stamped with when the request began (a failing request may have waited seconds for its answer), so the statement
+does not lag by that wait.
 """
 
 from __future__ import annotations
