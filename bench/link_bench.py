@@ -602,15 +602,21 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
     spec = {"source": ctx["source"], "target": ctx["target"], "topic": ctx["topic"], "target_topic": target_topic,
             "ends": ctx["facts"]["ends"], "pipeline": f"lb.{tag}"}
     everything = list(range(PARTITIONS))
+    shoal = [py, "-m", "mirror_core.cli"]
+    if ctx.get("wire_diag") and mirror in ("shoal-copy", "shoal-copy-sasl"):   # this tree's copy, calls counted
+        shoal = [py, "-m", "bench.wire_diag", "--out", str(ctx["wire_diag"] / f"{tag}.json"),
+                 "--profile", str(ctx["wire_diag"] / f"{tag}.prof"), "--"]
     if mirror == "shoal-copy":
-        return [py, "-m", "mirror_core.cli", "copy", *copy_args], target_topic, everything, None
+        return [*shoal, "copy", *copy_args], target_topic, everything, None
     if mirror in ("shoal-copy-sasl", "shoal-copy-sasl-before"):  # SASL_SSL/SCRAM-SHA-512 on both sides
         far_secure, near_secure = work / "far-secure.yaml", work / "near-secure.yaml"
         for path, conf in ((far_secure, ctx["source_secure"]), (near_secure, ctx["target_secure"])):
             path.touch(mode=0o600)
             path.write_text(json.dumps(conf))
         secure_args = ["--source", str(far_secure), "--target", str(near_secure), *copy_args[4:]]
-        return [py, "-m", "mirror_core.cli", "copy", *secure_args], target_topic, everything, None
+        if mirror == "shoal-copy-sasl-before":
+            shoal = [py, "-m", "mirror_core.cli"]
+        return [*shoal, "copy", *secure_args], target_topic, everything, None
     if mirror == "backfill":  # the real thing: `shoal backfill plan` + `shoal backfill run` (Spark local[2])
         clusters = work / f"clusters-{ctx['rtt']:g}.yaml"
         clusters.touch(mode=0o600)
@@ -748,7 +754,7 @@ def run(args) -> dict:
                        "source": broker.bootstrap, "target": target_conf, "facts": mirror_facts,
                        "link_MBps": args.rate_mbit / 8,
                        "source_secure": broker.secure_config(), "target_secure": target_secure,
-                       "backfill_plan_args": shlex.split(args.backfill_plan_args)}
+                       "backfill_plan_args": shlex.split(args.backfill_plan_args), "wire_diag": args.wire_diag}
                 cmd, target_topic, partitions, done = mirror_command(mirror, ctx, work)
                 expected = mirror_facts["records"]
                 watch = TargetWatch(target_conf, target_topic, partitions)
@@ -804,6 +810,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ns-wmem-max", type=int, default=32 << 20)
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per mirror and round trip")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--wire-diag", type=Path,
+                        help="a directory: run this tree's shoal-copy and shoal-copy-sasl under bench.wire_diag "
+                             "(channel calls counted and cProfile of the copying thread, a JSON and a .prof per "
+                             "mirror and round trip; a measurement aid that adds its own CPU)")
     parser.add_argument("--keep-topics", action="store_true",
                         help="leave each mirror's target topic on the target (default: deleted once measured)")
     parser.add_argument("--backfill-plan-args", default="",
@@ -813,6 +823,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--child", choices=("backfill-units", "deep"), help=argparse.SUPPRESS)
     parser.add_argument("spec", nargs="?", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.wire_diag:
+        args.wire_diag.mkdir(parents=True, exist_ok=True)
     if args.child:
         {"backfill-units": child_backfill, "deep": child_deep}[args.child](json.loads(args.spec))
         return

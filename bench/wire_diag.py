@@ -7,7 +7,10 @@ Counted, per process, by wrapping :mod:`mirror_core.wire_channel` from outside (
 ``recv`` — kernel reads (``socket.recv_into``: the plain channel's, the TLS channel's ciphertext reads) with their
 bytes; ``tls_read`` — ``TlsChannel.recv_into`` calls (each one or more ``SSLObject.read``); ``tls_want_read`` —
 ``SSLObject.read`` raising ``SSLWantReadError`` (no whole TLS record buffered); ``bio_write`` — ciphertext fed to the
-incoming BIO; ``tls_write`` — ``SSLObject.write`` calls; ``sendmsg`` — ``sendmsg`` calls. Also sampled every 0.25 s:
+incoming BIO; ``tls_write`` — ``SSLObject.write`` calls; ``sendmsg`` — ``sendmsg`` calls;
+``setsockopt`` — socket options set after connecting (the TLS channel's ``SO_RCVLOWAT`` changes); ``frames`` /
+``frame_bytes`` / ``frames_over_64k`` — response frames received by the fast connections (a Fetch answer is a large
+one). Also sampled every 0.25 s:
 the bytes received so far and each OS thread's CPU seconds (to split the active phase's CPU by thread). The JSON is
 written at exit. ``--profile``: cProfile of the main (copying) thread, timed by that thread's CPU clock.
 """
@@ -38,6 +41,10 @@ class _CountingSocket:
         _COUNTS["recv"] += 1
         _COUNTS["recv_bytes"] += n
         return n
+
+    def setsockopt(self, *args):
+        _COUNTS["setsockopt"] += 1
+        return self._sock.setsockopt(*args)
 
     def sendmsg(self, buffers, *args):
         _COUNTS["sendmsg"] += 1
@@ -104,6 +111,19 @@ def install() -> None:
         _COUNTS["tls_read_bytes"] += n
         return n
 
+    from mirror_core import wire_fastpath
+
+    receive_frame = wire_fastpath.FastConnection._receive_frame
+
+    def frame(self, *args, **kwargs):
+        out = receive_frame(self, *args, **kwargs)
+        _COUNTS["frames"] += 1
+        _COUNTS["frame_bytes"] += len(out)
+        if len(out) > 65536:
+            _COUNTS["frames_over_64k"] += 1
+        return out
+
+    wire_fastpath.FastConnection._receive_frame = frame
     wire_channel.PlainChannel.__init__, wire_channel.TlsChannel.__init__ = plain, tls
     wire_channel.TlsChannel.recv_into = recv
 
