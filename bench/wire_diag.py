@@ -7,12 +7,12 @@ Counted, per process, by wrapping :mod:`mirror_core.wire_channel` from outside (
 ``recv`` — kernel reads (``socket.recv_into``: the plain channel's, the TLS channel's ciphertext reads) with their
 bytes; ``tls_read`` — ``TlsChannel.recv_into`` calls (each one or more ``SSLObject.read``); ``tls_want_read`` —
 ``SSLObject.read`` raising ``SSLWantReadError`` (no whole TLS record buffered); ``bio_write`` — ciphertext fed to the
-incoming BIO; ``tls_write`` — ``SSLObject.write`` calls; ``sendmsg`` — ``sendmsg`` calls;
-``setsockopt`` — socket options set after connecting (the TLS channel's ``SO_RCVLOWAT`` changes); ``frames`` /
-``frame_bytes`` / ``frames_over_64k`` — response frames received by the fast connections (a Fetch answer is a large
-one). Also sampled every 0.25 s:
-the bytes received so far and each OS thread's CPU seconds (to split the active phase's CPU by thread). The JSON is
-written at exit. ``--profile``: cProfile of the main (copying) thread, timed by that thread's CPU clock.
+incoming BIO; ``tls_records*`` — the TLS records in it, by size; ``tls_write`` — ``SSLObject.write`` calls;
+``sendmsg`` — ``sendmsg`` calls; ``setsockopt`` — socket options set after connecting (the TLS channel's
+``SO_RCVLOWAT`` changes); ``frames`` / ``frame_bytes`` / ``frames_over_64k`` — response frames received by the fast
+connections (a Fetch answer is a large one). Also sampled every 0.25 s: the bytes received so far and each OS
+thread's CPU seconds (to split the active phase's CPU by thread). The JSON is written at exit. ``--profile``:
+cProfile of the main (copying) thread, timed by that thread's CPU clock.
 """
 
 from __future__ import annotations
@@ -81,10 +81,21 @@ class _CountingBIO:
     def write(self, data):
         _COUNTS["bio_write"] += 1
         _COUNTS["bio_write_bytes"] += memoryview(data).nbytes
+        _count_records(data)
         return self._bio.write(data)
 
     def __getattr__(self, name):
         return getattr(self._bio, name)
+
+
+def _count_records(data) -> None:
+    """TLS records in ``data`` (whole records: what the channel hands the incoming BIO), by size."""
+    view, pos = memoryview(data).cast("B"), 0
+    while pos + 5 <= len(view):
+        length = view[pos + 3] << 8 | view[pos + 4]
+        _COUNTS["tls_records"] += 1
+        _COUNTS["tls_records_" + (">16k" if length > 16384 else "4k-16k" if length >= 4096 else "<4k")] += 1
+        pos += 5 + length
 
 
 def install() -> None:
