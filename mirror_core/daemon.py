@@ -1263,9 +1263,9 @@ class ShallowMirrorDaemon:
         if not ready:
             self._drop_in_flight()
             return None
-        asked_at = time.monotonic()
-        shares, answered = self._take_round(ready)
-        # a broker that answered is an answer even when it named no partition (an idle round's incremental answer)
+        shares, answered, asked_at = self._take_round(ready)
+        # a broker that answered is an answer even when it named no partition (an idle round's incremental answer);
+        # stamped with when the round was sent (ahead, during the previous round's copy), not when it was taken
         self.source_reachability.observe_round(asked_at, [outcome.error for *_, outcome in shares]
                                                + [None] * min(answered, 1))
         # Overlap: the next round is sent now and travels while this round's shares are written and committed.
@@ -1355,9 +1355,10 @@ class ShallowMirrorDaemon:
         return pending
 
     def _take_round(self, ready: list[tuple[LaneState, int]]
-                    ) -> tuple[list[tuple[LaneState, RawBatchFetcher, int, PartitionOutcome]], int]:
+                    ) -> tuple[list[tuple[LaneState, RawBatchFetcher, int, PartitionOutcome]], int, float]:
         """This round's news — the round sent ahead last time (or, with none in flight, one sent now) — as the
-        shares of the lanes that are still held and ready with the same fetcher; and how many brokers answered.
+        shares of the lanes that are still held and ready with the same fetcher; how many brokers answered; and
+        when the round was sent (monotonic).
         A lane that joins while a round is in flight is named in the next one (sent right after this). A lane
         with news that is not ready any more (dropped, backing off) had its position moved by the answer: it
         reopens at its committed checkpoint, never skipping the answer it did not copy."""
@@ -1366,7 +1367,7 @@ class ShallowMirrorDaemon:
             pending = self._send_round(ready)
         news = pending.collect()
         if not news:
-            return [], pending.answered
+            return [], pending.answered, pending.sent_at
         lanes, cached = self.lanes, self._ready_cache
         if cached is not None and ready is cached[1] and cached[0] == self.openings.version:
             wanted = self.openings.ready  # the lanes of ``ready`` (none touched since): no set built per round
@@ -1382,7 +1383,7 @@ class ShallowMirrorDaemon:
             else:  # collecting may have moved its position past an answer that is not copied now: reopen at the
                 state.fetcher = None  # committed position (the checkpoint), never skip it
                 self.openings.touch(lane)
-        return shares, pending.answered
+        return shares, pending.answered, pending.sent_at
 
     def _publish_positions_if_due(self) -> None:
         """The retention watch's positions, on its own cadence (it assesses every ``retention_interval_s``): at
