@@ -206,7 +206,7 @@ class ShallowMirrorDaemon:
         self._fence_times: list[tuple[float, int, str, LaneSession]] = []
         self._fence_seq = 0
         self._next_fence_walk = 0.0
-        self._states_pending = False  # a lane halted since the lane states were last published (_halt)
+        self._states_pending = False  # a lane halted or failed since the lane states were last published
         self._halts = 0  # lanes halted or retired by this process (a key of _eligible's cached answer)
         self._eligible_seen: tuple[tuple, list[str]] | None = None  # (what it depended on, the answer) (_eligible)
         self.status = DaemonStatus()
@@ -1482,8 +1482,8 @@ class ShallowMirrorDaemon:
                   error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
                   state=state.health.state, attempt=state.health.attempts,
                   exc_info=not isinstance(exc, MirrorError | Errors.KafkaError))
-        if not self._round_books:  # inside a round the round's end publishes (one walk, not one per failed lane)
-            self._publish_lane_states()
+        if not self._round_books:  # inside a round the round's end publishes (one walk, not one per failed lane);
+            self._states_pending = True  # elsewhere (lanes failing to open) at the end of the loop's pass, likewise
 
     def _halt(self, state: LaneState, exc: BaseException, reason: str, *, stopped: str = HALTED,
               range_end: int | None = None) -> None:
