@@ -71,6 +71,7 @@ from mirror_core.checkpointed import (
     LaneSession,
     OwnershipError,
     default_lane,
+    lane_transactional_id,
 )
 from mirror_core.copier import CopyOptions, FetchedOnce
 from mirror_core.daemon_config import PipelineConfig, load_pipeline_config
@@ -78,6 +79,7 @@ from mirror_core.daemon_membership import GroupMembership, apply_group_timeouts,
 from mirror_core.daemon_metrics import DaemonMetrics, serve_metrics
 from mirror_core.daemon_prune import PruneWatch
 from mirror_core.daemon_retention import RetentionWatch
+from mirror_core.epochs import EpochEnd, epoch_ends_many
 from mirror_core.errors import (
     BatchRejectedError,
     ConfigError,
@@ -1036,12 +1038,43 @@ class ShallowMirrorDaemon:
     # (leases, health, metrics, events); a lane's own wire work — opening its session, writing and committing its
     # share, renewing its fence — runs on its worker (self.workers), the lanes side by side. The main thread touches
     # a lane's session only between worker batches, never a worker's clients.
-    def _fence_lane(self, state: LaneState, handed_over: Checkpoint | None, clients: LaneClients) -> LaneSession:
+    def _find_coordinators(self, lanes: list[str]) -> dict[str, object]:
+        """Lane → its transactional.id's coordinator (a FindCoordinator entry), for the lanes about to be fenced,
+        asked in one batched request (:meth:`WireClient.find_coordinators`) instead of one per lane. Best effort:
+        a lane left out (an old broker, an error) looks its coordinator up itself."""
+        if not lanes:
+            return {}
+        ids = {lane_transactional_id(self.config.pipeline, lane): lane for lane in lanes}
+        try:
+            found = self.target.find_coordinators(list(ids))
+        except Exception as exc:  # noqa: BLE001 - a hint only: every lane can still look its own up
+            log.debug("batched FindCoordinator for %d lanes failed: %s", len(lanes), exc)
+            return {}
+        return {ids[key]: entry for key, entry in found.items() if key in ids}
+
+    def _epoch_ends(self, checkpoints: list[Checkpoint]) -> dict[tuple[str, int, int], EpochEnd]:
+        """The source leaders' answers for ``checkpoints``' position epochs (:func:`epochs.epoch_ends_many`):
+        best effort, a lane left out asks on its own."""
+        asks = [(cp.topic, cp.partition, cp.position_epoch) for cp in checkpoints
+                if cp.position_epoch is not None and cp.position_epoch >= 0]
+        if not asks:
+            return {}
+        try:
+            return epoch_ends_many(self.source, asks)
+        except Exception as exc:  # noqa: BLE001 - a hint only: every lane can still ask alone
+            log.debug("batched OffsetsForLeaderEpoch for %d lanes failed: %s", len(asks), exc)
+            return {}
+
+    def _fence_lane(self, state: LaneState, handed_over: Checkpoint | None, clients: LaneClients, *,
+                    coordinator: object | None = None) -> LaneSession:
         """The first half of a new session of the lane, on its worker: InitProducerId with its transactional.id
         (every former holder fenced, its open transaction aborted). The checkpoint is read afterwards, for all the
         lanes opening together (:meth:`_open_lanes`), and handed to :meth:`_open`. ``handed_over``: the lane's
-        checkpoint as read before fencing (owned by the daemon, or None)."""
+        checkpoint as read before fencing (owned by the daemon, or None); ``coordinator``: its transaction
+        coordinator as a batched look-up found it (:meth:`_find_coordinators`), or None."""
         cfg = self.config
+        if coordinator is not None:
+            clients.target.hint_coordinator(lane_transactional_id(cfg.pipeline, state.lane), coordinator)
         epoch = handed_over.owner_epoch if handed_over is not None else 1
         copier = CheckpointedCopier(
             clients.source, clients.target, clients.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
@@ -1053,7 +1086,8 @@ class ShallowMirrorDaemon:
                                 lane=state.lane, read_checkpoint=False)
 
     def _open(self, state: LaneState, session: LaneSession, clients: LaneClients, *, fenced: bool = False,
-              checkpoint: Checkpoint | None = None) -> tuple[LaneSession, RawBatchFetcher]:
+              checkpoint: Checkpoint | None = None, epoch_end: EpochEnd | None = None
+              ) -> tuple[LaneSession, RawBatchFetcher]:
         """The lane's session and a fetcher at its committed position. ``fenced``: ``session`` was just opened by
         :meth:`_fence_lane` and ``checkpoint`` is the lane's, read after its InitProducerId returned — the session
         resumes from it here. Runs on the lane's worker (where its writer lives) and hands both back as the task's
@@ -1061,7 +1095,7 @@ class ShallowMirrorDaemon:
         the one thing stored here is ``state.start``, set once (None → offset) so a retry keeps the start it chose.
         The fetcher itself is driven by the main thread's fetch rounds (``self.source``)."""
         if fenced:
-            session.resume(checkpoint)
+            session.resume(checkpoint, epoch_end=epoch_end)
             if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
                 # a backfill claimed the lane between our first read and the fence: leave it (its retry fences us)
                 raise NotHandedOffError(self.config.pipeline, session.checkpoint)
@@ -1220,9 +1254,11 @@ class ShallowMirrorDaemon:
                 elif cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
                     outcomes[i] = TaskOutcome(error=NotHandedOffError(pipeline, cp))
             fresh = [i for i in fresh if outcomes[i] is None]
+            coordinators = self._find_coordinators([states[i].lane for i in fresh])
             fenced = self.workers.run(
                 [(states[i].lane, functools.partial(self._fence_lane, states[i],
-                                                    before.get((states[i].topic, states[i].partition))))
+                                                    before.get((states[i].topic, states[i].partition)),
+                                                    coordinator=coordinators.get(states[i].lane)))
                  for i in fresh], tick=self._leases_busy)  # revocations are answered meanwhile
             kept = []
             for i, outcome in zip(fresh, fenced, strict=True):
@@ -1241,10 +1277,14 @@ class ShallowMirrorDaemon:
                         outcomes[i] = TaskOutcome(error=cp)
                     else:
                         resumed[i] = cp
+        # the source leaders' answers for the resumed positions' epochs, asked now (after the checkpoints were
+        # read), a request per leader for all of them: each lane's truncation check uses its own (or asks alone)
+        epoch_ends = self._epoch_ends([cp for cp in resumed.values() if cp is not None])
         rest = [i for i in range(len(states)) if outcomes[i] is None]
         opened = self.workers.run(
             [(states[i].lane, functools.partial(self._open, states[i], sessions[i], fenced=i in resumed,
-                                                checkpoint=resumed.get(i)))
+                                                checkpoint=resumed.get(i),
+                                                epoch_end=_epoch_end_of(epoch_ends, resumed.get(i))))
              for i in rest], tick=self._leases_busy)
         for i, outcome in zip(rest, opened, strict=True):
             outcomes[i] = outcome
@@ -1605,6 +1645,13 @@ def _call(fn, *args, **kwargs):
 
 def _first_known(*values):
     return next((v for v in values if v is not None), None)
+
+
+def _epoch_end_of(epoch_ends: dict[tuple[str, int, int], EpochEnd], checkpoint: Checkpoint | None) -> EpochEnd | None:
+    """The batched answer for exactly this checkpoint's position epoch, if one was found."""
+    if checkpoint is None or checkpoint.position_epoch is None:
+        return None
+    return epoch_ends.get((checkpoint.topic, checkpoint.partition, checkpoint.position_epoch))
 
 
 def main(argv: list[str] | None = None) -> int:
