@@ -1056,8 +1056,12 @@ class ShallowMirrorDaemon:
     def _open_lookup_timeout_s(self) -> float:
         """How long a batched look-up of a lane opening may hold this (the main) thread: it runs between pool
         runs, so no tick renews the leases meanwhile — a silent broker must cost far less than a renewal period
-        (``lease_ttl_s / 3``), not the client's request timeout. A lane left out asks alone, on its worker."""
-        return min(OPEN_LOOKUP_TIMEOUT_S, self.config.lease_ttl_s / 6)
+        (``lease_ttl_s / 3``), not the client's request timeout. A lane left out asks alone, on its worker.
+        Never below a fetch's wait and a second: without the fast path (a proxy) the standing round's fetch may be
+        parked on the same kafka-python connection, the broker answers it first, and a request that times out
+        closes that connection — failing the round in flight."""
+        cfg = self.config
+        return min(max(OPEN_LOOKUP_TIMEOUT_S, cfg.poll_interval_ms / 1000 + 1.0), cfg.lease_ttl_s / 4)
 
     def _epoch_ends(self, checkpoints: list[Checkpoint]) -> dict[tuple[str, int, int], EpochEnd]:
         """The source leaders' answers for ``checkpoints``' position epochs (:func:`epochs.epoch_ends_many`):
