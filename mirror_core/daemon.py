@@ -118,6 +118,7 @@ DELETION_CONFIRM_S = 1.0  # a source topic must be missing from metadata twice, 
 GROUP_UNJOINED_SESSIONS = 3  # subscribed this many session timeouts without an assignment: the group did not form
 DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets none (both protocols' default)
 REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
+OPEN_LOOKUP_TIMEOUT_S = 2.0  # a batched look-up of a lane opening (coordinators, epoch ends) holds the main thread
 HEALTH_WALK_S = 1.0  # every lane's health is compared at least this often (_publish_round_states)
 # the standing round's and the openings' books audited, and the fence walk: this often, however rare rescans are
 AUDIT_MAX_S = 30.0
@@ -1046,11 +1047,21 @@ class ShallowMirrorDaemon:
             return {}
         ids = {lane_transactional_id(self.config.pipeline, lane): lane for lane in lanes}
         try:
-            found = self.target.find_coordinators(list(ids))
+            found = self.target.find_coordinators(list(ids), timeout_s=self._open_lookup_timeout_s())
         except Exception as exc:  # noqa: BLE001 - a hint only: every lane can still look its own up
             log.debug("batched FindCoordinator for %d lanes failed: %s", len(lanes), exc)
             return {}
         return {ids[key]: entry for key, entry in found.items() if key in ids}
+
+    def _open_lookup_timeout_s(self) -> float:
+        """How long a batched look-up of a lane opening may hold this (the main) thread: it runs between pool
+        runs, so no tick renews the leases meanwhile — a silent broker must cost far less than a renewal period
+        (``lease_ttl_s / 3``), not the client's request timeout. A lane left out asks alone, on its worker.
+        Never below a fetch's wait and a second: without the fast path (a proxy) the standing round's fetch may be
+        parked on the same kafka-python connection, the broker answers it first, and a request that times out
+        closes that connection — failing the round in flight."""
+        cfg = self.config
+        return min(max(OPEN_LOOKUP_TIMEOUT_S, cfg.poll_interval_ms / 1000 + 1.0), cfg.lease_ttl_s / 4)
 
     def _epoch_ends(self, checkpoints: list[Checkpoint]) -> dict[tuple[str, int, int], EpochEnd]:
         """The source leaders' answers for ``checkpoints``' position epochs (:func:`epochs.epoch_ends_many`):
@@ -1060,7 +1071,7 @@ class ShallowMirrorDaemon:
         if not asks:
             return {}
         try:
-            return epoch_ends_many(self.source, asks)
+            return epoch_ends_many(self.source, asks, timeout_s=self._open_lookup_timeout_s())
         except Exception as exc:  # noqa: BLE001 - a hint only: every lane can still ask alone
             log.debug("batched OffsetsForLeaderEpoch for %d lanes failed: %s", len(asks), exc)
             return {}

@@ -14,6 +14,7 @@ same answer from Fetch's DivergingEpoch (:mod:`mirror_core.fetcher`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -64,19 +65,25 @@ def _epoch_end_once(client: WireClient, topic: str, partition: int, epoch: int) 
     return EpochEnd(data.leader_epoch, data.end_offset)
 
 
-def epoch_ends_many(client: WireClient, asks: Iterable[tuple[str, int, int]]) -> dict[tuple[str, int, int], EpochEnd]:
+def epoch_ends_many(client: WireClient, asks: Iterable[tuple[str, int, int]], *, timeout_s: float | None = None
+                    ) -> dict[tuple[str, int, int], EpochEnd]:
     """Where each ``(topic, partition, epoch)`` ends on its leader's log, asked with one OffsetsForLeaderEpoch per
     leader (a daemon opening 2,000 lanes: a few requests, not 2,000). Best effort, for
     :func:`validate_position`'s ``answer``: a partition whose leader is not known now, that answers an error
     (a leader moved, a fenced leader epoch) or whose leader's request fails is left out — its lane asks on its
     own, with retries, as without this. Only answers of the current leader (``current_leader_epoch`` sent) are
-    kept, so each is what :func:`epoch_end_offset` would have been told at this moment."""
+    kept, so each is what :func:`epoch_end_offset` would have been told at this moment. ``timeout_s``: all the
+    requests together end within it (a leader that has not answered by then: its partitions are left out), for a
+    caller that must not wait a whole request timeout per silent leader (the daemon's main thread)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     Topic = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
     by_leader: dict[int, dict[str, list]] = {}
     asked: dict[tuple[str, int], int] = {}  # (topic, partition) → the epoch asked: once per partition and request
     for topic, partition, epoch in asks:
         if (topic, partition) in asked:
             continue  # a second epoch of the same partition: left out (one answer per partition per request)
+        if deadline is not None and time.monotonic() >= deadline:
+            break  # leaders looked up one by one (a metadata request each when not cached): the rest ask alone
         try:
             leader, current_epoch = client.leader_for(topic, partition)
         except Errors.KafkaError:
@@ -89,8 +96,13 @@ def epoch_ends_many(client: WireClient, asks: Iterable[tuple[str, int, int]]) ->
         request = OffsetForLeaderEpochRequest(
             replica_id=-1, topics=[Topic(topic=topic, partitions=parts) for topic, parts in topics.items()],
             min_version=3)
+        timeout_ms = None if deadline is None else int((deadline - time.monotonic()) * 1000)
+        if timeout_ms is not None and timeout_ms <= 0:
+            log.debug("cluster %r: no time left for the batched OffsetsForLeaderEpoch to broker %s; its lanes ask "
+                      "alone", client.cluster_name, leader)
+            continue
         try:
-            response = client.send(leader, request)
+            response = client.send(leader, request, timeout_ms=timeout_ms)
         except Errors.KafkaError as exc:
             log.debug("cluster %r: batched OffsetsForLeaderEpoch to broker %s failed (%s); its lanes ask alone",
                       client.cluster_name, leader, type(exc).__name__)

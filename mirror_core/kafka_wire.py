@@ -497,21 +497,27 @@ class WireClient:
         """Forget cached metadata of ``topic`` so the next lookup asks the cluster (after NOT_LEADER etc.)."""
         self._topics.pop(topic, None)
 
-    def find_coordinators(self, keys: Sequence[str], key_type: CoordinatorType = CoordinatorType.TRANSACTION
-                          ) -> dict[str, Any]:
+    def find_coordinators(self, keys: Sequence[str], key_type: CoordinatorType = CoordinatorType.TRANSACTION, *,
+                          timeout_s: float | None = None) -> dict[str, Any]:
         """Many coordinators in few requests (FindCoordinator v4+, KIP-699: up to
         :data:`COORDINATOR_KEYS_PER_REQUEST` keys each): key → the answer's entry, for the keys answered without
         an error (a key still loading, say, is left out: its owner looks it up itself). Empty when the broker's
         FindCoordinator is older than v4 (one key per request). The entries are for :meth:`hint_coordinator` on
-        this or another client of the cluster: a daemon opening 2,000 lanes asks once, not 2,000 times."""
+        this or another client of the cluster: a daemon opening 2,000 lanes asks once, not 2,000 times.
+        ``timeout_s``: all the requests together end within it (raising the timeout, or returning what was found
+        when the time ran out between requests), for a caller that must not wait a whole request timeout."""
         if not keys or self.api_version(FindCoordinatorRequest) < 4:
             return {}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         found: dict[str, Any] = {}
         keys = list(keys)
         for begin in range(0, len(keys), COORDINATOR_KEYS_PER_REQUEST):
             chunk = keys[begin:begin + COORDINATOR_KEYS_PER_REQUEST]
+            timeout_ms = None if deadline is None else int((deadline - time.monotonic()) * 1000)
+            if timeout_ms is not None and timeout_ms <= 0:
+                return found
             response = self.send(None, FindCoordinatorRequest(key=chunk[0], key_type=int(key_type),
-                                                              coordinator_keys=chunk))
+                                                              coordinator_keys=chunk), timeout_ms=timeout_ms)
             if response.API_VERSION < 4:  # negotiated down by the node that answered: nothing batched
                 return found
             for entry in response.coordinators:
