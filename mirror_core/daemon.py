@@ -118,6 +118,7 @@ DELETION_CONFIRM_S = 1.0  # a source topic must be missing from metadata twice, 
 GROUP_UNJOINED_SESSIONS = 3  # subscribed this many session timeouts without an assignment: the group did not form
 DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets none (both protocols' default)
 REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
+OPEN_BATCH_MIN_LANES = 4  # fewer lanes opening together look their coordinators and epoch ends up alone
 OPEN_LOOKUP_TIMEOUT_S = 2.0  # a batched look-up of a lane opening (coordinators, epoch ends) holds the main thread
 HEALTH_WALK_S = 1.0  # every lane's health is compared at least this often (_publish_round_states)
 # the standing round's and the openings' books audited, and the fence walk: this often, however rare rescans are
@@ -1042,8 +1043,10 @@ class ShallowMirrorDaemon:
     def _find_coordinators(self, lanes: list[str]) -> dict[str, object]:
         """Lane → its transactional.id's coordinator (a FindCoordinator entry), for the lanes about to be fenced,
         asked in one batched request (:meth:`WireClient.find_coordinators`) instead of one per lane. Best effort:
-        a lane left out (an old broker, an error) looks its coordinator up itself."""
-        if not lanes:
+        a lane left out (an old broker, an error) looks its coordinator up itself. Fewer than
+        :data:`OPEN_BATCH_MIN_LANES` lanes (a lane reopening after a failure): each asks alone on its worker, no
+        request on this thread."""
+        if len(lanes) < OPEN_BATCH_MIN_LANES:
             return {}
         ids = {lane_transactional_id(self.config.pipeline, lane): lane for lane in lanes}
         try:
@@ -1068,7 +1071,7 @@ class ShallowMirrorDaemon:
         best effort, a lane left out asks on its own."""
         asks = [(cp.topic, cp.partition, cp.position_epoch) for cp in checkpoints
                 if cp.position_epoch is not None and cp.position_epoch >= 0]
-        if not asks:
+        if len(asks) < OPEN_BATCH_MIN_LANES:  # as _find_coordinators: a few lanes ask alone on their workers
             return {}
         try:
             return epoch_ends_many(self.source, asks, timeout_s=self._open_lookup_timeout_s())

@@ -516,8 +516,13 @@ class WireClient:
             timeout_ms = None if deadline is None else int((deadline - time.monotonic()) * 1000)
             if timeout_ms is not None and timeout_ms <= 0:
                 return found
-            response = self.send(None, FindCoordinatorRequest(key=chunk[0], key_type=int(key_type),
-                                                              coordinator_keys=chunk), timeout_ms=timeout_ms)
+            try:
+                response = self.send(None, FindCoordinatorRequest(key=chunk[0], key_type=int(key_type),
+                                                                  coordinator_keys=chunk), timeout_ms=timeout_ms)
+            except Errors.KafkaError:
+                if found:  # a later chunk failed: keep what the earlier ones found (the rest ask alone)
+                    return found
+                raise
             if response.API_VERSION < 4:  # negotiated down by the node that answered: nothing batched
                 return found
             for entry in response.coordinators:

@@ -76,3 +76,18 @@ def test_a_silent_broker_holds_the_main_thread_less_than_a_lease_renewal_period(
         f"the main thread went {max(waits):.1f} s without a tick (lease renewal every {renewal_s:.1f} s) while "
         f"the batched look-ups waited for a silent broker (opening took {took:.1f} s; timeouts asked: "
         f"source {daemon.source.timeouts}, target {daemon.target.timeouts})")
+
+
+@pytest.mark.timeout(10)
+def test_a_few_lanes_reopening_ask_alone_and_many_ask_once(monkeypatch):
+    """A lane reopening after a failure costs no request on the main thread (its worker asks, as it always did);
+    a batch of lanes asks the coordinators once, and each lane gets its own entry."""
+    daemon = _daemon(monkeypatch, Store({}))
+    asked = []
+    daemon.target = type("Target", (), {"find_coordinators": lambda self, keys, **_: asked.append(list(keys)) or {
+        key: f"entry of {key}" for key in keys}})()
+    lanes = [f"orders-{p}" for p in range(LANES)]
+    assert daemon._find_coordinators(lanes[:3]) == {} and asked == []
+    found = daemon._find_coordinators(lanes)
+    assert len(asked) == 1 and len(asked[0]) == LANES
+    assert set(found) == set(lanes) and all(found[lane].endswith(f".{lane}") for lane in lanes)
