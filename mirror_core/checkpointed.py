@@ -37,7 +37,7 @@ from mirror_core.batch_codec import PreparedBatch
 from mirror_core.batch_deep import decode_record_tail, read_records
 from mirror_core.checkpoint import Checkpoint, CheckpointStore, checkpoint_key, checkpoint_partition
 from mirror_core.copier import BatchSource, CopyOptions, CopyResult, PartitionRange, Progress, RangeCopier
-from mirror_core.epochs import validate_position
+from mirror_core.epochs import EpochEnd, validate_position
 from mirror_core.errors import (
     ConfigError,
     CoordinatorUnavailableError,
@@ -230,11 +230,13 @@ class LaneSession:
             # after InitProducerId the lane's own transactions are all decided: read its key past the LSO
             self.resume(owner.store.read_own(owner.pipeline, topic, partition))
 
-    def resume(self, checkpoint: Checkpoint | None) -> None:
+    def resume(self, checkpoint: Checkpoint | None, *, epoch_end: EpochEnd | None = None) -> None:
         """The second half of opening: take ``checkpoint`` — the lane's, read past the LSO
         (:meth:`CheckpointStore.read_own` or ``read_own_many``) only AFTER this session's InitProducerId returned,
         so every transaction a former holder left is decided — pin the topic ids and check that the lane can
-        resume from it (a recreated topic, another target, a newer owner refuse)."""
+        resume from it (a recreated topic, another target, a newer owner refuse). ``epoch_end``: the source
+        leader's answer for the checkpoint's position epoch, asked after the checkpoint was read
+        (:func:`~mirror_core.epochs.epoch_ends_many`, for many lanes at once); None: asked here."""
         owner, topic = self.owner, self.topic
         self.checkpoint = checkpoint
         topic_id = fresh_topic_metadata(owner.source, topic, self._opened_at[0]).topic_id
@@ -256,15 +258,15 @@ class LaneSession:
         self.taken_over: Checkpoint | None = None
         self._check_resumable(self.checkpoint)
         if self.checkpoint is not None:
-            self._validate_source_position(self.checkpoint)
+            self._validate_source_position(self.checkpoint, epoch_end)
 
-    def _validate_source_position(self, checkpoint: Checkpoint) -> None:
+    def _validate_source_position(self, checkpoint: Checkpoint, answer: EpochEnd | None = None) -> None:
         """Before the first fetch: does the source log below the position still hold what was copied? Best
         effort and quick: when the source leader cannot answer now (offline partition, an old broker), the first
         fetch's LastFetchedEpoch makes the broker run the same check, so the lane does not wait here."""
         try:
             validate_position(self.owner.source, self.topic, self.partition, checkpoint.position,
-                              checkpoint.position_epoch, retry_timeout_s=OPEN_VALIDATION_TIMEOUT_S)
+                              checkpoint.position_epoch, retry_timeout_s=OPEN_VALIDATION_TIMEOUT_S, answer=answer)
         except (PartitionUnavailableError, FetchError) as exc:
             log.info("cluster %r %s-%d: position %d not validated at lane open (%s); the first fetch checks it",
                      self.owner.source.cluster_name, self.topic, self.partition, checkpoint.position, exc)

@@ -71,6 +71,7 @@ from mirror_core.checkpointed import (
     LaneSession,
     OwnershipError,
     default_lane,
+    lane_transactional_id,
 )
 from mirror_core.copier import CopyOptions, FetchedOnce
 from mirror_core.daemon_config import PipelineConfig, load_pipeline_config
@@ -78,6 +79,7 @@ from mirror_core.daemon_membership import GroupMembership, apply_group_timeouts,
 from mirror_core.daemon_metrics import DaemonMetrics, serve_metrics
 from mirror_core.daemon_prune import PruneWatch
 from mirror_core.daemon_retention import RetentionWatch
+from mirror_core.epochs import EpochEnd, epoch_ends_many
 from mirror_core.errors import (
     BatchRejectedError,
     ConfigError,
@@ -116,6 +118,8 @@ DELETION_CONFIRM_S = 1.0  # a source topic must be missing from metadata twice, 
 GROUP_UNJOINED_SESSIONS = 3  # subscribed this many session timeouts without an assignment: the group did not form
 DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets none (both protocols' default)
 REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
+OPEN_BATCH_MIN_LANES = 4  # fewer lanes opening together look their coordinators and epoch ends up alone
+OPEN_LOOKUP_TIMEOUT_S = 2.0  # a batched look-up of a lane opening (coordinators, epoch ends) holds the main thread
 HEALTH_WALK_S = 1.0  # every lane's health is compared at least this often (_publish_round_states)
 # the standing round's and the openings' books audited, and the fence walk: this often, however rare rescans are
 AUDIT_MAX_S = 30.0
@@ -206,7 +210,7 @@ class ShallowMirrorDaemon:
         self._fence_times: list[tuple[float, int, str, LaneSession]] = []
         self._fence_seq = 0
         self._next_fence_walk = 0.0
-        self._states_pending = False  # a lane halted since the lane states were last published (_halt)
+        self._states_pending = False  # a lane halted or failed since the lane states were last published
         self._halts = 0  # lanes halted or retired by this process (a key of _eligible's cached answer)
         self._eligible_seen: tuple[tuple, list[str]] | None = None  # (what it depended on, the answer) (_eligible)
         self.status = DaemonStatus()
@@ -1036,12 +1040,55 @@ class ShallowMirrorDaemon:
     # (leases, health, metrics, events); a lane's own wire work — opening its session, writing and committing its
     # share, renewing its fence — runs on its worker (self.workers), the lanes side by side. The main thread touches
     # a lane's session only between worker batches, never a worker's clients.
-    def _fence_lane(self, state: LaneState, handed_over: Checkpoint | None, clients: LaneClients) -> LaneSession:
+    def _find_coordinators(self, lanes: list[str]) -> dict[str, object]:
+        """Lane → its transactional.id's coordinator (a FindCoordinator entry), for the lanes about to be fenced,
+        asked in one batched request (:meth:`WireClient.find_coordinators`) instead of one per lane. Best effort:
+        a lane left out (an old broker, an error) looks its coordinator up itself. Fewer than
+        :data:`OPEN_BATCH_MIN_LANES` lanes (a lane reopening after a failure): each asks alone on its worker, no
+        request on this thread."""
+        if len(lanes) < OPEN_BATCH_MIN_LANES:
+            return {}
+        ids = {lane_transactional_id(self.config.pipeline, lane): lane for lane in lanes}
+        try:
+            found = self.target.find_coordinators(list(ids), timeout_s=self._open_lookup_timeout_s())
+        except Exception as exc:  # noqa: BLE001 - a hint only: every lane can still look its own up
+            log.debug("batched FindCoordinator for %d lanes failed: %s", len(lanes), exc)
+            return {}
+        return {ids[key]: entry for key, entry in found.items() if key in ids}
+
+    def _open_lookup_timeout_s(self) -> float:
+        """How long a batched look-up of a lane opening may hold this (the main) thread: it runs between pool
+        runs, so no tick renews the leases meanwhile — a silent broker must cost far less than a renewal period
+        (``lease_ttl_s / 3``), not the client's request timeout. A lane left out asks alone, on its worker.
+        Never below a fetch's wait and a second: without the fast path (a proxy) the standing round's fetch may be
+        parked on the same kafka-python connection, the broker answers it first, and a request that times out
+        closes that connection — failing the round in flight."""
+        cfg = self.config
+        return min(max(OPEN_LOOKUP_TIMEOUT_S, cfg.poll_interval_ms / 1000 + 1.0), cfg.lease_ttl_s / 4)
+
+    def _epoch_ends(self, checkpoints: list[Checkpoint]) -> dict[tuple[str, int, int], EpochEnd]:
+        """The source leaders' answers for ``checkpoints``' position epochs (:func:`epochs.epoch_ends_many`):
+        best effort, a lane left out asks on its own."""
+        asks = [(cp.topic, cp.partition, cp.position_epoch) for cp in checkpoints
+                if cp.position_epoch is not None and cp.position_epoch >= 0]
+        if len(asks) < OPEN_BATCH_MIN_LANES:  # as _find_coordinators: a few lanes ask alone on their workers
+            return {}
+        try:
+            return epoch_ends_many(self.source, asks, timeout_s=self._open_lookup_timeout_s())
+        except Exception as exc:  # noqa: BLE001 - a hint only: every lane can still ask alone
+            log.debug("batched OffsetsForLeaderEpoch for %d lanes failed: %s", len(asks), exc)
+            return {}
+
+    def _fence_lane(self, state: LaneState, handed_over: Checkpoint | None, clients: LaneClients, *,
+                    coordinator: object | None = None) -> LaneSession:
         """The first half of a new session of the lane, on its worker: InitProducerId with its transactional.id
         (every former holder fenced, its open transaction aborted). The checkpoint is read afterwards, for all the
         lanes opening together (:meth:`_open_lanes`), and handed to :meth:`_open`. ``handed_over``: the lane's
-        checkpoint as read before fencing (owned by the daemon, or None)."""
+        checkpoint as read before fencing (owned by the daemon, or None); ``coordinator``: its transaction
+        coordinator as a batched look-up found it (:meth:`_find_coordinators`), or None."""
         cfg = self.config
+        if coordinator is not None:
+            clients.target.hint_coordinator(lane_transactional_id(cfg.pipeline, state.lane), coordinator)
         epoch = handed_over.owner_epoch if handed_over is not None else 1
         copier = CheckpointedCopier(
             clients.source, clients.target, clients.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
@@ -1053,7 +1100,8 @@ class ShallowMirrorDaemon:
                                 lane=state.lane, read_checkpoint=False)
 
     def _open(self, state: LaneState, session: LaneSession, clients: LaneClients, *, fenced: bool = False,
-              checkpoint: Checkpoint | None = None) -> tuple[LaneSession, RawBatchFetcher]:
+              checkpoint: Checkpoint | None = None, epoch_end: EpochEnd | None = None
+              ) -> tuple[LaneSession, RawBatchFetcher]:
         """The lane's session and a fetcher at its committed position. ``fenced``: ``session`` was just opened by
         :meth:`_fence_lane` and ``checkpoint`` is the lane's, read after its InitProducerId returned — the session
         resumes from it here. Runs on the lane's worker (where its writer lives) and hands both back as the task's
@@ -1061,7 +1109,7 @@ class ShallowMirrorDaemon:
         the one thing stored here is ``state.start``, set once (None → offset) so a retry keeps the start it chose.
         The fetcher itself is driven by the main thread's fetch rounds (``self.source``)."""
         if fenced:
-            session.resume(checkpoint)
+            session.resume(checkpoint, epoch_end=epoch_end)
             if session.checkpoint is not None and session.checkpoint.owner != DAEMON_OWNER:
                 # a backfill claimed the lane between our first read and the fence: leave it (its retry fences us)
                 raise NotHandedOffError(self.config.pipeline, session.checkpoint)
@@ -1220,9 +1268,11 @@ class ShallowMirrorDaemon:
                 elif cp is not None and cp.owner != DAEMON_OWNER:  # checked before opening: opening fences its writer
                     outcomes[i] = TaskOutcome(error=NotHandedOffError(pipeline, cp))
             fresh = [i for i in fresh if outcomes[i] is None]
+            coordinators = self._find_coordinators([states[i].lane for i in fresh])
             fenced = self.workers.run(
                 [(states[i].lane, functools.partial(self._fence_lane, states[i],
-                                                    before.get((states[i].topic, states[i].partition))))
+                                                    before.get((states[i].topic, states[i].partition)),
+                                                    coordinator=coordinators.get(states[i].lane)))
                  for i in fresh], tick=self._leases_busy)  # revocations are answered meanwhile
             kept = []
             for i, outcome in zip(fresh, fenced, strict=True):
@@ -1241,10 +1291,14 @@ class ShallowMirrorDaemon:
                         outcomes[i] = TaskOutcome(error=cp)
                     else:
                         resumed[i] = cp
+        # the source leaders' answers for the resumed positions' epochs, asked now (after the checkpoints were
+        # read), a request per leader for all of them: each lane's truncation check uses its own (or asks alone)
+        epoch_ends = self._epoch_ends([cp for cp in resumed.values() if cp is not None])
         rest = [i for i in range(len(states)) if outcomes[i] is None]
         opened = self.workers.run(
             [(states[i].lane, functools.partial(self._open, states[i], sessions[i], fenced=i in resumed,
-                                                checkpoint=resumed.get(i)))
+                                                checkpoint=resumed.get(i),
+                                                epoch_end=_epoch_end_of(epoch_ends, resumed.get(i))))
              for i in rest], tick=self._leases_busy)
         for i, outcome in zip(rest, opened, strict=True):
             outcomes[i] = outcome
@@ -1263,9 +1317,9 @@ class ShallowMirrorDaemon:
         if not ready:
             self._drop_in_flight()
             return None
-        asked_at = time.monotonic()
-        shares, answered = self._take_round(ready)
-        # a broker that answered is an answer even when it named no partition (an idle round's incremental answer)
+        shares, answered, asked_at = self._take_round(ready)
+        # a broker that answered is an answer even when it named no partition (an idle round's incremental answer);
+        # stamped with when the round was sent (ahead, during the previous round's copy), not when it was taken
         self.source_reachability.observe_round(asked_at, [outcome.error for *_, outcome in shares]
                                                + [None] * min(answered, 1))
         # Overlap: the next round is sent now and travels while this round's shares are written and committed.
@@ -1355,9 +1409,10 @@ class ShallowMirrorDaemon:
         return pending
 
     def _take_round(self, ready: list[tuple[LaneState, int]]
-                    ) -> tuple[list[tuple[LaneState, RawBatchFetcher, int, PartitionOutcome]], int]:
+                    ) -> tuple[list[tuple[LaneState, RawBatchFetcher, int, PartitionOutcome]], int, float]:
         """This round's news — the round sent ahead last time (or, with none in flight, one sent now) — as the
-        shares of the lanes that are still held and ready with the same fetcher; and how many brokers answered.
+        shares of the lanes that are still held and ready with the same fetcher; how many brokers answered; and
+        when the round was sent (monotonic).
         A lane that joins while a round is in flight is named in the next one (sent right after this). A lane
         with news that is not ready any more (dropped, backing off) had its position moved by the answer: it
         reopens at its committed checkpoint, never skipping the answer it did not copy."""
@@ -1366,7 +1421,7 @@ class ShallowMirrorDaemon:
             pending = self._send_round(ready)
         news = pending.collect()
         if not news:
-            return [], pending.answered
+            return [], pending.answered, pending.sent_at
         lanes, cached = self.lanes, self._ready_cache
         if cached is not None and ready is cached[1] and cached[0] == self.openings.version:
             wanted = self.openings.ready  # the lanes of ``ready`` (none touched since): no set built per round
@@ -1382,7 +1437,7 @@ class ShallowMirrorDaemon:
             else:  # collecting may have moved its position past an answer that is not copied now: reopen at the
                 state.fetcher = None  # committed position (the checkpoint), never skip it
                 self.openings.touch(lane)
-        return shares, pending.answered
+        return shares, pending.answered, pending.sent_at
 
     def _publish_positions_if_due(self) -> None:
         """The retention watch's positions, on its own cadence (it assesses every ``retention_interval_s``): at
@@ -1481,8 +1536,8 @@ class ShallowMirrorDaemon:
                   error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
                   state=state.health.state, attempt=state.health.attempts,
                   exc_info=not isinstance(exc, MirrorError | Errors.KafkaError))
-        if not self._round_books:  # inside a round the round's end publishes (one walk, not one per failed lane)
-            self._publish_lane_states()
+        if not self._round_books:  # inside a round the round's end publishes (one walk, not one per failed lane);
+            self._states_pending = True  # elsewhere (lanes failing to open) at the end of the loop's pass, likewise
 
     def _halt(self, state: LaneState, exc: BaseException, reason: str, *, stopped: str = HALTED,
               range_end: int | None = None) -> None:
@@ -1604,6 +1659,13 @@ def _call(fn, *args, **kwargs):
 
 def _first_known(*values):
     return next((v for v in values if v is not None), None)
+
+
+def _epoch_end_of(epoch_ends: dict[tuple[str, int, int], EpochEnd], checkpoint: Checkpoint | None) -> EpochEnd | None:
+    """The batched answer for exactly this checkpoint's position epoch, if one was found."""
+    if checkpoint is None or checkpoint.position_epoch is None:
+        return None
+    return epoch_ends.get((checkpoint.topic, checkpoint.partition, checkpoint.position_epoch))
 
 
 def main(argv: list[str] | None = None) -> int:

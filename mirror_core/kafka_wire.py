@@ -56,8 +56,9 @@ import random
 import ssl
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import kafka.errors as Errors
 from kafka.net import KafkaConnectionManager, NetworkSelector
@@ -81,6 +82,7 @@ DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
 DEFAULT_BOOTSTRAP_TIMEOUT_MS = 30_000
 RECONNECT_BACKOFF_MAX_MS = 1_000  # the Java client's reconnect.backoff.max.ms (kafka-python's default: 30 s)
 REBOOTSTRAP_TIMEOUT_MS = 10_000  # a metadata request that found no known broker retries from the bootstrap list
+COORDINATOR_KEYS_PER_REQUEST = 1_000  # keys in one batched FindCoordinator (find_coordinators)
 REBOOTSTRAP_RETRY_TIMEOUT_MS = 2_000  # ... while the last re-bootstrap found no broker (the cluster is down)
 
 
@@ -229,6 +231,8 @@ class WireClient:
         # freshness of the cache: Metadata answers taken so far, and per cached topic the count when its answer came
         # (a stamp: a larger one is a later answer; see metadata_stamp / topic_metadata_since)
         self._metadata_answers = 0
+        # (key type, key) → a FindCoordinator entry another look-up found (hint_coordinator): taken once
+        self._coordinator_hints: dict[tuple[int, str], Any] = {}
         self._topic_answer: dict[str, int] = {}
         self._client_id = kwargs["client_id"]
         # the hand-encoded hot path (mirror_core.wire_fastpath): every security protocol and SASL mechanism
@@ -493,8 +497,53 @@ class WireClient:
         """Forget cached metadata of ``topic`` so the next lookup asks the cluster (after NOT_LEADER etc.)."""
         self._topics.pop(topic, None)
 
+    def find_coordinators(self, keys: Sequence[str], key_type: CoordinatorType = CoordinatorType.TRANSACTION, *,
+                          timeout_s: float | None = None) -> dict[str, Any]:
+        """Many coordinators in few requests (FindCoordinator v4+, KIP-699: up to
+        :data:`COORDINATOR_KEYS_PER_REQUEST` keys each): key → the answer's entry, for the keys answered without
+        an error (a key still loading, say, is left out: its owner looks it up itself). Empty when the broker's
+        FindCoordinator is older than v4 (one key per request). The entries are for :meth:`hint_coordinator` on
+        this or another client of the cluster: a daemon opening 2,000 lanes asks once, not 2,000 times.
+        ``timeout_s``: all the requests together end within it (raising the timeout, or returning what was found
+        when the time ran out between requests), for a caller that must not wait a whole request timeout."""
+        if not keys or self.api_version(FindCoordinatorRequest) < 4:
+            return {}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        found: dict[str, Any] = {}
+        keys = list(keys)
+        for begin in range(0, len(keys), COORDINATOR_KEYS_PER_REQUEST):
+            chunk = keys[begin:begin + COORDINATOR_KEYS_PER_REQUEST]
+            timeout_ms = None if deadline is None else int((deadline - time.monotonic()) * 1000)
+            if timeout_ms is not None and timeout_ms <= 0:
+                return found
+            try:
+                response = self.send(None, FindCoordinatorRequest(key=chunk[0], key_type=int(key_type),
+                                                                  coordinator_keys=chunk), timeout_ms=timeout_ms)
+            except Errors.KafkaError:
+                if found:  # a later chunk failed: keep what the earlier ones found (the rest ask alone)
+                    return found
+                raise
+            if response.API_VERSION < 4:  # negotiated down by the node that answered: nothing batched
+                return found
+            for entry in response.coordinators:
+                if entry.error_code == 0:
+                    found[entry.key] = entry
+        return found
+
+    def hint_coordinator(self, key: str, entry: Any, key_type: CoordinatorType = CoordinatorType.TRANSACTION
+                         ) -> None:
+        """Let the next :meth:`find_coordinator` of ``key`` on this client take ``entry`` (from
+        :meth:`find_coordinators`, possibly another client's) instead of asking. Used once: a caller that meets
+        NOT_COORDINATOR (or any retriable error) looks the key up again, and that look-up asks the cluster."""
+        self._coordinator_hints[(int(key_type), key)] = entry
+
     def find_coordinator(self, key: str, key_type: CoordinatorType = CoordinatorType.TRANSACTION) -> int:
-        """Node id of the group or transaction coordinator for ``key`` (raises retriable errors while loading)."""
+        """Node id of the group or transaction coordinator for ``key`` (raises retriable errors while loading);
+        a hint left by :meth:`hint_coordinator` is taken (once) instead of a request."""
+        hint = self._coordinator_hints.pop((int(key_type), key), None)
+        if hint is not None:
+            self._manager.cluster.add_coordinator(hint, key_type, key, synthesize_node_id=False)
+            return hint.node_id
         request = FindCoordinatorRequest(key=key, key_type=int(key_type), coordinator_keys=[key])
         response = self.send(None, request)
         entry = response.coordinators[0] if response.API_VERSION >= 4 else response

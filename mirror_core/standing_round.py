@@ -39,6 +39,7 @@ that would otherwise never be named, never fetched — naming it, so a bug here 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import kafka.errors as Errors
@@ -138,8 +139,9 @@ class StandingRound:
         """Send this round's requests (one per broker with members) without waiting; the answers are taken by
         :meth:`StandingPending.collect`."""
         self._no_round_outstanding()
+        sent_at = time.monotonic()
         failed = self._place_waiting()
-        pending = StandingPending(self, failed, stats)
+        pending = StandingPending(self, failed, stats, sent_at)
         for broker in self._brokers.values():
             if broker.members:
                 sent = _Sent(broker, list(broker.joined))
@@ -262,8 +264,12 @@ class StandingPending:
     """A standing round's requests, sent; :meth:`collect` takes the answers (news only), :meth:`discard` drops
     them. In-flight state only: no fetcher has moved yet."""
 
-    def __init__(self, owner: StandingRound, failed: list[tuple[_Member, BaseException]], stats: RoundStats | None):
+    def __init__(self, owner: StandingRound, failed: list[tuple[_Member, BaseException]], stats: RoundStats | None,
+                 sent_at: float):
         self._owner, self._stats = owner, stats
+        # when the round was sent (monotonic): its answers say the source answered a request of that time, not of
+        # when they are taken — the round in flight when the source went down is answered, then nothing is
+        self.sent_at = sent_at
         self._failed = failed
         self._in_flight: list[_Sent] = []
         self.collected = False

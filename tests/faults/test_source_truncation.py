@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from mirror_core.checkpoint import CheckpointStore
 from mirror_core.checkpointed import CheckpointedCopier, DeliveryMode
 from mirror_core.cluster import ClusterConfig
+from mirror_core.epochs import epoch_end_offset, epoch_ends_many, validate_position
 from mirror_core.errors import SourceTruncatedError
 from mirror_core.groups import translation_refusal
 from mirror_core.groups_command import diverged_ranges
@@ -147,6 +148,21 @@ def test_a_running_lane_halts_on_the_diverging_epoch_of_its_next_fetch(truncatio
     if t.lane.writer.in_transaction:
         t.lane.writer.abort_transaction()
     assert t.target.read_all(f"live.{t.topic}") == t.live_copied
+
+
+def test_a_batched_epoch_answer_judges_a_resumed_position_as_its_own_request_does(truncation):
+    """A daemon opening many lanes asks the leaders' epoch ends in one request per broker (epoch_ends_many) and
+    hands each lane its answer: over the truncated log that answer must halt the lane naming the same range."""
+    t = truncation
+    epoch = t.lane.position_epoch
+    assert epoch is not None and epoch >= 0
+    with WireClient.for_cluster(t.source.config) as client:
+        batched = epoch_ends_many(client, [(t.topic, 0, epoch), (t.topic, 7, epoch)])  # no partition 7: left out
+        assert batched == {(t.topic, 0, epoch): epoch_end_offset(client, t.topic, 0, epoch)}
+        for answer in (batched[(t.topic, 0, epoch)], None):
+            with pytest.raises(SourceTruncatedError) as info:
+                validate_position(client, t.topic, 0, POSITION, epoch, answer=answer)
+            assert info.value.diverged_range == (SHARED, POSITION)
 
 
 def test_groups_sync_does_not_translate_offsets_in_the_diverged_range(truncation):

@@ -251,8 +251,11 @@ def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_
     topic, partitions = f"{prefix}.t", 4
     group_source.create_topic(topic, partitions=partitions)
     pipeline = f"upgrade-{prefix.rsplit('.', 1)[-1]}"
+    # leases of 6 s, not write_pipeline's 3: a lease-based daemon whose loop stalls past its TTL (a loaded CI
+    # machine) loses the lane to the other daemon and is fenced — lease behaviour, not what this test is about
+    ttl_s = 6
     old_config = write_pipeline(tmp_path / "old.yaml", sandbox, pipeline, include_prefix(prefix),
-                                source=dict(group_source.config.settings))
+                                source=dict(group_source.config.settings), lease_ttl_s=ttl_s)
     old = OldDaemon(lease_release_checkout, old_config, tmp_path / "old.log", "old-1")
     load = LoadProducer(group_source, [topic], rate=600, seed=72)
     load.start()
@@ -261,8 +264,8 @@ def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_
                  and len(lease_holders(lease_reader, pipeline)) == partitions
                  and "event=copied" in old.log_text(), 60, "the old daemon holding and copying every lane",
                  daemons=(old,))
-        new = daemon_factory(group_pipeline(tmp_path / "new.yaml", sandbox, group_source, pipeline, prefix),
-                             "new-1").start()
+        new = daemon_factory(group_pipeline(tmp_path / "new.yaml", sandbox, group_source, pipeline, prefix,
+                                            lease_ttl_s=ttl_s), "new-1").start()
         # the group assigns every partition to the only member; it waits for the old daemon's leases
         wait_for(lambda: new.log_text().count("event=lane_waits_for_lease") >= partitions, 40,
                  "the new daemon waiting for the old one's leases", daemons=(new, old))
@@ -279,8 +282,7 @@ def test_upgrade_from_lease_daemon_without_a_stop(sandbox, group_source, target_
         # the old daemon is gone (it released its leases and its membership at SIGTERM): no more lease records
         wait_for(lambda: "event=lease_compat_records state=stopped" in new.log_text(), 30,
                  "the new daemon to stop writing lease records", daemons=(new,))
-        ttl_ms = 3000  # write_pipeline's lease_ttl_s: our last compat records expire within it
-        time.sleep(ttl_ms / 1000 + 1)
+        time.sleep(ttl_s + 1)  # our last compat records expire within the lease TTL
         assert lease_holders(lease_reader, pipeline) == {}, "lease records still written with no old daemon"
         time.sleep(2)
         load.stop()

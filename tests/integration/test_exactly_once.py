@@ -159,8 +159,14 @@ def test_second_writer_fences_the_first(source_cluster, target_cluster, unique_n
     _fill(source_cluster, topic, partitions=1, records=4_000)
     slow = subprocess.Popen(_copy_cmd(topic, target_topic, "exactly-once"), cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "200"})
-    time.sleep(3.0)
-    assert slow.poll() is None, "the first writer should still be copying"
+    # the second writer starts once the first has written (its open transaction on the target), not after a fixed
+    # sleep: under a loaded machine the first process's start-up and preflight alone can take longer than a sleep,
+    # and a second writer that finishes first leaves nothing for the first to be fenced on
+    deadline = time.monotonic() + 60
+    while not _open_transaction(target_cluster, target_topic, 1):
+        assert slow.poll() is None, f"the first writer ended before writing: {slow.communicate()[1].decode()[-2000:]}"
+        assert time.monotonic() < deadline, "the first writer never opened a transaction on the target"
+        time.sleep(0.2)
     with WireClient.for_cluster(source_cluster.config) as source, \
             WireClient.for_cluster(target_cluster.config) as target:
         store = CheckpointStore(target_cluster.config, target)

@@ -120,8 +120,8 @@ def test_a_round_takes_only_its_news_and_a_lane_with_news_no_longer_ready_reopen
     outcome = PartitionOutcome(result=FetchResult([], 14, 14, 14, 0))
     daemon._in_flight = NS(collect=lambda: [("orders-1", ready.fetcher, 10, outcome),
                                             ("orders-2", gone.fetcher, 7, PartitionOutcome(result=outcome.result))],
-                           answered=1)
-    shares, answered = daemon._take_round([(ready, 14), (quiet, 5)])   # orders-2 is backing off: not ready
+                           answered=1, sent_at=0.0)
+    shares, answered, _sent_at = daemon._take_round([(ready, 14), (quiet, 5)])   # orders-2 is backing off: not ready
     assert [(s.lane, start) for s, _f, start, _o in shares] == [("orders-1", 10)] and answered == 1
     assert gone.fetcher is None, "its position moved past an answer not copied: it reopens at its checkpoint"
     assert quiet.fetcher is not None

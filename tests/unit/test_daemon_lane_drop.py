@@ -49,7 +49,7 @@ def _daemon(monkeypatch, open_lane):
 
 def _opened():
     return NS(checkpoint=None, position=5, position_epoch=None, source_topic_id=None, prune_floor=None,
-              resume=lambda checkpoint: None)
+              resume=lambda checkpoint, **_: None)
 
 
 def _drops(daemon, *, reacquire: bool):

@@ -330,3 +330,27 @@ def test_prune_floors_follow_the_held_lanes_without_a_copy_of_them_per_pass(daem
     daemon.pruner.version = 1  # the watch gathered new floors
     daemon._apply_prune_floors()
     assert len(published) == 4
+
+
+@pytest.mark.timeout(10)
+def test_lanes_failing_to_open_are_published_once_per_pass_not_once_per_lane(daemon, monkeypatch):
+    """A source outage makes every reopening lane fail at once: one walk of the lane states for all of them, not one
+    per failing lane (2,000 lanes: 2,000 walks of 2,000 lanes on the main thread); /readyz shows them all after the
+    loop's pass."""
+    _round(daemon)
+    for state in daemon.lanes.values():
+        daemon._failed(state, MirrorError("the target went away"))
+    monkeypatch.setattr(daemon, "_open_lanes", lambda states, began: [
+        TaskOutcome(error=MirrorError("no broker of cluster 'source' is reachable now")) for _ in states])
+    walks = []
+    real = daemon._publish_lane_states
+    monkeypatch.setattr(daemon, "_publish_lane_states", lambda: (walks.append(1), real()))
+    for state in daemon.lanes.values():
+        state.retry_at = 0.0
+        daemon.openings.touch(state.lane)
+    assert _round(daemon) == set()
+    daemon._publish_pending_states()   # the loop's pass ends
+    assert len(walks) == 1
+    states = {lane["lane"]: lane for lane in daemon.metrics.readiness()[1]["lanes"]}
+    assert len(states) == LANES
+    assert all(s["state"] == "retrying" and "reachable" in s["message"] for s in states.values())

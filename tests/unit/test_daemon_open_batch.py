@@ -64,7 +64,7 @@ class Session:
         self.checkpoint, self.position, self.position_epoch = None, None, None
         self.source_topic_id, self.prune_floor = None, None
 
-    def resume(self, checkpoint):
+    def resume(self, checkpoint, *, epoch_end=None):
         self.checkpoint = checkpoint
         self.position = None if checkpoint is None else checkpoint.position
 
@@ -149,8 +149,8 @@ def test_each_lane_resumes_from_the_read_after_every_fence(monkeypatch):
     fenced = threading.Event()
     real_fence = daemon._fence_lane
 
-    def fence(state, handed_over, clients):
-        session = real_fence(state, handed_over, clients)
+    def fence(state, handed_over, clients, **hints):
+        session = real_fence(state, handed_over, clients, **hints)
         store.values[state.partition] = _value(state.partition, 200 + state.partition)  # committed before the fence
         fenced.set()
         return session
@@ -171,12 +171,12 @@ def test_a_lane_whose_fence_failed_or_that_was_dropped_meanwhile_is_not_resumed(
     daemon = _daemon(monkeypatch, store)
     real_fence = daemon._fence_lane
 
-    def fence(state, handed_over, clients):
+    def fence(state, handed_over, clients, **hints):
         if state.partition == 1:
             raise Errors.CoordinatorNotAvailableError("orders-1's InitProducerId")
         if state.partition == 2:
             daemon._drop("orders-2", "rebalance")  # what a group round (the pool's tick) does
-        return real_fence(state, handed_over, clients)
+        return real_fence(state, handed_over, clients, **hints)
 
     monkeypatch.setattr(daemon, "_fence_lane", fence)
     monkeypatch.setattr(daemon.workers, "release", lambda lane: None)  # dropped from a worker thread here
