@@ -363,16 +363,21 @@ def test_health_records_are_written_when_a_lane_state_changes_not_per_round():
         daemon._maintain_group()
     assert daemon.health_records.writes == []
     health = daemon.lanes["t-3"].health
-    health.failed("unavailable", "the target went away", 1_000)
+
+    def fail(reason: str, message: str, at_ms: int) -> None:  # as the daemon's _failed records a lane's failure
+        health.failed(reason, message, at_ms)
+        daemon._health_failed(daemon.lanes["t-3"])
+
+    fail("unavailable", "the target went away", 1_000)
     daemon._maintain_group()
     daemon._maintain_group()
     assert len(daemon.health_records.writes) == 1
     written, cleared = daemon.health_records.writes[0]
     assert list(written) == ["t-3"] and written["t-3"]["state"] == "retrying" and cleared == []
-    health.failed("unavailable", "still away", 2_000)  # another attempt, same state and reason: not at once
+    fail("unavailable", "still away", 2_000)  # another attempt, same state and reason: not at once
     daemon._maintain_group()
     assert len(daemon.health_records.writes) == 1
-    health.failed("transaction_timeout", "timed out", 3_000)
+    fail("transaction_timeout", "timed out", 3_000)
     daemon._maintain_group()
     assert daemon.health_records.writes[-1][0]["t-3"]["reason"] == "transaction_timeout"
     health.succeeded()
