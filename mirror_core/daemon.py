@@ -217,6 +217,7 @@ class ShallowMirrorDaemon:
         self._health_watch: set[str] = set()
         self._halts = 0  # lanes halted or retired by this process (a key of _eligible's cached answer)
         self._eligible_seen: tuple[tuple, list[str]] | None = None  # (what it depended on, the answer) (_eligible)
+        self._group_seen: tuple | None = None  # what the held set was last made from (_maintain_group)
         self.status = DaemonStatus()
         self._next_rescan = 0.0
         self._next_lease = 0.0
@@ -896,6 +897,18 @@ class ShallowMirrorDaemon:
         records, members = self.leases.read_with_members(pipeline)
         blocked = {lane: lease.holder for lane, lease in records.items() if lease.blocks_group_daemon(me, now)}
         fenced = self._fenced_out(self.membership.generation)
+        # what decides the held set, as of the last time it was applied: unchanged (an idle daemon's usual group
+        # round), nothing to apply — compared in C (list, frozenset, dict and set equality), no walk of the lanes
+        seen = (eligible, assigned, blocked, fenced, self._held_version)
+        if seen != self._group_seen:
+            self._hold_wanted(eligible, assigned, blocked, fenced, records)
+            self._group_seen = (eligible, assigned, blocked, fenced, self._held_version)
+        self._write_compat_records(lease_based_daemon_seen(records, members, me, now), now)
+        self._write_health_records(now)
+
+    def _hold_wanted(self, eligible: list[str], assigned, blocked: dict[str, str], fenced: set[str], records) -> None:
+        """Hold exactly the eligible, assigned lanes not blocked by a lease nor fenced out (see _maintain_group)."""
+        me = self.worker_id
         want = {lane for lane in eligible if (self.lanes[lane].topic, self.lanes[lane].partition) in assigned
                 and lane not in blocked and lane not in fenced}
         dropped = sorted(self.held - want)
@@ -925,8 +938,6 @@ class ShallowMirrorDaemon:
         self._waiting_for_lease = waiting
         self.metrics.lanes.set(len(self.held))
         self.status.lanes_held = sorted(self.held)
-        self._write_compat_records(lease_based_daemon_seen(records, members, me, now), now)
-        self._write_health_records(now)
 
     def _write_compat_records(self, old_daemon: str | None, now: int) -> None:
         """``lease_compat``: a lease record (marked ``group``) per held lane, in one batch (every record produced, one

@@ -478,3 +478,24 @@ def test_a_lane_whose_deleted_source_topic_left_the_assignment_halts_or_retires_
     daemon._deleted_source_topics = lambda topics: set()
     daemon._maintain_group()
     assert daemon.held == set() and daemon.lanes["u-0"].health.state == "copying"
+
+
+def test_an_unchanged_group_round_applies_nothing_and_a_change_is_still_applied():
+    """An idle daemon's group round (every lease_ttl_s / 3): the same eligible lanes, assignment, lease blocks and
+    fenced lanes as last time — the held set is not recomputed lane by lane; any of them changing is applied."""
+    daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(20)), lease_compat="off")
+    applied = []
+    real = daemon._hold_wanted
+    daemon._hold_wanted = lambda *a: (applied.append(1), real(*a))
+    daemon._maintain_group()
+    assert len(applied) == 1 and len(daemon.held) == 20
+    for _ in range(3):
+        daemon._maintain_group()
+    assert len(applied) == 1
+    daemon.membership.full.discard(("t", 4))      # the group took a partition away
+    daemon.membership.generation += 1
+    daemon._maintain_group()
+    assert len(applied) == 2 and "t-4" not in daemon.held and len(daemon.held) == 19
+    daemon._drop("t-5", "fenced: another process opened it")   # dropped by the loop: the held set moved
+    daemon._maintain_group()
+    assert len(applied) == 3 and "t-5" in daemon.held, "eligible and assigned: acquired again"
