@@ -62,6 +62,11 @@ DAEMON_OWNER = "daemon"  # the owner name of every daemon worker's checkpoints (
 OPEN_VALIDATION_TIMEOUT_S = 5.0  # how long a lane open waits for the source leader's OffsetsForLeaderEpoch answer
 ABORT_GIVE_UP_S = 2.0  # how long a failed copy's abort may retry before the next InitProducerId is left to end it
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+# a lane that never wrote its target topic finds it missing from metadata: asked again this long before that is a
+# ConfigError (the daemon's preflight may have created it a moment ago; a broker serves Metadata from a cache its
+# controller updates asynchronously, so a topic just created can be unknown for a little while)
+TARGET_TOPIC_APPEAR_S = 5.0
+TARGET_TOPIC_RETRY_S = 0.2
 
 
 class DeliveryMode(str, enum.Enum):
@@ -362,18 +367,26 @@ class LaneSession:
 
     def _current_target_topic_id(self, *, since: int | None = None) -> str | None:
         """The target topic's id now (``since``: from a Metadata answer taken after that stamp of the target
-        client, :func:`~mirror_core.fetcher.fresh_topic_metadata`; default: asked now)."""
-        try:
-            target = self.owner.target
-            meta = target.topic_metadata(self.target_topic, refresh=True) if since is None else \
-                fresh_topic_metadata(target, self.target_topic, since)
-            topic_id = meta.topic_id
-        except Errors.UnknownTopicOrPartitionError:
-            pinned = self.checkpoint.target_topic_id if getattr(self, "checkpoint", None) is not None else None
-            if pinned:  # the lane wrote there before: the topic was deleted under it
-                raise TopicRecreatedError(self.owner.target.cluster_name, self.target_topic, pinned, None) from None
-            raise ConfigError(f"target topic {self.target_topic!r} does not exist on cluster "
-                              f"{self.owner.target.cluster_name!r}") from None
+        client, :func:`~mirror_core.fetcher.fresh_topic_metadata`; default: asked now). A topic the lane never
+        wrote that metadata does not know is asked again for up to ``TARGET_TOPIC_APPEAR_S`` (just created: not
+        in the broker's metadata cache yet) before it is a :class:`ConfigError`; one it wrote is gone at once."""
+        target = self.owner.target
+        give_up_at = time.monotonic() + TARGET_TOPIC_APPEAR_S
+        while True:
+            try:
+                meta = target.topic_metadata(self.target_topic, refresh=True) if since is None else \
+                    fresh_topic_metadata(target, self.target_topic, since)
+                topic_id = meta.topic_id
+                break
+            except Errors.UnknownTopicOrPartitionError:
+                pinned = self.checkpoint.target_topic_id if getattr(self, "checkpoint", None) is not None else None
+                if pinned:  # the lane wrote there before: the topic was deleted under it
+                    raise TopicRecreatedError(target.cluster_name, self.target_topic, pinned, None) from None
+                if time.monotonic() >= give_up_at:
+                    raise ConfigError(f"target topic {self.target_topic!r} does not exist on cluster "
+                                      f"{target.cluster_name!r}") from None
+                time.sleep(TARGET_TOPIC_RETRY_S)
+                since = None  # asked anew
         return str(topic_id) if topic_id else None
 
     def check_target_topic(self) -> None:

@@ -95,7 +95,7 @@ from mirror_core.lane_control import persist_lane_state
 from mirror_core.lane_health_records import LaneHealthWriter, live_health, plan_health_writes
 from mirror_core.lane_openings import HeldLanes, LaneOpenings
 from mirror_core.lane_openings import audit as audit_openings
-from mirror_core.lane_status import HALTED, RETIRED, LaneHealth, PersistedLaneState, classify_failure
+from mirror_core.lane_status import HALTED, RETIRED, RETRYING, LaneHealth, PersistedLaneState, classify_failure
 from mirror_core.lane_workers import LaneClients, LaneWorkerPool, TaskOutcome
 from mirror_core.leases import (
     Lease,
@@ -120,9 +120,11 @@ DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets 
 REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
 OPEN_BATCH_MIN_LANES = 4  # fewer lanes opening together look their coordinators and epoch ends up alone
 OPEN_LOOKUP_TIMEOUT_S = 2.0  # a batched look-up of a lane opening (coordinators, epoch ends) holds the main thread
-HEALTH_WALK_S = 1.0  # every lane's health is compared at least this often (_publish_round_states)
 # the standing round's and the openings' books audited, and the fence walk: this often, however rare rescans are
 AUDIT_MAX_S = 30.0
+# every lane's health compared and its retention position checked, as a check of the events that keep them
+# (_publish_due_states): this often
+HEALTH_WALK_S = AUDIT_MAX_S
 FENCED_BACKOFF_CAP_S = 300.0  # a lane fenced out of this process is retried after at most this (see _fenced_out)
 PREFLIGHT_WORKERS = 4  # target preparations (preflights) of new topics run this many at a time
 
@@ -210,9 +212,16 @@ class ShallowMirrorDaemon:
         self._fence_times: list[tuple[float, int, str, LaneSession]] = []
         self._fence_seq = 0
         self._next_fence_walk = 0.0
-        self._states_pending = False  # a lane halted or failed since the lane states were last published
+        # lane health by events (_publish_due_states): lanes whose health may have changed since it was published;
+        # (wall ms it turns stalled, lane) per retrying lane — a change no event makes — and each lane's entry there;
+        # lanes that failed since they were last seen copying (the candidates for a health record)
+        self._health_dirty: set[str] = set()
+        self._stall_times: list[tuple[int, str]] = []
+        self._stall_at: dict[str, int] = {}
+        self._health_watch: set[str] = set()
         self._halts = 0  # lanes halted or retired by this process (a key of _eligible's cached answer)
         self._eligible_seen: tuple[tuple, list[str]] | None = None  # (what it depended on, the answer) (_eligible)
+        self._group_seen: tuple | None = None  # what the held set was last made from (_maintain_group)
         self.status = DaemonStatus()
         self._next_rescan = 0.0
         self._next_lease = 0.0
@@ -246,13 +255,15 @@ class ShallowMirrorDaemon:
         self._rounds: StandingRound | None = None
         self._in_flight: StandingPending | None = None
         self._next_audit = 0.0  # the standing round's books checked against its sessions (rescan cadence, <= 30 s)
-        self._next_positions = 0.0  # the retention watch's positions published (_publish_positions_if_due)
-        self._next_health_walk = 0.0  # every lane's health compared (_publish_round_states)
+        self._next_health_walk = 0.0  # every lane's health compared, positions checked (_publish_due_states)
         self._prune_seen: tuple[int, int] | None = None  # (held set's version, floors version) last applied
         self._round_books = False  # a round's shares are being booked: a failed lane is published at its end
         self.retention = RetentionWatch(config.source, config.target, self.metrics,
                                         interval_s=config.retention_interval_s,
                                         fetch_bytes=config.partition_fetch_max_bytes, policy=config.retention)
+        # the held lanes' committed positions for the watch, kept by events: a lane's news (caught up or behind), a
+        # failure or reset (behind), a drop (forgotten) — mirror_core.held_positions; no walk of the held lanes
+        self.positions = self.retention.positions
         # lanes are opened and their shares committed on these workers, side by side (mirror_core.lane_workers):
         # a lane's session (its writer, transactional.id and producer state) lives on one worker's thread and
         # clients; the main thread fetches, decides and keeps the books
@@ -633,6 +644,7 @@ class ShallowMirrorDaemon:
             state.halt_stored = True
             if not health.stopped or health.since_ms != cp.lane_state.since_ms:
                 health.stop(cp.lane_state)
+                self._health_dirty.add(state.lane)
                 self.openings.touch(state.lane)  # leaves the round (dropped below when held)
                 if state.lane in self.held:
                     self._drop(state.lane, f"{cp.lane_state.state}: {cp.lane_state.reason}")
@@ -645,6 +657,7 @@ class ShallowMirrorDaemon:
                 return
             state.halt_stored = False
             health.resumed()
+            self._health_dirty.add(state.lane)
             self.status.halted.pop(state.lane, None)
             state.failures = state.fetch_failures = 0
             state.retry_at = 0.0
@@ -658,14 +671,14 @@ class ShallowMirrorDaemon:
 
     def _publish_lane_states(self) -> None:
         """Show every lane's health in metrics and ``/readyz`` — when some lane's health changed (or a lane came
-        or went) since the last time. Called after every round: building every lane's state costs ~0.1 ms per
-        lane (2,000 lanes: a fifth of a second per round, every round, for idle lanes whose state never changes),
-        the comparison left per round is one tuple per lane."""
+        or went) since the last time: the full walk (every lane's state refreshed and compared), on the group
+        round's recomputation and as the check of :meth:`_publish_due_states` every ``HEALTH_WALK_S``."""
         now = now_ms()
         health = {}
         for lane, state in self.lanes.items():
             state.health.refresh(now)
             health[lane] = tuple(vars(state.health).values())
+        self._health_dirty.clear()
         if health == self._published_health:
             return
         self._published_health = health
@@ -675,24 +688,97 @@ class ShallowMirrorDaemon:
             for lane, s in self.lanes.items()})
 
     def _publish_round_states(self, touched: list[LaneState]) -> None:
-        """After a round: publish the lane states (:meth:`_publish_lane_states`) when a lane the round touched
-        changed its health, when lanes came or went, or — for changes no round makes: ``retrying`` turning
-        ``stalled`` as time passes, a resume read by a rescan — once every ``HEALTH_WALK_S``; an idle round
-        compares nothing per idle lane."""
+        """After a round: the lanes it touched compared (:meth:`_publish_due_states`); an idle round compares
+        nothing per idle lane."""
+        dirty = self._health_dirty
+        for state in touched:
+            dirty.add(state.lane)
+        self._publish_due_states()
+
+    def _publish_due_states(self) -> None:
+        """Publish the health of the lanes whose health may have changed — marked by the event that changed it (a
+        round's news, a failure, a halt, a resume) or due to turn ``stalled`` by time alone (``_stall_times``, a heap
+        pushed when a lane starts retrying: the change no event makes) — compared with what was published and
+        shown only when it differs. Every lane at once when lanes came (lanes are only ever added to
+        ``self.lanes``: equal counts mean the same lanes) and, as a check that no event was missed, every
+        ``HEALTH_WALK_S`` (with the retention positions: :meth:`_audit_positions`). Nothing per idle lane."""
         now = time.monotonic()
-        # lanes are only ever added (never removed from self.lanes): equal counts mean the same lanes — O(1)
         if now >= self._next_health_walk or len(self.lanes) != len(self._published_health):
             self._next_health_walk = now + HEALTH_WALK_S
+            self._audit_positions()
             self._publish_lane_states()
             return
-        if not touched:
-            return
         stamp = now_ms()
-        for state in touched:
+        heap, dirty = self._stall_times, self._health_dirty
+        while heap and heap[0][0] < stamp:  # LaneHealth.refresh: stalled once now - since_ms > stall_after_s
+            at, lane = heapq.heappop(heap)
+            if self._stall_at.get(lane) == at:
+                del self._stall_at[lane]
+                dirty.add(lane)
+        if not dirty:
+            return
+        self._health_dirty = set()
+        published, lanes = self._published_health, self.lanes
+        changed: dict[str, tuple] = {}
+        for lane in dirty:
+            state = lanes.get(lane)
+            if state is None:
+                continue
             state.health.refresh(stamp)
-            if tuple(vars(state.health).values()) != self._published_health.get(state.lane):
-                self._publish_lane_states()
-                return
+            fields = tuple(vars(state.health).values())
+            if fields != published.get(lane):
+                changed[lane] = fields
+        if not changed:
+            return
+        halts_moved = any(lanes[lane].health.state == HALTED or (published.get(lane) or (None,))[0] == HALTED
+                          for lane in changed)
+        published.update(changed)
+        if halts_moved:
+            self.metrics.halted.set(sum(1 for fields in published.values() if fields[0] == HALTED))
+        self.metrics.update_lanes(self.config.pipeline, {
+            lane: {"topic": lanes[lane].topic, "partition": lanes[lane].partition, **lanes[lane].health.as_dict()}
+            for lane in changed})
+
+    def _health_failed(self, state: LaneState) -> None:
+        """A lane's health took a failure: compared at the next publication, a candidate for a health record, and
+        — while it retries — looked at again when it turns ``stalled`` with no other event."""
+        lane, health = state.lane, state.health
+        self._health_dirty.add(lane)
+        self._health_watch.add(lane)
+        if health.state == RETRYING and health.since_ms is not None:
+            at = health.since_ms + int(health.stall_after_s * 1000)
+            if self._stall_at.get(lane) != at:
+                self._stall_at[lane] = at
+                heapq.heappush(self._stall_times, (at, lane))
+
+    def _audit_positions(self) -> None:
+        """Every ``HEALTH_WALK_S``: the retention positions kept by events checked against the held lanes — a lane
+        shown caught up without a fetch in the round (no session or fetcher: it cannot have seen the high
+        watermark lately) is marked behind, a held lane with a session and no position gets its position, and a
+        lane no longer held is forgotten. A missed event costs at most this long, and a warning."""
+        positions, lanes, held = self.positions, self.lanes, self.held
+        behind, caught = positions.snapshot()
+        missed = []
+        held_tps = set()
+        for lane in held:
+            state = lanes.get(lane)
+            if state is None:
+                continue
+            tp = (state.topic, state.partition)
+            held_tps.add(tp)
+            if tp in caught:
+                if state.session is None or state.fetcher is None:
+                    missed.append(lane)
+                    positions.behind(tp)
+            elif tp not in behind and state.session is not None and state.session.position is not None:
+                missed.append(lane)
+                positions.behind(tp, state.session.position)
+        for tp in (behind.keys() | caught.keys()) - held_tps:
+            missed.append(f"{tp[0]}-{tp[1]}")
+            positions.forget(tp)
+        if missed:
+            event("retention_positions_repaired", logging.WARNING, lanes=len(missed), first=missed[0],
+                  note="a lane's retention position differed from its state; corrected")
 
     # ---- membership through the consumer group (mirror_core.daemon_membership) ---------------------------------
     def _join_group(self) -> None:
@@ -815,6 +901,18 @@ class ShallowMirrorDaemon:
         records, members = self.leases.read_with_members(pipeline)
         blocked = {lane: lease.holder for lane, lease in records.items() if lease.blocks_group_daemon(me, now)}
         fenced = self._fenced_out(self.membership.generation)
+        # what decides the held set, as of the last time it was applied: unchanged (an idle daemon's usual group
+        # round), nothing to apply — compared in C (list, frozenset, dict and set equality), no walk of the lanes
+        seen = (eligible, assigned, blocked, fenced, self._held_version)
+        if seen != self._group_seen:
+            self._hold_wanted(eligible, assigned, blocked, fenced, records)
+            self._group_seen = (eligible, assigned, blocked, fenced, self._held_version)
+        self._write_compat_records(lease_based_daemon_seen(records, members, me, now), now)
+        self._write_health_records(now)
+
+    def _hold_wanted(self, eligible: list[str], assigned, blocked: dict[str, str], fenced: set[str], records) -> None:
+        """Hold exactly the eligible, assigned lanes not blocked by a lease nor fenced out (see _maintain_group)."""
+        me = self.worker_id
         want = {lane for lane in eligible if (self.lanes[lane].topic, self.lanes[lane].partition) in assigned
                 and lane not in blocked and lane not in fenced}
         dropped = sorted(self.held - want)
@@ -844,8 +942,6 @@ class ShallowMirrorDaemon:
         self._waiting_for_lease = waiting
         self.metrics.lanes.set(len(self.held))
         self.status.lanes_held = sorted(self.held)
-        self._write_compat_records(lease_based_daemon_seen(records, members, me, now), now)
-        self._write_health_records(now)
 
     def _write_compat_records(self, old_daemon: str | None, now: int) -> None:
         """``lease_compat``: a lease record (marked ``group``) per held lane, in one batch (every record produced, one
@@ -883,10 +979,18 @@ class ShallowMirrorDaemon:
     def _write_health_records(self, now: int) -> None:
         """The health records that are due (:func:`~mirror_core.lane_health_records.plan_health_writes`): a held
         lane's record when it enters or changes retrying/stalled, rewritten every ``HEALTH_REFRESH_S`` while that
-        lasts, cleared (tombstone) once it copies again or is no longer ours; one batch, nothing for copying lanes."""
-        current = {lane: live_health(self.lanes[lane].health) for lane in self.held if lane in self.lanes}
-        writes, clears = plan_health_writes({lane: h for lane, h in current.items() if h is not None},
-                                            self._health_written, now)
+        lasts, cleared (tombstone) once it copies again or is no longer ours; one batch, nothing for copying lanes.
+        Only lanes that failed since they were last seen copying are looked at (``_health_watch``): a lane enters
+        retrying only through a failure (:meth:`_failed` → :meth:`_health_failed`)."""
+        current = {}
+        for lane in list(self._health_watch):  # the lanes that failed since last seen copying, not every held one
+            state = self.lanes.get(lane)  # (its turn to stalled by time is refreshed by _publish_due_states)
+            health = live_health(state.health) if state is not None else None
+            if health is None:  # copying again (or halted: stored with the checkpoint)
+                self._health_watch.discard(lane)
+            elif lane in self.held:
+                current[lane] = health
+        writes, clears = plan_health_writes(current, self._health_written, now)
         if not writes and not clears:
             return
         self.health_records.write(self.config.pipeline, self.worker_id, writes, clears, now)
@@ -956,6 +1060,7 @@ class ShallowMirrorDaemon:
                 with contextlib.suppress(KeyError):  # never set in this process
                     gauge.remove(state.topic, str(state.partition))
             state.shown_lag = None
+            self.positions.forget((state.topic, state.partition))  # its retention is watched by its next holder
         event("lane_dropped", lane=lane, reason=why)
 
     def _renew_fences(self) -> None:
@@ -1162,6 +1267,8 @@ class ShallowMirrorDaemon:
                     self._failed(state, outcome.error)  # waits for its retry time (or halts, or is dropped)
                     continue
                 opened, state.fetcher = outcome.value
+                # a new fetcher: behind until its first answer says where the high watermark is
+                self.positions.behind((state.topic, state.partition), opened.position)
                 if opened is not session:
                     opened.prune_floor = floors.get((state.topic, state.partition))
                     state.session = opened
@@ -1312,7 +1419,8 @@ class ShallowMirrorDaemon:
         (:mod:`mirror_core.standing_round`) that hands back only the lanes with news — a partition the broker's
         answer named (data, an error, a moved high watermark), a lane that joined or was placed again, a lane whose
         fetch failed — and the books below follow those lanes; an idle lane left out of the answer costs an
-        identity check (and its share of the once-a-second walks: health, retention positions)."""
+        identity check; its health and retention position follow events too (_publish_due_states,
+        mirror_core.held_positions)."""
         ready = self._open_ready()
         if not ready:
             self._drop_in_flight()
@@ -1332,7 +1440,6 @@ class ShallowMirrorDaemon:
             copied = self._copy_shares(shares)
         finally:
             self._round_books = False
-        self._publish_positions_if_due()
         self._publish_round_states([state for state, *_ in shares])
         return copied
 
@@ -1437,28 +1544,8 @@ class ShallowMirrorDaemon:
             else:  # collecting may have moved its position past an answer that is not copied now: reopen at the
                 state.fetcher = None  # committed position (the checkpoint), never skip it
                 self.openings.touch(lane)
+                self.positions.behind((state.topic, state.partition))
         return shares, pending.answered, pending.sent_at
-
-    def _publish_positions_if_due(self) -> None:
-        """The retention watch's positions, on its own cadence (it assesses every ``retention_interval_s``): at
-        most twice per interval (and at least once a second), not after every round."""
-        now = time.monotonic()
-        if now >= self._next_positions:
-            self._next_positions = now + min(1.0, self.config.retention_interval_s / 2)
-            self.retention.publish(self._held_positions())
-
-    def _held_positions(self) -> dict[tuple[str, int], int]:
-        """(topic, partition) → next source offset to copy as committed (the checkpoint; a lane without one yet:
-        where it starts), for every held lane whose position is known."""
-        out = {}
-        for lane in self.held:
-            state = self.lanes[lane]
-            position = state.session.position if state.session is not None else None
-            if position is None:
-                position = state.start
-            if position is not None:
-                out[(state.topic, state.partition)] = position
-        return out
 
     def _share_fetched(self, state: LaneState, start: int, outcome: PartitionOutcome):
         """A lane's share of a fetch round, ``[start, fetcher.position)``: the fetch result to copy, or None when
@@ -1469,13 +1556,18 @@ class ShallowMirrorDaemon:
         state.fetch_failures = 0
         fetched = outcome.result
         state.last_stable = fetched.last_stable_offset
+        tp = (state.topic, state.partition)
         if state.fetcher.position <= start:  # nothing new
             state.health.succeeded()
+            # committed up to ``start`` (a share of the previous round was committed before this one was read)
+            self.positions.caught_up(tp, state.session.position if state.session is not None else start,
+                                     fetched.high_watermark)
             lag = max(0, fetched.last_stable_offset - start)
             if lag != state.shown_lag:  # an idle lane's gauge is set once, not every round
                 state.shown_lag = lag
                 self.metrics.lag.labels(state.topic, str(state.partition)).set(lag)
             return None
+        self.positions.behind(tp)  # data to copy: behind until its commit (_copied)
         return fetched
 
     def _copied(self, state: LaneState, fetched, result) -> int:
@@ -1488,6 +1580,9 @@ class ShallowMirrorDaemon:
                   checkpoint=state.session.position, fetcher=state.fetcher.position)
             state.fetcher = None
             self.openings.touch(state.lane)
+            self.positions.behind((state.topic, state.partition), state.session.position)
+        else:  # committed up to source_end: caught up if that is the high watermark the answer reported
+            self.positions.caught_up((state.topic, state.partition), state.session.position, fetched.high_watermark)
         self.metrics.observe_copy(state.topic, state.partition, result, result.newest_timestamp_ms)
         self.metrics.position.labels(*labels).set(result.source_end)
         state.shown_lag = max(0, fetched.last_stable_offset - result.source_end)
@@ -1520,6 +1615,12 @@ class ShallowMirrorDaemon:
         self.metrics.errors.labels(reason if reason != "unknown" else type(exc).__name__).inc()
         position = state.session.position if state.session else None
         state.health.failed(reason, f"{type(exc).__name__}: {exc}", now_ms(), position=position)
+        self._health_failed(state)
+        # behind (assessed by the next retention assessment) at its committed position — kept while it is reset;
+        # a lane never opened: where it starts, if chosen
+        tp = (state.topic, state.partition)
+        self.positions.behind(tp, position if position is not None or self.positions.position(tp) is not None
+                              else state.start)
         if fetching and isinstance(exc, Errors.KafkaError) and is_retriable(type(exc)):
             state.fetch_failures += 1
             state.retry_at = time.monotonic() + min(5.0, 0.1 * 2 ** min(state.fetch_failures, 6))
@@ -1536,8 +1637,8 @@ class ShallowMirrorDaemon:
                   error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
                   state=state.health.state, attempt=state.health.attempts,
                   exc_info=not isinstance(exc, MirrorError | Errors.KafkaError))
-        if not self._round_books:  # inside a round the round's end publishes (one walk, not one per failed lane);
-            self._states_pending = True  # elsewhere (lanes failing to open) at the end of the loop's pass, likewise
+        if not self._round_books:  # inside a round the round's end publishes (once, not once per failed lane);
+            self._publish_due_states()  # elsewhere the lanes marked since (nothing per idle lane)
 
     def _halt(self, state: LaneState, exc: BaseException, reason: str, *, stopped: str = HALTED,
               range_end: int | None = None) -> None:
@@ -1550,6 +1651,7 @@ class ShallowMirrorDaemon:
             range_end = _first_known(getattr(exc, "log_start_offset", None), getattr(exc, "source_offset", None))
         persisted = PersistedLaneState(stopped, reason, str(exc), now_ms(), position, range_end)
         state.health.stop(persisted)
+        self._health_dirty.add(state.lane)
         self._halts += 1
         self.openings.touch(state.lane)  # a halted lane stays out of the round (looked at: stopped, not opened)
         self.status.halted[state.lane] = str(exc)
@@ -1559,13 +1661,12 @@ class ShallowMirrorDaemon:
         event("lane_halted" if stopped == HALTED else "lane_retired", logging.ERROR if stopped == HALTED
               else logging.WARNING, topic=state.topic, partition=state.partition, lane=state.lane, reason=reason,
               position=position, range_end=range_end, persisted=saved, error=exc)
-        self._states_pending = True  # published once per pass (_publish_pending_states), not once per halt
+        # published once per pass (_publish_pending_states), not once per halt
 
     def _publish_pending_states(self) -> None:
-        """Lanes halted during this pass of the loop: their states published — one walk, however many halted."""
-        if self._states_pending:
-            self._states_pending = False
-            self._publish_lane_states()
+        """Once per pass of the loop: lanes halted during it, and any other lane whose health is due
+        (:meth:`_publish_due_states`: nothing per idle lane) — also when no round ran (every lane backing off)."""
+        self._publish_due_states()
 
     def _persist(self, state: LaneState, persisted: PersistedLaneState) -> bool:
         """Write the lane state into the lane's checkpoint; False (logged) when there is none or the write

@@ -83,7 +83,7 @@ class DaemonMetrics:
         self.last_loop = time.monotonic()
         self._lanes_lock = threading.Lock()
         self._lanes: dict[str, dict] = {}
-        self._lane_series: set[tuple] = set()
+        self._lane_series: dict[str, set[tuple]] = {}  # lane → its lane-state series now set
 
     def observe_copy(self, topic: str, partition: int, result, newest_timestamp_ms: int | None) -> None:
         labels = (topic, str(partition))
@@ -102,26 +102,44 @@ class DaemonMetrics:
     def publish_lanes(self, pipeline: str, lanes: dict[str, dict]) -> None:
         """Replace the lane states shown in metrics and ``/readyz``: lane → ``LaneHealth.as_dict()`` plus topic
         and partition. One ``shoal_lane_state`` series per lane (the old state's series is removed)."""
-        series = set()
-        for lane in lanes.values():
-            labels = (pipeline, lane["topic"], str(lane["partition"]))
-            state = lane["state"] if lane["state"] in STATES else "copying"
-            reason = lane["reason"] if lane["reason"] in REASONS else "unknown"
-            series.add(("state", *labels, state, reason))
-            self.lane_state.labels(*labels, state, reason).set(1)
-            self.lane_attempts.labels(*labels).set(lane["attempts"])
-            self.lane_failing_since.labels(*labels).set((lane["since_ms"] or 0) / 1000)
-            for bound, value in (("position", lane["position"]), ("range_end", lane["range_end"])):
-                if state == "halted" and value is not None:
-                    series.add(("offset", *labels, bound))
-                    self.lane_halt_offset.labels(*labels, bound).set(value)
+        series = {name: self._set_lane(pipeline, lane) for name, lane in lanes.items()}
         with self._lanes_lock:
-            for stale in self._lane_series - series:
-                gauge = self.lane_state if stale[0] == "state" else self.lane_halt_offset
-                with contextlib.suppress(KeyError):  # never set in this process
-                    gauge.remove(*stale[1:])
+            kept = set().union(*series.values())
+            for stale in set().union(*self._lane_series.values()) - kept:
+                self._remove_series(stale)
             self._lane_series = series
             self._lanes = {name: {"lane": name, "pipeline": pipeline, **lane} for name, lane in lanes.items()}
+
+    def update_lanes(self, pipeline: str, lanes: dict[str, dict]) -> None:
+        """Like :meth:`publish_lanes` for ``lanes`` only (the lanes whose state changed); the others stay as shown."""
+        for name, lane in lanes.items():
+            series = self._set_lane(pipeline, lane)
+            with self._lanes_lock:
+                for stale in self._lane_series.get(name, set()) - series:
+                    self._remove_series(stale)
+                self._lane_series[name] = series
+                self._lanes[name] = {"lane": name, "pipeline": pipeline, **lane}
+
+    def _set_lane(self, pipeline: str, lane: dict) -> set[tuple]:
+        """Set one lane's series; returns them."""
+        series = set()
+        labels = (pipeline, lane["topic"], str(lane["partition"]))
+        state = lane["state"] if lane["state"] in STATES else "copying"
+        reason = lane["reason"] if lane["reason"] in REASONS else "unknown"
+        series.add(("state", *labels, state, reason))
+        self.lane_state.labels(*labels, state, reason).set(1)
+        self.lane_attempts.labels(*labels).set(lane["attempts"])
+        self.lane_failing_since.labels(*labels).set((lane["since_ms"] or 0) / 1000)
+        for bound, value in (("position", lane["position"]), ("range_end", lane["range_end"])):
+            if state == "halted" and value is not None:
+                series.add(("offset", *labels, bound))
+                self.lane_halt_offset.labels(*labels, bound).set(value)
+        return series
+
+    def _remove_series(self, stale: tuple) -> None:
+        gauge = self.lane_state if stale[0] == "state" else self.lane_halt_offset
+        with contextlib.suppress(KeyError):  # never set in this process
+            gauge.remove(*stale[1:])
 
     def readiness(self) -> tuple[bool, dict]:
         """(ready, JSON body): not ready while any lane is halted or stalled, or the group has not formed."""

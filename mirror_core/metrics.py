@@ -1,13 +1,15 @@
 """Prometheus gauges for retention deadlines, as plain functions the daemon and the guard DAG call.
 
 ``register_retention_gauges(registry)`` once per registry, then ``update_retention_gauges(statuses)`` after each
-assessment: every registered set is replaced by the latest verdicts (partitions no longer assessed disappear).
+assessment: every registered set is replaced by the latest verdicts (partitions no longer assessed disappear); the
+daemon sets and removes one partition's verdict at a time (``set_retention_verdict``, ``remove_retention_verdict``).
 Gauges carry ``topic`` and ``partition`` labels; "never" is ``+Inf`` (no deadline, or an ETA that never comes) and
 a LOST partition's margin is ``-Inf``, as Prometheus represents them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -71,6 +73,33 @@ def update_retention_gauges(statuses: Iterable[RetentionStatus], gauges: Retenti
                 g.lost_offsets.labels(*labels).set(s.lost_records)
                 for st in Status:
                     g.status.labels(*labels, st.value).set(1.0 if s.status is st else 0.0)
+
+
+def set_retention_verdict(gauges: RetentionGauges, topic: str, partition: int, values: tuple) -> None:
+    """One partition's verdict in ``gauges``: ``values`` = (margin s, time to loss s, catch-up ETA s, unmirrored
+    bytes, lost offsets, status) — the daemon's retention watch updates only the partitions whose verdict changed."""
+    margin, ttl, eta, unmirrored, lost, status = values
+    labels = (topic, str(partition))
+    with _lock:
+        gauges.margin.labels(*labels).set(margin)
+        gauges.time_to_loss.labels(*labels).set(ttl)
+        gauges.eta.labels(*labels).set(eta)
+        gauges.unmirrored_bytes.labels(*labels).set(unmirrored)
+        gauges.lost_offsets.labels(*labels).set(lost)
+        for st in Status:
+            gauges.status.labels(*labels, st.value).set(1.0 if status is st else 0.0)
+
+
+def remove_retention_verdict(gauges: RetentionGauges, topic: str, partition: int) -> None:
+    """Remove one partition's series from ``gauges`` (it is no longer held here)."""
+    labels = (topic, str(partition))
+    with _lock:
+        for metric in (gauges.margin, gauges.time_to_loss, gauges.eta, gauges.unmirrored_bytes, gauges.lost_offsets):
+            with contextlib.suppress(KeyError):
+                metric.remove(*labels)
+        for st in Status:
+            with contextlib.suppress(KeyError):
+                gauges.status.remove(*labels, st.value)
 
 
 def unregister_retention_gauges(registry: CollectorRegistry, gauges: RetentionGauges) -> None:

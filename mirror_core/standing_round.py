@@ -114,13 +114,20 @@ class StandingRound:
         self._unplaced: dict[str, _Member] = {}
         self._brokers: dict[int, _Broker] = {}
         self._pending: StandingPending | None = None
+        self._synced: Sequence | None = None  # the sequence last given to sync (see there)
 
     def __len__(self) -> int:
         return len(self._members)
 
     def sync(self, lanes: Sequence[tuple[str, RawBatchFetcher]]) -> None:
-        """This round's lanes (each once): a lane with a new fetcher joins, a lane not given any more leaves."""
+        """This round's lanes (each once): a lane with a new fetcher joins, a lane not given any more leaves.
+
+        The very sequence object synced last time (an idle daemon's rounds reuse their list while no lane changed):
+        nothing to compare — membership changes only here. A caller must not change a sequence it passed."""
         self._no_round_outstanding()
+        if lanes is self._synced:
+            return
+        self._synced = lanes
         members = self._members
         for lane, fetcher in lanes:
             member = members.get(lane)

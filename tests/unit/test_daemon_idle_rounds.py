@@ -11,6 +11,7 @@ import mirror_core.daemon as D
 from mirror_core.broker_fetch import PartitionOutcome
 from mirror_core.daemon_config import pipeline_config_from_mapping
 from mirror_core.fetcher import FetchResult
+from mirror_core.lane_health_records import HEALTH_REFRESH_S
 from mirror_core.lane_status import COPYING, RETRYING, STALLED
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
@@ -87,28 +88,101 @@ def test_idle_lane_lag_gauge_is_set_once_and_follows_changes(daemon, monkeypatch
     assert _gauge(daemon, "shoal_lag_records", 3) == 5
 
 
+class Publications:
+    """Counts the full lane-state publications (every lane) and the incremental ones (the lanes named)."""
+
+    def __init__(self, daemon, monkeypatch):
+        self.full, self.updates = [], []
+        real_full, real_update = daemon.metrics.publish_lanes, daemon.metrics.update_lanes
+        monkeypatch.setattr(daemon.metrics, "publish_lanes",
+                            lambda pipeline, lanes: (self.full.append(len(lanes)), real_full(pipeline, lanes)))
+        monkeypatch.setattr(daemon.metrics, "update_lanes",
+                            lambda pipeline, lanes: (self.updates.append(sorted(lanes)),
+                                                     real_update(pipeline, lanes)))
+
+
+def _fail(daemon, lane: str, error: str = "broker down") -> None:
+    """A lane's copy failed (the daemon's own path: classified, backoff, health)."""
+    daemon._failed(daemon.lanes[lane], D.Errors.KafkaConnectionError(error))
+
+
 @pytest.mark.timeout(10)
-def test_a_round_compares_the_health_of_the_lanes_it_touched_and_every_lane_once_a_second(daemon, monkeypatch):
-    walks = []
-    real = daemon._publish_lane_states
-    monkeypatch.setattr(daemon, "_publish_lane_states", lambda: (walks.append(1), real()))
+def test_a_round_publishes_only_the_lanes_whose_health_changed(daemon, monkeypatch):
+    seen = Publications(daemon, monkeypatch)
     daemon._publish_round_states([])   # first round: every lane is new to /readyz
-    assert len(walks) == 1
-    for _ in range(5):                 # idle rounds: nothing touched, no lane walked
+    assert seen.full == [LANES] and seen.updates == []
+    for _ in range(5):                 # idle rounds: nothing touched, nothing compared, nothing published
         daemon._publish_round_states([])
-    assert len(walks) == 1
-    state = daemon.lanes["orders-7"]
-    state.health.failed("source_unavailable", "leader moved", D.now_ms(), position=3)
-    daemon._publish_round_states([daemon.lanes["orders-2"]])   # touched, unchanged: no walk
-    assert len(walks) == 1
-    daemon._publish_round_states([state])                      # touched and changed: published at once
-    assert len(walks) == 2 and _lane_states(daemon)["orders-7"] == RETRYING
-    state.health.since_ms -= 3_600_000    # stalled by time alone, in no round's news ...
+    assert seen.full == [LANES] and seen.updates == []
+    daemon._publish_round_states([daemon.lanes["orders-2"]])   # touched, unchanged: nothing published
+    assert seen.updates == []
+    _fail(daemon, "orders-7")          # outside a round: shown at once, that lane alone
+    assert seen.updates == [["orders-7"]] and seen.full == [LANES]
+    assert _lane_states(daemon)["orders-7"] == RETRYING and daemon.metrics.readiness()[0]
+    daemon.lanes["orders-7"].health.succeeded()                # its next round's news: copying again
+    daemon._publish_round_states([daemon.lanes["orders-7"]])
+    assert seen.updates[-1] == ["orders-7"] and _lane_states(daemon)["orders-7"] == COPYING
+    assert set(_lane_states(daemon).values()) == {COPYING} and len(_lane_states(daemon)) == LANES
+
+
+@pytest.mark.timeout(10)
+def test_a_retrying_lane_turns_stalled_by_time_alone_with_no_event_and_no_walk(daemon, monkeypatch):
+    seen = Publications(daemon, monkeypatch)
     daemon._publish_round_states([])
+    clock = {"ms": D.now_ms()}
+    monkeypatch.setattr(D, "now_ms", lambda: clock["ms"])
+    _fail(daemon, "orders-7")
     assert _lane_states(daemon)["orders-7"] == RETRYING
-    daemon._next_health_walk = 0.0        # ... shows at the next walk (at most HEALTH_WALK_S later)
-    daemon._publish_round_states([])
+    stall_ms = daemon.config.stall_after_s * 1000
+    clock["ms"] += stall_ms - 1000     # not yet: idle rounds show it retrying
+    for _ in range(3):
+        daemon._publish_round_states([])
+    assert _lane_states(daemon)["orders-7"] == RETRYING and daemon.metrics.readiness()[0]
+    clock["ms"] += 2000                # past stall_after_s: the next idle round shows it stalled, /readyz fails
+    daemon._publish_pending_states()   # (also when no round runs: every lane backing off)
     assert _lane_states(daemon)["orders-7"] == STALLED
+    assert daemon.metrics.readiness()[1]["not_ready_lanes"] == ["orders-7"]
+    assert seen.full == [LANES], "no walk of every lane: the stall came from the lane's own due time"
+    assert all(update == ["orders-7"] for update in seen.updates)
+
+
+@pytest.mark.timeout(10)
+def test_the_walk_of_every_lane_still_runs_as_a_check(daemon, monkeypatch):
+    seen = Publications(daemon, monkeypatch)
+    daemon._publish_round_states([])
+    health = daemon.lanes["orders-9"].health
+    health.failed("unknown", "changed behind the daemon's back", D.now_ms())  # no event told the books
+    daemon._publish_round_states([])
+    assert _lane_states(daemon)["orders-9"] == COPYING
+    daemon._next_health_walk = 0.0     # HEALTH_WALK_S later
+    daemon._publish_round_states([])
+    assert _lane_states(daemon)["orders-9"] == RETRYING and seen.full == [LANES, LANES]
+
+
+@pytest.mark.timeout(10)
+def test_health_records_look_only_at_lanes_that_failed(daemon, monkeypatch):
+    written = []
+    daemon.health_records = NS(write=lambda pipeline, holder, writes, clears, now: written.append(
+        (sorted(writes), sorted(clears))))
+    looked = []
+    real = D.live_health
+    monkeypatch.setattr(D, "live_health", lambda health: (looked.append(1), real(health))[1])
+    daemon._write_health_records(D.now_ms())
+    assert written == [] and looked == [], "no lane failed: no lane looked at"
+    _fail(daemon, "orders-3")
+    _fail(daemon, "orders-5")
+    daemon._write_health_records(D.now_ms())
+    assert written == [(["orders-3", "orders-5"], [])] and len(looked) == 2
+    daemon.lanes["orders-3"].health.succeeded()
+    daemon._write_health_records(D.now_ms())
+    assert written[-1] == ([], ["orders-3"])
+    looked.clear()
+    daemon._write_health_records(D.now_ms())  # orders-5's record is fresh: nothing due; orders-3 left the watch
+    assert len(written) == 2 and len(looked) == 1
+    later = D.now_ms() + int(HEALTH_REFRESH_S * 1000) + 1  # still failing: rewritten every HEALTH_REFRESH_S
+    daemon.lanes["orders-5"].health.stall_after_s = 1e9
+    daemon._write_health_records(later)
+    assert written[-1] == (["orders-5"], [])
 
 
 @pytest.mark.timeout(10)
@@ -127,14 +201,44 @@ def test_a_round_takes_only_its_news_and_a_lane_with_news_no_longer_ready_reopen
     assert quiet.fetcher is not None
 
 
+def _idle_share(daemon, lane: str, position: int, high_watermark: int) -> None:
+    """A round's news for ``lane``: nothing new, the partition's high watermark as the broker reported it."""
+    state = daemon.lanes[lane]
+    result = FetchResult([], position, high_watermark, high_watermark, 0)
+    assert daemon._share_fetched(state, position, PartitionOutcome(result=result)) is None
+
+
 @pytest.mark.timeout(10)
-def test_the_retention_watch_gets_positions_on_its_cadence_not_every_round(daemon, monkeypatch):
-    published = []
-    monkeypatch.setattr(daemon.retention, "publish", published.append)
-    daemon.lanes["orders-4"].start = 40
-    for _ in range(20):
-        daemon._publish_positions_if_due()
-    assert len(published) == 1 and published[0] == {("orders", 4): 40}
-    daemon._next_positions = 0.0
-    daemon._publish_positions_if_due()
-    assert len(published) == 2
+def test_retention_positions_follow_the_news_and_lanes_without_news_keep_theirs(daemon):
+    for p in range(3):  # opened: a session at its checkpoint, a fetcher there
+        state = daemon.lanes[f"orders-{p}"]
+        state.fetcher, state.session = NS(position=10 * p), NS(position=10 * p)
+    _idle_share(daemon, "orders-0", 0, 0)      # at the high watermark: caught up
+    _idle_share(daemon, "orders-1", 10, 10)
+    _idle_share(daemon, "orders-2", 20, 25)    # an open transaction past it, say: behind
+    _fail(daemon, "orders-3")                  # never answered, its open failed; a new lane's start is known
+    assert daemon.positions.snapshot() == ({("orders", 2): 20}, {("orders", 0): 0, ("orders", 1): 10})
+    daemon.lanes["orders-3"].start = 30
+    _fail(daemon, "orders-3")
+    for _ in range(5):                         # idle rounds: no news, every position stays reported
+        daemon._publish_round_states([])
+    behind, caught = daemon.positions.snapshot()
+    assert behind == {("orders", 2): 20, ("orders", 3): 30} and caught == {("orders", 0): 0, ("orders", 1): 10}
+    _idle_share(daemon, "orders-1", 10, 12)    # the high watermark moved: behind at once
+    assert not daemon.positions.is_caught_up(("orders", 1))
+    _fail(daemon, "orders-0")                  # a failed copy: behind at its committed position, kept while reset
+    assert daemon.positions.snapshot()[0][("orders", 0)] == 0 and daemon.lanes["orders-0"].session is None
+    daemon._drop("orders-2", "revoked by the group")
+    assert daemon.positions.position(("orders", 2)) is None
+
+
+@pytest.mark.timeout(10)
+def test_a_caught_up_lane_that_lost_its_fetcher_is_put_behind_by_the_check(daemon):
+    state = daemon.lanes["orders-4"]
+    state.fetcher, state.session = NS(position=7), NS(position=7)
+    _idle_share(daemon, "orders-4", 7, 7)
+    assert daemon.positions.is_caught_up(("orders", 4))
+    state.fetcher = None                       # reset by a path that forgot to say so
+    daemon._next_health_walk = 0.0
+    daemon._publish_round_states([])
+    assert not daemon.positions.is_caught_up(("orders", 4)) and daemon.positions.position(("orders", 4)) == 7

@@ -363,16 +363,21 @@ def test_health_records_are_written_when_a_lane_state_changes_not_per_round():
         daemon._maintain_group()
     assert daemon.health_records.writes == []
     health = daemon.lanes["t-3"].health
-    health.failed("unavailable", "the target went away", 1_000)
+
+    def fail(reason: str, message: str, at_ms: int) -> None:  # as the daemon's _failed records a lane's failure
+        health.failed(reason, message, at_ms)
+        daemon._health_failed(daemon.lanes["t-3"])
+
+    fail("unavailable", "the target went away", 1_000)
     daemon._maintain_group()
     daemon._maintain_group()
     assert len(daemon.health_records.writes) == 1
     written, cleared = daemon.health_records.writes[0]
     assert list(written) == ["t-3"] and written["t-3"]["state"] == "retrying" and cleared == []
-    health.failed("unavailable", "still away", 2_000)  # another attempt, same state and reason: not at once
+    fail("unavailable", "still away", 2_000)  # another attempt, same state and reason: not at once
     daemon._maintain_group()
     assert len(daemon.health_records.writes) == 1
-    health.failed("transaction_timeout", "timed out", 3_000)
+    fail("transaction_timeout", "timed out", 3_000)
     daemon._maintain_group()
     assert daemon.health_records.writes[-1][0]["t-3"]["reason"] == "transaction_timeout"
     health.succeeded()
@@ -473,3 +478,24 @@ def test_a_lane_whose_deleted_source_topic_left_the_assignment_halts_or_retires_
     daemon._deleted_source_topics = lambda topics: set()
     daemon._maintain_group()
     assert daemon.held == set() and daemon.lanes["u-0"].health.state == "copying"
+
+
+def test_an_unchanged_group_round_applies_nothing_and_a_change_is_still_applied():
+    """An idle daemon's group round (every lease_ttl_s / 3): the same eligible lanes, assignment, lease blocks and
+    fenced lanes as last time — the held set is not recomputed lane by lane; any of them changing is applied."""
+    daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(20)), lease_compat="off")
+    applied = []
+    real = daemon._hold_wanted
+    daemon._hold_wanted = lambda *a: (applied.append(1), real(*a))
+    daemon._maintain_group()
+    assert len(applied) == 1 and len(daemon.held) == 20
+    for _ in range(3):
+        daemon._maintain_group()
+    assert len(applied) == 1
+    daemon.membership.full.discard(("t", 4))      # the group took a partition away
+    daemon.membership.generation += 1
+    daemon._maintain_group()
+    assert len(applied) == 2 and "t-4" not in daemon.held and len(daemon.held) == 19
+    daemon._drop("t-5", "fenced: another process opened it")   # dropped by the loop: the held set moved
+    daemon._maintain_group()
+    assert len(applied) == 3 and "t-5" in daemon.held, "eligible and assigned: acquired again"

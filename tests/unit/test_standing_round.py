@@ -316,3 +316,30 @@ def test_no_partition_with_data_at_its_position_is_ever_left_out(ops):
                         f"{lane} had data at {before[lane]} (end {truth[lane]}) and was left out"
                 committed[lane] = fetcher.position
             assert rounds.audit() == []
+
+
+class _CountingLanes(list):
+    """A round's lane list that counts the walks over it."""
+
+    walks = 0
+
+    def __iter__(self):
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_syncing_the_same_lane_list_again_walks_nothing_and_a_new_list_is_still_followed():
+    keys, logs, brokers, fetchers, rounds = _setup(40, hw=1)
+    lanes = _CountingLanes(fetchers.items())
+    rounds.sync(lanes)
+    rounds.send().collect()
+    walked = _CountingLanes.walks
+    for _ in range(5):   # an idle daemon's rounds: the very list it synced, unchanged
+        rounds.sync(lanes)
+        assert rounds.send().collect() == []
+    assert _CountingLanes.walks == walked, "the same list: not walked again"
+    lane = f"{keys[7].topic}-{keys[7].partition}"
+    fetchers[lane] = _Fetcher(keys[7], fetchers[lane].leader_node, position=0)   # reopened: a new list
+    rounds.sync(_CountingLanes(fetchers.items()))
+    news = rounds.send().collect()
+    assert [n[0] for n in news] == [lane] and news[0][3].result.next_offset == 1
