@@ -71,3 +71,30 @@ def test_a_lane_given_up_while_retrying_does_not_turn_stalled_here(daemon, monke
     daemon._publish_pending_states()
     assert _lane_states(daemon).get("orders-5") != STALLED
     assert daemon.metrics.readiness()[0], daemon.metrics.readiness()[1]["not_ready_lanes"]
+
+
+@pytest.mark.timeout(10)
+def test_a_lane_reacquired_long_after_it_was_given_up_while_retrying_writes_no_stalled_record(daemon, monkeypatch):
+    """The same lane coming back to this process (the group moves it back an hour later): it has not failed here
+    since, so no health record may say it is stalled — ``shoal mirror status`` and the UI read those records from
+    any machine — and /readyz must not show it stalled before it even opened."""
+    from types import SimpleNamespace as NS
+
+    written = []
+    daemon.health_records = NS(write=lambda pipeline, holder, writes, clears, now: written.append(
+        (dict(writes), sorted(clears))))
+    clock = {"ms": D.now_ms()}
+    monkeypatch.setattr(D, "now_ms", lambda: clock["ms"])
+    daemon._publish_round_states([])
+    _fail(daemon, "orders-6")
+    daemon._write_health_records(clock["ms"])
+    assert list(written[-1][0]) == ["orders-6"]
+    daemon._drop("orders-6", "revoked by the group")
+    daemon._write_health_records(clock["ms"])
+    assert written[-1][1] == ["orders-6"], "given up: its record cleared"
+    clock["ms"] += 3_600_000
+    daemon.held.add("orders-6")           # acquired again; opening
+    daemon._publish_pending_states()
+    daemon._write_health_records(clock["ms"])
+    assert all("orders-6" not in writes for writes, _ in written[2:]), written[2:]
+    assert _lane_states(daemon)["orders-6"] != STALLED
