@@ -95,7 +95,7 @@ from mirror_core.lane_control import persist_lane_state
 from mirror_core.lane_health_records import LaneHealthWriter, live_health, plan_health_writes
 from mirror_core.lane_openings import HeldLanes, LaneOpenings
 from mirror_core.lane_openings import audit as audit_openings
-from mirror_core.lane_status import HALTED, RETIRED, RETRYING, LaneHealth, PersistedLaneState, classify_failure
+from mirror_core.lane_status import HALTED, RETIRED, RETRYING, STALLED, LaneHealth, PersistedLaneState, classify_failure
 from mirror_core.lane_workers import LaneClients, LaneWorkerPool, TaskOutcome
 from mirror_core.leases import (
     Lease,
@@ -750,6 +750,12 @@ class ShallowMirrorDaemon:
             if self._stall_at.get(lane) != at:
                 self._stall_at[lane] = at
                 heapq.heappush(self._stall_times, (at, lane))
+                # a lane failing anew after recovering leaves its superseded due time in the heap until that time
+                # comes (stall_after_s later): rebuilt from the live ones when those are most of it, so the heap
+                # stays bounded by the lanes, not by the failure rate times stall_after_s
+                if len(self._stall_times) > 2 * len(self._stall_at) + 64:
+                    self._stall_times = [(due, name) for name, due in self._stall_at.items()]
+                    heapq.heapify(self._stall_times)
 
     def _audit_positions(self) -> None:
         """Every ``HEALTH_WALK_S``: the retention positions kept by events checked against the held lanes — a lane
@@ -1061,6 +1067,9 @@ class ShallowMirrorDaemon:
                     gauge.remove(state.topic, str(state.partition))
             state.shown_lag = None
             self.positions.forget((state.topic, state.partition))  # its retention is watched by its next holder
+            if state.health.state in (RETRYING, STALLED):  # its health is its next holder's to tell: not turning
+                state.health.succeeded()                   # ``stalled`` here (not ready) for a lane not copied here
+                self._health_dirty.add(lane)
         event("lane_dropped", lane=lane, reason=why)
 
     def _renew_fences(self) -> None:
