@@ -11,7 +11,6 @@ import pytest
 
 from mirror_core.thread_sampler import ThreadSampler, kind_of
 
-
 SPIN_CPU_S = 0.4  # the busy thread's own CPU before it stops (not wall time: a loaded machine gives it less)
 
 
