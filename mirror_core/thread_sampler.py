@@ -84,6 +84,9 @@ class ThreadSampler:
             name = thread.name if thread is not None else comm
             if tid not in self.names:
                 self.names[tid], self.first_cpu[tid], self.started_at[tid] = name, spent, now
+            elif thread is not None and self.names[tid] != name:
+                # first seen by its comm: a thread is in /proc a moment before threading knows it by name
+                self.names[tid] = name
             busy = spent > self.cpu.get(tid, self.first_cpu[tid])
             self.cpu[tid] = spent
             if busy and thread is not None and thread.ident in frames:

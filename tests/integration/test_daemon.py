@@ -175,6 +175,18 @@ class LoadProducer(threading.Thread):
         self._stop_event = threading.Event()
         self._lock = threading.Lock()
 
+    def start(self) -> None:
+        """Start producing; return once the first records are acknowledged (60 s at most). A test that judges
+        "caught up" right after must not find an empty source because the producer was still starting: CI on
+        a8854d0 saw the transactional producer's init take longer than the daemon's start, every source end at
+        0, the pipeline "caught up" at once and the load stopped before it produced anything."""
+        super().start()
+        deadline = time.monotonic() + 60
+        while self.produced == 0:
+            assert self.is_alive(), f"load producer ended before producing: {self.errors[:3]}"
+            assert time.monotonic() < deadline, f"load producer produced nothing in 60 s: {self.errors[:3]}"
+            time.sleep(0.05)
+
     def add_topic(self, topic: str) -> None:
         with self._lock:
             self.topics.append(topic)
