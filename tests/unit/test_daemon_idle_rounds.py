@@ -19,14 +19,19 @@ BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"
 LANES = 50
 
 
-@pytest.fixture
-def daemon():
+def held_daemon(lanes: int) -> D.ShallowMirrorDaemon:
+    """A daemon (no I/O) holding ``lanes`` lanes of topic ``orders``, none opened."""
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="me")
-    for p in range(LANES):
+    for p in range(lanes):
         lane = f"orders-{p}"
         daemon.lanes[lane] = D.LaneState("orders", p, "orders", lane, health=daemon._new_health())
         daemon.held.add(lane)
     return daemon
+
+
+@pytest.fixture
+def daemon():
+    return held_daemon(LANES)
 
 
 def _lane_states(daemon) -> dict[str, str]:

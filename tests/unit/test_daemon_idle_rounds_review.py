@@ -6,26 +6,15 @@ from __future__ import annotations
 import pytest
 
 import mirror_core.daemon as D
-from mirror_core.daemon_config import pipeline_config_from_mapping
 from mirror_core.lane_status import COPYING, STALLED
+from tests.unit.test_daemon_idle_rounds import _lane_states, held_daemon
 
-BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
-        "include": "orders.*"}
 LANES = 20
 
 
 @pytest.fixture
 def daemon():
-    daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="me")
-    for p in range(LANES):
-        lane = f"orders-{p}"
-        daemon.lanes[lane] = D.LaneState("orders", p, "orders", lane, health=daemon._new_health())
-        daemon.held.add(lane)
-    return daemon
-
-
-def _lane_states(daemon) -> dict[str, str]:
-    return {lane["lane"]: lane["state"] for lane in daemon.metrics.readiness()[1]["lanes"]}
+    return held_daemon(LANES)
 
 
 def _fail(daemon, lane: str) -> None:

@@ -35,12 +35,12 @@ def clock(monkeypatch):
     return clock
 
 
-@pytest.fixture
-def daemon(clock, monkeypatch):
-    daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="me")
-    daemon._next_openings_audit = clock.t + 3600  # the audit is tested on its own below
+def opening_daemon(monkeypatch, mapping: dict, lanes: int) -> D.ShallowMirrorDaemon:
+    """A daemon holding ``lanes`` lanes whose opening is faked (a session and a fetcher at 0; ``daemon.opened``
+    lists the lanes each ``_open_lanes`` call opened)."""
+    daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(mapping), worker_id="me")
     daemon.pruner = NS(floors=lambda: {})
-    daemon.opened = []  # the lanes each _open_lanes call opened (fake: a session and a fetcher at 0)
+    daemon.opened = []
 
     def open_lanes(states, began):
         daemon.opened.append(sorted(state.lane for state in states))
@@ -48,10 +48,17 @@ def daemon(clock, monkeypatch):
                 for state, (session, _gen) in zip(states, began, strict=True)]
 
     monkeypatch.setattr(daemon, "_open_lanes", open_lanes)
-    for p in range(LANES):
+    for p in range(lanes):
         lane = f"orders-{p}"
         daemon.lanes[lane] = D.LaneState("orders", p, "orders", lane, health=daemon._new_health())
         daemon.held.add(lane)
+    return daemon
+
+
+@pytest.fixture
+def daemon(clock, monkeypatch):
+    daemon = opening_daemon(monkeypatch, BASE, LANES)
+    daemon._next_openings_audit = clock.t + 3600  # the audit is tested on its own below
     return daemon
 
 

@@ -12,7 +12,7 @@ import mirror_core.daemon as D
 from mirror_core.daemon_config import pipeline_config_from_mapping
 from mirror_core.lane_status import HALTED, PersistedLaneState
 from mirror_core.lane_workers import TaskOutcome
-from tests.unit.test_daemon_lane_openings import Clock, FakeStore, FenceSession
+from tests.unit.test_daemon_lane_openings import Clock, FakeStore, FenceSession, opening_daemon
 
 HOURLY = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
           "include": "orders.*", "rescan_interval_s": 3600}  # a pipeline that rescans hourly
@@ -27,21 +27,7 @@ def clock(monkeypatch):
 
 
 def _daemon(monkeypatch, mapping: dict) -> D.ShallowMirrorDaemon:
-    daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(mapping), worker_id="me")
-    daemon.pruner = NS(floors=lambda: {})
-    daemon.opened = []
-
-    def open_lanes(states, began):
-        daemon.opened.append(sorted(state.lane for state in states))
-        return [TaskOutcome(value=(session or NS(position=0, prune_floor=None), NS(position=0)))
-                for state, (session, _gen) in zip(states, began, strict=True)]
-
-    monkeypatch.setattr(daemon, "_open_lanes", open_lanes)
-    for p in range(LANES):
-        lane = f"orders-{p}"
-        daemon.lanes[lane] = D.LaneState("orders", p, "orders", lane, health=daemon._new_health())
-        daemon.held.add(lane)
-    return daemon
+    return opening_daemon(monkeypatch, mapping, LANES)
 
 
 def _round(daemon) -> set[str]:
@@ -108,16 +94,22 @@ def test_a_lane_lost_from_the_openings_books_is_reopened_within_the_audit_cap_on
     assert state.session is not None and state.fetcher is not None and "orders-3" in _round(daemon)
 
 
-@pytest.mark.timeout(10)
-def test_a_fence_missed_by_the_heap_is_renewed_within_the_audit_cap_on_an_hourly_rescan(clock, monkeypatch):
-    """At-least-once: the fence walk is the net for a session the heap never saw; on an hourly rescan it ran
-    hourly, so such a fence stayed lapsed for up to an hour (the heap's whole point is that idle lanes still renew)."""
+def _one_lane_at_least_once() -> tuple[D.ShallowMirrorDaemon, D.LaneState]:
+    """An at-least-once daemon on an hourly rescan holding one lane, its worker tasks run inline."""
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping({**HOURLY, "mode": "at-least-once"}),
                                    worker_id="me")
     daemon.workers = NS(run=lambda tasks, tick=None: [TaskOutcome(value=fn(None)) for _lane, fn in tasks],
                         release=lambda lane: None)
     state = daemon.lanes["orders-0"] = D.LaneState("orders", 0, "orders", "orders-0", health=daemon._new_health())
     daemon.held.add("orders-0")
+    return daemon, state
+
+
+@pytest.mark.timeout(10)
+def test_a_fence_missed_by_the_heap_is_renewed_within_the_audit_cap_on_an_hourly_rescan(clock, monkeypatch):
+    """At-least-once: the fence walk is the net for a session the heap never saw; on an hourly rescan it ran
+    hourly, so such a fence stayed lapsed for up to an hour (the heap's whole point is that idle lanes still renew)."""
+    daemon, state = _one_lane_at_least_once()
     daemon._renew_fences()  # the first pass: the walk runs (nothing held open yet) and is scheduled again
     state.session = FenceSession(clock)  # installed without _schedule_fence (a missed hook)
     clock.t += 61.0  # its fence is due
@@ -152,12 +144,7 @@ def test_the_fence_walk_does_not_cry_repaired_for_a_fence_the_heap_holds(monkeyp
     events = []
     real_event = D.event
     monkeypatch.setattr(D, "event", lambda name, *a, **k: (events.append(name), real_event(name, *a, **k)))
-    daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping({**HOURLY, "mode": "at-least-once"}),
-                                   worker_id="me")
-    daemon.workers = NS(run=lambda tasks, tick=None: [TaskOutcome(value=fn(None)) for _lane, fn in tasks],
-                        release=lambda lane: None)
-    state = daemon.lanes["orders-0"] = D.LaneState("orders", 0, "orders", "orders-0", health=daemon._new_health())
-    daemon.held.add("orders-0")
+    daemon, state = _one_lane_at_least_once()
     state.session = TickingFenceSession(clock)
     state.session.fenced_at = clock.t - state.session.INTERVAL + 0.0015  # falls due just after the next ``now``
     daemon._schedule_fence(state)  # scheduled, as every opened session is
