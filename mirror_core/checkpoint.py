@@ -341,10 +341,13 @@ class CheckpointStore:
 
         admin = TopicAdmin(self.cluster)
         existing = admin.list_topics().get(self.topic)
-        if existing is None:  # created with our settings (DescribeConfigs may not know it yet: nothing to check)
+        if existing is None:
             replicas, config = checkpoint_topic_settings(admin.broker_count())
-            admin.create(self.topic, self.partitions, config, exist_ok=True, replication_factor=replicas)
-            return
+            if admin.create(self.topic, self.partitions, config, exist_ok=True, replication_factor=replicas):
+                return  # created with our settings (DescribeConfigs may not know it yet: nothing to check)
+            # it existed after all: the metadata that answered did not know it yet, or another process created it
+            # a moment ago, with settings of its own. Those are checked like any existing topic's.
+            existing = self._partition_count_once_known(admin)
         if existing != self.partitions:
             raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} has {existing} "
                               f"partitions, Shoal expects {self.partitions}; keys would land in the wrong place")
@@ -352,6 +355,20 @@ class CheckpointStore:
         if problems:
             raise ConfigError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r}: "
                               + "; ".join(problems))
+
+    METADATA_CATCH_UP_S = 5.0  # how long a topic the cluster said exists may stay missing from its metadata
+
+    def _partition_count_once_known(self, admin) -> int:
+        """The partition count of this store's topic, which the cluster said exists while its metadata did not
+        list it yet: asked again for up to :attr:`METADATA_CATCH_UP_S`."""
+        wait_s = self.METADATA_CATCH_UP_S
+        deadline = time.monotonic() + wait_s
+        while (count := admin.list_topics().get(self.topic)) is None:
+            if time.monotonic() > deadline:
+                raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} exists (creating "
+                                  f"it was refused) but its metadata did not list it within {wait_s:g} s")
+            time.sleep(0.2)
+        return count
 
     def checkpoint_batch(self, checkpoint: Checkpoint) -> OutgoingBatch:
         """The checkpoint as a raw batch for this store's topic, for a writer (inside its transaction, if any)."""

@@ -40,7 +40,9 @@ class TopicAdmin:
         return topic in self.list_topics()
 
     def create(self, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None,
-               *, exist_ok: bool = False, replication_factor: int = 1) -> None:
+               *, exist_ok: bool = False, replication_factor: int = 1) -> bool:
+        """Create ``topic``; True when this call created it, False when it already existed (``exist_ok``): then its
+        settings are whatever its creator gave it, not ``config``."""
         from confluent_kafka import KafkaError
         from confluent_kafka.admin import NewTopic
 
@@ -52,8 +54,9 @@ class TopicAdmin:
         except Exception as exc:  # noqa: BLE001 - confluent raises KafkaException wrapping KafkaError
             err = exc.args[0] if exc.args else None
             if exist_ok and getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
-                return
+                return False
             raise MirrorError(f"cluster {self.cluster.name!r}: could not create topic {topic!r}: {exc}") from None
+        return True
 
     def topic_id(self, topic: str) -> str | None:
         """The topic id the broker serves for ``topic`` (None when it does not know the topic)."""
