@@ -51,6 +51,7 @@ import argparse
 import contextlib
 import functools
 import heapq
+import itertools
 import logging
 import math
 import signal
@@ -246,6 +247,8 @@ class ShallowMirrorDaemon:
         self._next_join = 0.0
         self._group_unjoined_reported = False  # group_not_joined logged (once per episode)
         self._next_config_sync = 0.0
+        # (source topic → partitions with a lane, how many of self.lanes that covers): _lanes_per_topic
+        self._topic_lanes: tuple[dict[str, set[int]], int] = ({}, 0)
         self._published_health: dict[str, tuple] = {}  # lane → its health's fields as last published
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
@@ -498,16 +501,18 @@ class ShallowMirrorDaemon:
 
     # ---- topics and lanes --------------------------------------------------------------------------------------
     def _rescan(self) -> None:
-        from mirror_core.plan_inputs import list_topics
+        """New topics and partitions get their lanes (their targets prepared first); every
+        ``config_sync_interval_s`` the known topics' configs are synced. The source's Metadata is decoded only down
+        to partition counts (:mod:`mirror_core.topic_counts`) and the lanes known per topic are kept between rescans
+        (:meth:`_lanes_per_topic`): a rescan that finds nothing new costs per topic of the source, not per lane."""
+        from mirror_core.topic_counts import list_topic_counts
 
-        topics = list_topics(self.source)
+        topics = list_topic_counts(self.source)
         now = time.monotonic()
         sync_configs = now >= self._next_config_sync
         if sync_configs:
             self._next_config_sync = now + self.config.config_sync_interval_s
-        known: dict[str, set[int]] = {}
-        for state in self.lanes.values():  # one pass, not one per topic
-            known.setdefault(state.topic, set()).add(state.partition)
+        known = self._lanes_per_topic()
         unprepared = []  # (topic, target topic, partitions) whose target is prepared (preflight) now
         for topic, partitions in sorted(topics.items()):
             if not self._selected(topic):
@@ -526,10 +531,22 @@ class ShallowMirrorDaemon:
                     self.lanes[lane] = LaneState(topic, p, target_topic, lane, health=self._new_health())
                     event("lane_discovered", topic=topic, partition=p, lane=lane)
         if self.membership is not None:  # the names Shoal's selection chose, never a broker-side regex
-            self._group_topics = sorted({s.topic for s in self.lanes.values() if s.topic in topics})
+            self._group_topics = sorted(topic for topic in self._lanes_per_topic() if topic in topics)
             self.membership.subscribe(self._group_topics)
         if unexpected is not None:  # the rescan fails (logged, retried) after the topics that passed got lanes
             raise unexpected
+
+    def _lanes_per_topic(self) -> dict[str, set[int]]:
+        """Source topic → the partitions it has lanes for (held or not). Lanes are only ever added to
+        ``self.lanes`` (a dict keeps its insertion order), so the answer is kept and extended by the lanes added
+        since it was made — the walk of every lane happens once, not once per rescan."""
+        book, seen = self._topic_lanes
+        lanes = self.lanes
+        if seen != len(lanes):
+            for state in itertools.islice(lanes.values(), seen, None):
+                book.setdefault(state.topic, set()).add(state.partition)
+            self._topic_lanes = (book, len(lanes))
+        return book
 
     def _sync_configs(self, topic: str, target_topic: str) -> None:
         """Bring the target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp

@@ -84,6 +84,7 @@ RECONNECT_BACKOFF_MAX_MS = 1_000  # the Java client's reconnect.backoff.max.ms (
 REBOOTSTRAP_TIMEOUT_MS = 10_000  # a metadata request that found no known broker retries from the bootstrap list
 COORDINATOR_KEYS_PER_REQUEST = 1_000  # keys in one batched FindCoordinator (find_coordinators)
 REBOOTSTRAP_RETRY_TIMEOUT_MS = 2_000  # ... while the last re-bootstrap found no broker (the cluster is down)
+METADATA_SLOT = -1  # metadata_connection's slot among a broker's fast connections (fetches use 0, 1, ...)
 
 
 def kafka_python_kwargs(config: Mapping[str, str], cluster_name: str = "cluster") -> dict:
@@ -246,6 +247,7 @@ class WireClient:
         # (broker, slot) -> connection: slot 0 is the usual one; a fetch round may spread one broker's partitions
         # over more slots where one connection's window per round trip is below the link (see send_round)
         self._fast: dict[tuple[int, int], FastConnection] = {}
+        self._metadata_node: int | None = None   # the broker metadata_connection asks while it answers
         self._closed = False
         self._rebootstrap_failed = False   # the last re-bootstrap (metadata) found no broker: see metadata()
         # run by close() while the client can still send: the fetch sessions its rounds opened are closed there
@@ -368,6 +370,24 @@ class WireClient:
                               cluster_name=self.cluster_name, **bounds)
         self._fast[(node_id, slot)] = conn
         return conn
+
+    def metadata_connection(self) -> tuple[FastConnection | None, bool]:
+        """This client's own connection for whole-cluster Metadata (:mod:`mirror_core.topic_counts`), on a slot of
+        its own (``METADATA_SLOT``) so it never waits behind a Fetch long-polling on the broker's usual
+        connection; kept on one broker while it works, another (the least loaded) once it failed. Returns
+        ``(connection, made now)``, or ``(None, False)`` without a fast path (the caller uses :meth:`send`).
+        Raises like :meth:`fast_connection`, and ``NodeNotReadyError`` when no broker is known reachable."""
+        if not self._fast_enabled:
+            return None, False
+        node = self._metadata_node
+        conn = self._fast.get((node, METADATA_SLOT)) if node is not None else None
+        if conn is not None and not conn.closed:
+            return conn, False
+        node = self._manager.least_loaded_node()
+        if node is None:
+            raise Errors.NodeNotReadyError(f"no broker of cluster {self.cluster_name!r} is reachable now")
+        self._metadata_node = node
+        return self.fast_connection(node, METADATA_SLOT), True
 
     def _first_contact(self, timeout_ms: int) -> BaseException | None:
         """Connect once to the first bootstrap address so a refused login fails fast.

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import kafka.errors as Errors
 from kafka.protocol.consumer import IsolationLevel, ListOffsetsRequest, OffsetSpec
-from kafka.protocol.metadata import MetadataRequest
 
 from mirror_core.checkpoint import CHECKPOINT_TOPIC, CheckpointStore
 from mirror_core.cluster import ClusterConfig
@@ -39,6 +38,7 @@ from mirror_core.planner import (
     render_plan_table,
     select_topics,
 )
+from mirror_core.topic_counts import list_topic_counts
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +67,9 @@ def build_plan(source: ClusterConfig, target: ClusterConfig, request: PlanReques
 
 
 def list_topics(client: WireClient) -> dict[str, int]:
-    """Every topic on the cluster (internal ones included) → partition count."""
-    request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                              include_cluster_authorized_operations=False, include_topic_authorized_operations=False)
-    response = client.send(None, request)
-    return {t.name: len(t.partitions) for t in response.topics if not t.error_code}
+    """Every topic on the cluster (internal ones included) → partition count (one Metadata request, decoded only
+    that far: :mod:`mirror_core.topic_counts`)."""
+    return list_topic_counts(client)
 
 
 def gather_plan_inputs(client: WireClient, request: PlanRequest, topics: Mapping[str, int], selected: Iterable[str],

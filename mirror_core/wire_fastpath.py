@@ -884,6 +884,17 @@ class FastConnection:
             raise future.exception
         return future.value
 
+    def send_encoded(self, request, version: int, decoder: Callable[[memoryview], object], *,
+                     flexible_response: bool) -> Future:
+        """Send a request kafka-python encodes (a small, rare one: a rescan's Metadata) at ``version``; ``decoder``
+        reads the answer after its header, as for our own requests. Resolved in :meth:`wait`."""
+        self._maybe_reauthenticate()
+        correlation_id = self._next_correlation_id()
+        request.API_VERSION = version
+        request.with_header(correlation_id=correlation_id, client_id=self.client_id)
+        return self.send([bytes(request.encode(framed=True, header=True))], decoder,
+                         flexible_response=flexible_response, correlation_id=correlation_id)
+
     def _maybe_reauthenticate(self) -> None:
         if self._reauth_at is not None and not self.closed and time.monotonic() >= self._reauth_at:
             self._reauthenticate()
