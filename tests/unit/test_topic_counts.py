@@ -30,8 +30,8 @@ long_names = st.text("abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=120, ma
 i16 = st.integers(-(2**15), 2**15 - 1)
 i32 = st.integers(-(2**31), 2**31 - 1)
 node_ids = st.lists(st.integers(0, 2**31 - 1), max_size=3) | st.lists(st.integers(0, 9), min_size=127, max_size=140)
-partitions = st.lists(st.builds(lambda e, i, l, ep, r, isr, off: P(
-    error_code=e, partition_index=i, leader_id=l, leader_epoch=ep, replica_nodes=r, isr_nodes=isr,
+partitions = st.lists(st.builds(lambda e, i, leader, ep, r, isr, off: P(
+    error_code=e, partition_index=i, leader_id=leader, leader_epoch=ep, replica_nodes=r, isr_nodes=isr,
     offline_replicas=off), i16, i32, i32, i32, node_ids, node_ids, node_ids), max_size=5)
 topics = st.lists(st.tuples(st.sampled_from([0, 0, 0, 3, 5, 29]), names | long_names, st.booleans(), partitions),
                   max_size=6, unique_by=lambda t: t[1])
