@@ -514,15 +514,17 @@ class ShallowMirrorDaemon:
             self._next_config_sync = now + self.config.config_sync_interval_s
         known = self._lanes_per_topic()
         unprepared = []  # (topic, target topic, partitions) whose target is prepared (preflight) now
+        in_step = []  # (topic, target topic) with every partition's lane: their configs are synced when due
         for topic, partitions in sorted(topics.items()):
             if not self._selected(topic):
                 continue
             target_topic = self.naming.target_for(topic)
             if len(known.get(topic, ())) == partitions:
-                if sync_configs:
-                    self._sync_configs(topic, target_topic)
+                in_step.append((topic, target_topic))
                 continue
             unprepared.append((topic, target_topic, partitions))
+        if sync_configs:
+            self._sync_configs(in_step)
         prepared, unexpected = self._prepare_targets(unprepared)
         for topic, target_topic, partitions in prepared:
             for p in range(partitions):
@@ -548,21 +550,23 @@ class ShallowMirrorDaemon:
             self._topic_lanes = (book, len(lanes))
         return book
 
-    def _sync_configs(self, topic: str, target_topic: str) -> None:
-        """Bring the target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp
-        bounds: :mod:`mirror_core.topic_config_sync`) in step with the source's. A failure is logged and counted;
-        the next sync tries again, copying never waits for it."""
-        from mirror_core.topic_config_sync import sync_topic_configs
+    def _sync_configs(self, pairs: list[tuple[str, str]]) -> None:
+        """Bring each target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp
+        bounds: :mod:`mirror_core.topic_config_sync`) in step with its source topic's — all of ``pairs``
+        (topic, target topic) described with one admin client and one request per cluster. A topic's failure is
+        logged and counted, naming it; the next sync tries again, copying never waits for it."""
+        from mirror_core.topic_config_sync import sync_many_topic_configs
 
-        try:
-            changes = sync_topic_configs(self.config.source, self.config.target, topic, target_topic)
-        except MirrorError as exc:
-            self.metrics.errors.labels("config_sync").inc()
-            event("config_sync_failed", logging.WARNING, topic=topic, target_topic=target_topic, error=exc)
-            return
-        for change in changes:
-            self.metrics.config_changes.labels(target_topic).inc()
-            event("config_synced", topic=topic, target_topic=target_topic, change=f"'{change}'")
+        results = sync_many_topic_configs(self.config.source, self.config.target, pairs)
+        for topic, target_topic in pairs:
+            changes = results[topic]
+            if isinstance(changes, MirrorError):
+                self.metrics.errors.labels("config_sync").inc()
+                event("config_sync_failed", logging.WARNING, topic=topic, target_topic=target_topic, error=changes)
+                continue
+            for change in changes:
+                self.metrics.config_changes.labels(target_topic).inc()
+                event("config_synced", topic=topic, target_topic=target_topic, change=f"'{change}'")
 
     def _selected(self, topic: str) -> bool:
         if is_internal_topic(topic) and topic not in self.include.named:

@@ -66,7 +66,8 @@ from mirror_core.preflight_rules import (
 )
 
 __all__ = ["ConfigOp", "ConfigChange", "ConfigValue", "TopicConfigs", "TopicConfigSyncError", "SYNCED_CONFIGS",
-           "plan_config_sync", "describe_topic_configs", "apply_config_changes", "sync_topic_configs"]
+           "plan_config_sync", "describe_topic_configs", "describe_many_topic_configs", "apply_config_changes",
+           "sync_topic_configs", "sync_many_topic_configs"]
 
 # What plan_target_configs sets on a new target that is not the source's value: never synced from the source.
 PINNED_CONFIGS: Mapping[str, str] = {"message.timestamp.type": "CreateTime"}
@@ -178,24 +179,48 @@ def plan_config_sync(source: TopicConfigs, target: TopicConfigs, *, facts: DataF
 
 def describe_topic_configs(cluster: ClusterConfig, topic: str, *, timeout_s: float = 30.0) -> TopicConfigs | None:
     """Every config of ``topic`` with its override flag and fallback; ``None`` when the topic does not exist."""
+    found = describe_many_topic_configs(cluster, [topic], timeout_s=timeout_s)[topic]
+    if isinstance(found, TopicConfigSyncError):
+        raise found
+    return found
+
+
+def describe_many_topic_configs(cluster: ClusterConfig, topics: Collection[str], *, timeout_s: float = 30.0,
+                                admin=None) -> dict[str, TopicConfigs | None | TopicConfigSyncError]:
+    """:func:`describe_topic_configs` of every topic in ``topics`` through one admin client (``admin``, else one
+    made here) and one DescribeConfigs call: per topic its configs, ``None`` (no such topic) or the error naming
+    it — one topic's failure is not the others'. Within ``timeout_s`` in all."""
+    import time
+
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    admin = AdminClient(cluster.confluent())
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    if not topics:
+        return {}
+    admin = admin or AdminClient(cluster.confluent())
+    resources = {topic: ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics}
+    deadline = time.monotonic() + timeout_s
+    out: dict[str, TopicConfigs | None | TopicConfigSyncError] = {}
     try:
-        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
-    except Exception as exc:  # noqa: BLE001 - KafkaException wrapping KafkaError, or a future timeout
-        if _code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            return None
-        raise TopicConfigSyncError(cluster.name, topic, f"DescribeConfigs failed: {_reason(exc)}",
-                                   retriable=_retriable(exc)) from None
-    return TopicConfigs(cluster.name, topic, {name: _config_value(entry) for name, entry in entries.items()})
+        futures = admin.describe_configs(list(resources.values()), request_timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - refused before any request: every topic's answer
+        return {topic: TopicConfigSyncError(cluster.name, topic, f"DescribeConfigs failed: {_reason(exc)}",
+                                            retriable=_retriable(exc)) for topic in resources}
+    for topic, resource in resources.items():
+        try:
+            entries = futures[resource].result(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - KafkaException wrapping KafkaError, or a future timeout
+            out[topic] = None if _code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART else TopicConfigSyncError(
+                cluster.name, topic, f"DescribeConfigs failed: {_reason(exc)}", retriable=_retriable(exc))
+            continue
+        out[topic] = TopicConfigs(cluster.name, topic, {name: _config_value(entry) for name, entry in entries.items()})
+    return out
 
 
 def apply_config_changes(cluster: ClusterConfig, topic: str, changes: Collection[ConfigChange], *,
-                         timeout_s: float = 30.0) -> None:
-    """Apply ``changes`` to ``topic`` in one IncrementalAlterConfigs request (all or nothing)."""
+                         timeout_s: float = 30.0, admin=None) -> None:
+    """Apply ``changes`` to ``topic`` in one IncrementalAlterConfigs request (all or nothing), through ``admin``
+    (else an admin client made here)."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
     if not changes:
@@ -204,7 +229,7 @@ def apply_config_changes(cluster: ClusterConfig, topic: str, changes: Collection
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
         ConfigEntry(c.key, c.new_value if c.op is ConfigOp.SET else None, incremental_operation=ops[c.op])
         for c in changes])
-    admin = AdminClient(cluster.confluent())
+    admin = admin or AdminClient(cluster.confluent())
     try:
         admin.incremental_alter_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
     except Exception as exc:  # noqa: BLE001
@@ -230,6 +255,44 @@ def sync_topic_configs(source: ClusterConfig, target: ClusterConfig, topic: str,
     changes = plan_config_sync(source_configs, target_configs, facts=facts, exclude=exclude)
     apply_config_changes(target, target_topic, changes, timeout_s=timeout_s)
     return changes
+
+
+def sync_many_topic_configs(source: ClusterConfig, target: ClusterConfig, pairs: Collection[tuple[str, str]], *,
+                            timeout_s: float = 30.0) -> dict[str, list[ConfigChange] | TopicConfigSyncError]:
+    """:func:`sync_topic_configs` for every ``(topic, target_topic)`` of ``pairs`` — one admin client per
+    cluster and one DescribeConfigs call per cluster for all of them (a daemon's periodic sync of 40 topics made
+    80 admin clients, one after the other, on its main thread); the changes, rare, are applied topic by topic (all
+    or nothing per topic, as before). Per source topic: its changes (empty: in sync) or the error naming cluster
+    and topic; one topic's failure leaves the others' sync alone."""
+    from confluent_kafka.admin import AdminClient
+
+    if not pairs:
+        return {}
+    sources = describe_many_topic_configs(source, [topic for topic, _ in pairs], timeout_s=timeout_s)
+    target_admin = AdminClient(target.confluent())
+    targets = describe_many_topic_configs(target, [target_topic for _, target_topic in pairs], timeout_s=timeout_s,
+                                          admin=target_admin)
+    out: dict[str, list[ConfigChange] | TopicConfigSyncError] = {}
+    for topic, target_topic in pairs:
+        source_configs, target_configs = sources[topic], targets[target_topic]
+        if isinstance(source_configs, TopicConfigSyncError):   # checked in sync_topic_configs' order
+            out[topic] = source_configs
+        elif source_configs is None:
+            out[topic] = TopicConfigSyncError(source.name, topic, "the source topic does not exist")
+        elif isinstance(target_configs, TopicConfigSyncError):
+            out[topic] = target_configs
+        elif target_configs is None:
+            out[topic] = TopicConfigSyncError(target.name, target_topic, f"the target topic of {source.name}/{topic} "
+                                              "does not exist; run preflight to create it")
+        else:
+            changes = plan_config_sync(source_configs, target_configs)
+            try:
+                apply_config_changes(target, target_topic, changes, timeout_s=timeout_s, admin=target_admin)
+            except TopicConfigSyncError as exc:
+                out[topic] = exc
+                continue
+            out[topic] = changes
+    return out
 
 
 def _config_value(entry) -> ConfigValue:

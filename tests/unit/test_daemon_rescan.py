@@ -85,7 +85,8 @@ def daemon(monkeypatch):
         return list(unprepared), None
 
     monkeypatch.setattr(d, "_prepare_targets", prepare)
-    monkeypatch.setattr(d, "_sync_configs", lambda topic, target_topic: None)
+    d.synced = []
+    monkeypatch.setattr(d, "_sync_configs", d.synced.append)
     return d
 
 
@@ -165,3 +166,14 @@ def test_a_source_that_cannot_answer_the_rescan_is_reported_unreachable(daemon, 
     change = daemon.source_reachability.check(time.monotonic() + UNREACHABLE_AFTER_S + 2)
     assert change is not None and not change.unreachable
     assert _lanes(daemon) == {("orders.a", 0), ("orders.a", 1)}
+
+
+@pytest.mark.timeout(20)
+def test_configs_are_synced_for_every_selected_topic_with_its_lanes_in_one_call_when_due(daemon):
+    daemon.source.topics["orders.b"] = 1
+    daemon._rescan()                                                 # lanes made now: nothing in step to sync yet
+    daemon._rescan()                                                 # not due
+    daemon._next_config_sync = 0.0
+    daemon.source.topics["orders.c"] = 2                             # new now: prepared, synced at the next one
+    daemon._rescan()
+    assert daemon.synced == [[], [("orders.a", "dr.orders.a"), ("orders.b", "dr.orders.b")]]
