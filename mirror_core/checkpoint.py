@@ -460,6 +460,21 @@ class CheckpointStore:
             return None if found is None else self._with_whole_map(Checkpoint.from_value(found[1]),
                                                                    _committed_value(entries))
 
+    def cached(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:
+        """One checkpoint as the cache holds it (no request: what the last refresh read), its offset map only the
+        open tail (like ``read_all(whole_maps=False)``); None when the cache has none. For a caller that must not
+        wait on the target — e.g. the daemon placing a lane that cannot open with the retention watch."""
+        key = checkpoint_key(pipeline, topic, partition)
+        with self._lock:
+            cache = self._caches.get(checkpoint_partition(key, self.partitions))
+            found = None if cache is None else cache.entries.get(key)
+            if found is None:
+                return None
+            known = self._decoded.get(key)
+            if known is None or known[0] != found[1]:
+                known = self._decoded[key] = (found[1], Checkpoint.from_value(found[1]))
+            return known[1]
+
     def read_own(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:
         """The lane's own checkpoint, including what it committed past the last stable offset.
 

@@ -223,6 +223,7 @@ class ShallowMirrorDaemon:
         self._eligible_seen: tuple[tuple, list[str]] | None = None  # (what it depended on, the answer) (_eligible)
         self._group_seen: tuple | None = None  # what the held set was last made from (_maintain_group)
         self.status = DaemonStatus()
+        self.store: CheckpointStore | None = None  # the target's checkpoints, once run() connected
         self._next_rescan = 0.0
         self._next_lease = 0.0
         self.membership: GroupMembership | None = None  # membership: group (else leases)
@@ -1602,6 +1603,28 @@ class ShallowMirrorDaemon:
                   target_end=result.next_target_offset, records=result.records)
         return result.records
 
+    def _place_failed_lane(self, state: LaneState, position: int | None) -> None:
+        """A failed lane is behind — assessed by the next retention assessment — at the best position known, so a
+        lane that cannot copy is never left out of the watch (DESIGN §3: retention must not delete unmirrored data
+        unannounced): its committed position (kept while it is reset); else the one reported before; else, for a
+        lane never opened here, its checkpoint as last read (no request: the target may be what fails), the start
+        it chose, or — with none, starting at the earliest — the log start. A lane starting at the latest with no
+        start chosen yet has nothing retention could take from it."""
+        tp = (state.topic, state.partition)
+        positions = self.positions
+        if position is None and positions.position(tp) is None:
+            try:
+                cp = None if self.store is None else self.store.cached(self.config.pipeline, state.topic,
+                                                                       state.partition)
+            except Exception:  # noqa: BLE001 - undecodable (a newer Shoal's): that is the lane's own failure
+                cp = None      # already; placed as if it had none, from where the lane would start
+            position = cp.position if cp is not None else state.start
+            if position is None:
+                if self.config.new_partitions == "earliest":
+                    positions.behind_from_log_start(tp)
+                return
+        positions.behind(tp, position)
+
     def _failed(self, state: LaneState, exc: BaseException, *, fetching: bool = False) -> None:
         """Classify a lane's error once (:func:`~mirror_core.lane_status.classify_failure`): fenced → drop; a
         deleted source topic → halt naming what was not copied, or retire; a rejection config sync can repair →
@@ -1625,11 +1648,7 @@ class ShallowMirrorDaemon:
         position = state.session.position if state.session else None
         state.health.failed(reason, f"{type(exc).__name__}: {exc}", now_ms(), position=position)
         self._health_failed(state)
-        # behind (assessed by the next retention assessment) at its committed position — kept while it is reset;
-        # a lane never opened: where it starts, if chosen
-        tp = (state.topic, state.partition)
-        self.positions.behind(tp, position if position is not None or self.positions.position(tp) is not None
-                              else state.start)
+        self._place_failed_lane(state, position)
         if fetching and isinstance(exc, Errors.KafkaError) and is_retriable(type(exc)):
             state.fetch_failures += 1
             state.retry_at = time.monotonic() + min(5.0, 0.1 * 2 ** min(state.fetch_failures, 6))

@@ -37,6 +37,10 @@ log = logging.getLogger("shoal.daemon")
 CAUGHT_UP = (INF, INF, 0.0, 0, 0, Status.SAFE)
 
 
+def _shown_position(position: int | None) -> int | str:
+    """A position for the log: None is a lane assessed from the log start (never opened here, no checkpoint)."""
+    return "log_start" if position is None else position
+
 
 class RetentionWatch:
     """Keeps one daemon's retention gauges current. Invariants: the gauges describe only partitions in ``positions``
@@ -102,7 +106,7 @@ class RetentionWatch:
             if s.status is not Status.SAFE:
                 log.warning("event=retention_%s topic=%s partition=%s position=%s margin_s=%.0f "
                             "time_to_loss_s=%.0f", s.status.value.lower(), s.topic, s.partition,
-                            behind.get((s.topic, s.partition)), s.margin_s, s.time_to_loss_s)
+                            _shown_position(behind.get((s.topic, s.partition))), s.margin_s, s.time_to_loss_s)
         return statuses
 
     def _show(self, caught: dict, statuses: list) -> None:

@@ -221,8 +221,9 @@ def test_retention_positions_follow_the_news_and_lanes_without_news_keep_theirs(
     _idle_share(daemon, "orders-0", 0, 0)      # at the high watermark: caught up
     _idle_share(daemon, "orders-1", 10, 10)
     _idle_share(daemon, "orders-2", 20, 25)    # an open transaction past it, say: behind
-    _fail(daemon, "orders-3")                  # never answered, its open failed; a new lane's start is known
-    assert daemon.positions.snapshot() == ({("orders", 2): 20}, {("orders", 0): 0, ("orders", 1): 10})
+    _fail(daemon, "orders-3")                  # never answered, its open failed, no checkpoint: from the log start
+    assert daemon.positions.snapshot() == ({("orders", 2): 20, ("orders", 3): None},
+                                           {("orders", 0): 0, ("orders", 1): 10})
     daemon.lanes["orders-3"].start = 30
     _fail(daemon, "orders-3")
     for _ in range(5):                         # idle rounds: no news, every position stays reported
