@@ -424,11 +424,17 @@ class ShallowMirrorDaemon:
               partition_fetch_max_bytes=partition)
 
     def _leases_busy(self) -> None:
-        """The lane pool's progress tick: membership work while lanes run on worker threads (no writer touched).
-        ``_lanes_idle`` is False exactly while a tick runs: the pool calls it on this thread while lane work runs on
-        others, and between its calls this thread is back in the pool's wait or past the pool run (lanes idle)."""
+        """The lane pool's progress tick: membership work while lanes run on worker threads (no writer touched),
+        and lanes that came due to turn ``stalled`` shown — one lane's commit hanging on the target (up to
+        ``write_retry_s``, more with a slow coordinator) must not hold back another lane's stall from the metrics
+        and ``/readyz``. ``_lanes_idle`` is False exactly while a tick runs: the pool calls it on this thread while
+        lane work runs on others, and between its calls this thread is back in the pool's wait or past the pool
+        run (lanes idle)."""
         try:
             self._leases_if_due(lanes_idle=False)
+            stalls = self._stall_times
+            if stalls and stalls[0][0] < now_ms():  # a heap read per tick: nothing per lane unless one is due
+                self._publish_due_states()
         finally:
             self._lanes_idle = True
 

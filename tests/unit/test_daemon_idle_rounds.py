@@ -248,3 +248,40 @@ def test_a_caught_up_lane_that_lost_its_fetcher_is_put_behind_by_the_check(daemo
     daemon._next_health_walk = 0.0
     daemon._publish_round_states([])
     assert not daemon.positions.is_caught_up(("orders", 4)) and daemon.positions.position(("orders", 4)) == 7
+
+
+@pytest.mark.timeout(20)
+def test_a_lane_turns_stalled_while_another_lanes_commit_hangs(daemon, monkeypatch):
+    """The main thread waits in the lane pool while one lane's commit hangs on the target (real worker threads):
+    another lane that has been retrying past ``stall_after_s`` shows ``stalled`` during that wait, not only once
+    the hanging commit returns. Before, the pool's tick did membership work only and the stall waited for the
+    batch to end (up to write_retry_s, 25 s by default, or longer)."""
+    import threading
+
+    from mirror_core.lane_workers import LaneWorkerPool
+
+    daemon._publish_round_states([])
+    clock = {"ms": D.now_ms()}
+    monkeypatch.setattr(D, "now_ms", lambda: clock["ms"])
+    _fail(daemon, "orders-7")
+    assert _lane_states(daemon)["orders-7"] == RETRYING
+    seen_stalled = threading.Event()
+
+    def hanging_commit(_clients):  # orders-3's commit: hangs until the stall shows, or gives up
+        clock["ms"] += int(daemon.config.stall_after_s * 1000) + 1000  # the wait outlasts orders-7's stall time
+        deadline = D.time.monotonic() + 5
+        while D.time.monotonic() < deadline:
+            if _lane_states(daemon)["orders-7"] == STALLED:
+                seen_stalled.set()
+                return "committed"
+            D.time.sleep(0.05)
+        return "committed"
+
+    pool = LaneWorkerPool(2, lambda: NS(close=lambda: None))
+    try:
+        outcomes = pool.run([("orders-3", hanging_commit)], tick=daemon._leases_busy)
+    finally:
+        pool.close()
+    assert outcomes[0].value == "committed"
+    assert seen_stalled.is_set(), "orders-7 turned stalled only after the other lane's hanging commit returned"
+    assert daemon.metrics.readiness()[1]["not_ready_lanes"] == ["orders-7"]
