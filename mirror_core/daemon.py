@@ -92,7 +92,7 @@ from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.handoff import DAEMON_OWNER, new_worker_id
 from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.lane_control import persist_lane_state
-from mirror_core.lane_health_records import LaneHealthWriter, live_health, plan_health_writes
+from mirror_core.lane_health_records import LaneHealthWriter, health_refresh_s, live_health, plan_health_writes
 from mirror_core.lane_openings import HeldLanes, LaneOpenings
 from mirror_core.lane_openings import audit as audit_openings
 from mirror_core.lane_status import HALTED, RETIRED, RETRYING, STALLED, LaneHealth, PersistedLaneState, classify_failure
@@ -315,7 +315,8 @@ class ShallowMirrorDaemon:
             self.store.ensure_topic()
             self._refuse_checkpoints_elsewhere()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
-            self.health_records = LaneHealthWriter(self.leases.producer)
+            self.health_records = LaneHealthWriter(self.leases.producer,
+                                                   refresh_s=health_refresh_s(cfg.lease_ttl_s / 3))
             self._size_for_link()
             self.workers = LaneWorkerPool(cfg.commit_workers, self._worker_clients)
             self._join_group()
@@ -1003,7 +1004,8 @@ class ShallowMirrorDaemon:
                 self._health_watch.discard(lane)
             elif lane in self.held:
                 current[lane] = health
-        writes, clears = plan_health_writes(current, self._health_written, now)
+        writes, clears = plan_health_writes(current, self._health_written, now,
+                                            refresh_s=health_refresh_s(self.config.lease_ttl_s / 3))
         if not writes and not clears:
             return
         self.health_records.write(self.config.pipeline, self.worker_id, writes, clears, now)
