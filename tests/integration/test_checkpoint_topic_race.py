@@ -30,7 +30,7 @@ def test_two_stores_creating_the_checkpoint_topic_at_once_both_accept_it(target_
         start = threading.Barrier(2)
         errors: list[BaseException] = []
 
-        def ensure(topic=topic, start=start):
+        def ensure(topic=topic, start=start, errors=errors):
             store = CheckpointStore(target_cluster.config, client=None, topic=topic, partitions=PARTITIONS)
             start.wait(timeout=30)
             try:
