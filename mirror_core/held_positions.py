@@ -80,7 +80,10 @@ class HeldPositions:
     def forget(self, tp: TopicPartition) -> None:
         """The lane is not held any more (dropped, halted): not assessed by this process."""
         with self._lock:
-            if self._behind.pop(tp, None) is not None or self._caught.pop(tp, None) is not None:
+            # membership, not the value: a lane assessed from the log start has None in ``_behind``
+            if tp in self._behind or tp in self._caught:
+                self._behind.pop(tp, None)
+                self._caught.pop(tp, None)
                 self.version += 1
 
     def is_caught_up(self, tp: TopicPartition) -> bool:

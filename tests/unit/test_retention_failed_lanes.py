@@ -91,3 +91,15 @@ def test_an_undecodable_checkpoint_places_the_lane_where_it_would_start_and_rais
     daemon.store = NS(cached=cached)
     daemon._place_failed_lane(state, None)  # inside _failed: must not raise over the lane's own error
     assert daemon.positions.snapshot() == ({TP: None}, {})
+
+
+@pytest.mark.timeout(10)
+def test_forgetting_a_lane_assessed_from_the_log_start_is_a_change():
+    """HeldPositions' invariant: ``version`` moves with every change. A lane at the log start (None in ``_behind``)
+    that is dropped is removed — and that removal must move the version like any other."""
+    positions = HeldPositions()
+    positions.behind_from_log_start(TP)
+    before = positions.version
+    positions.forget(TP)
+    assert positions.snapshot() == ({}, {})
+    assert positions.version != before, "a lane left the assessments without the version moving"
