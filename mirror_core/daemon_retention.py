@@ -98,8 +98,15 @@ class RetentionWatch:
             topics: dict[str, list[int]] = {}
             for topic, partition in sorted(behind):
                 topics.setdefault(topic, []).append(partition)
+            # a topic or partition no longer on the source (deleted: the daemon halts or retires its lanes once the
+            # deletion is confirmed) is left out and named, the others are still assessed
+            skipped: list[tuple[str, int | None]] = []
             statuses = assess_positions(self.source, topics, behind, self.policy, target=self.target,
-                                        oldest=self._oldest).statuses
+                                        oldest=self._oldest, skipped=skipped).statuses
+            for topic, partition in skipped:
+                log.warning("event=retention_skipped topic=%s partition=%s reason=%s", topic,
+                            "all" if partition is None else partition,
+                            "not_on_source" if partition is None else "partition_not_on_source")
         self._show(caught, statuses)
         self.assessments += 1
         for s in statuses:
