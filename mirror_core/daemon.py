@@ -435,7 +435,9 @@ class ShallowMirrorDaemon:
             self._leases_if_due(lanes_idle=False)
             stalls = self._stall_times
             if stalls and stalls[0][0] < now_ms():  # a heap read per tick: nothing per lane unless one is due
-                self._publish_due_states()
+                # not the lanes of the running batch: their outcome (a reopen that succeeds, say) decides their
+                # state, published at the batch's end — shown stalled now, they could be copying a moment later
+                self._publish_due_states(busy=self.workers.running if self.workers is not None else frozenset())
         finally:
             self._lanes_idle = True
 
@@ -703,15 +705,18 @@ class ShallowMirrorDaemon:
             dirty.add(state.lane)
         self._publish_due_states()
 
-    def _publish_due_states(self) -> None:
+    def _publish_due_states(self, busy: frozenset[str] = frozenset()) -> None:
         """Publish the health of the lanes whose health may have changed — marked by the event that changed it (a
         round's news, a failure, a halt, a resume) or due to turn ``stalled`` by time alone (``_stall_times``, a heap
         pushed when a lane starts retrying: the change no event makes) — compared with what was published and
         shown only when it differs. Every lane at once when lanes came (lanes are only ever added to
         ``self.lanes``: equal counts mean the same lanes) and, as a check that no event was missed, every
-        ``HEALTH_WALK_S`` (with the retention positions: :meth:`_audit_positions`). Nothing per idle lane."""
+        ``HEALTH_WALK_S`` (with the retention positions: :meth:`_audit_positions`). Nothing per idle lane.
+
+        ``busy``: lanes whose work is running on the workers right now (the pool's tick): left marked, published
+        after their outcome; no full walk then."""
         now = time.monotonic()
-        if now >= self._next_health_walk or len(self.lanes) != len(self._published_health):
+        if not busy and (now >= self._next_health_walk or len(self.lanes) != len(self._published_health)):
             self._next_health_walk = now + HEALTH_WALK_S
             self._audit_positions()
             self._publish_lane_states()
@@ -725,10 +730,12 @@ class ShallowMirrorDaemon:
                 dirty.add(lane)
         if not dirty:
             return
-        self._health_dirty = set()
+        self._health_dirty = dirty & busy if busy else set()
         published, lanes = self._published_health, self.lanes
         changed: dict[str, tuple] = {}
         for lane in dirty:
+            if lane in busy:
+                continue
             state = lanes.get(lane)
             if state is None:
                 continue
