@@ -22,18 +22,9 @@ import yaml
 from mirror_core.checkpoint import Checkpoint, CheckpointStore, checkpoint_partition
 from mirror_core.kafka_wire import WireClient
 from tests.integration.test_daemon import daemon_factory, free_port, wait_for  # noqa: F401 - daemon_factory: fixture
-from tests.kafka_helpers import private_broker
 
 RETENTION_MS = 600_000
 
-
-@pytest.fixture(scope="module")
-def no_coordinator_target(session_sandbox, tmp_path_factory):
-    """A target broker whose transaction state topic needs three replicas it will never have."""
-    session_sandbox.ensure("source")
-    with private_broker("no-coordinator", tmp_path_factory,
-                        extra_properties="transaction.state.log.replication.factor=3\n") as cluster:
-        yield cluster
 
 
 def _put_checkpoint(cluster, cp: Checkpoint) -> None:
