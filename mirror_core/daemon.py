@@ -529,17 +529,40 @@ class ShallowMirrorDaemon:
                 continue
             unprepared.append((topic, target_topic, partitions))
         prepared, unexpected = self._prepare_targets(unprepared)
+        discovered = []
         for topic, target_topic, partitions in prepared:
             for p in range(partitions):
                 lane = default_lane(target_topic, p)
                 if lane not in self.lanes:
-                    self.lanes[lane] = LaneState(topic, p, target_topic, lane, health=self._new_health())
+                    self.lanes[lane] = state = LaneState(topic, p, target_topic, lane, health=self._new_health())
+                    discovered.append(state)
                     event("lane_discovered", topic=topic, partition=p, lane=lane)
+        if discovered and self.config.new_partitions == "latest":
+            self._fix_latest_starts(discovered)
         if self.membership is not None:  # the names Shoal's selection chose, never a broker-side regex
             self._group_topics = sorted({s.topic for s in self.lanes.values() if s.topic in topics})
             self.membership.subscribe(self._group_topics)
         if unexpected is not None:  # the rescan fails (logged, retried) after the topics that passed got lanes
             raise unexpected
+
+    def _fix_latest_starts(self, states: list[LaneState]) -> None:
+        """``new_partitions: latest``: a partition without checkpoint starts at its last stable offset *at first
+        sight* — fixed here, when its lane is discovered, not when the lane first opens, which may be much later (the
+        target down, the group slow to assign, a fence refused, an older daemon's lease) and would skip, recorded
+        nowhere, what the partition received in between. A lane with a checkpoint resumes there and never uses it;
+        the start is stored as the lane's first checkpoint at its open (:meth:`_open`). One ListOffsets per source
+        leader; if it fails, the start is fixed at the open, as before, and the event says so."""
+        from mirror_core.plan_inputs import lookup_offsets
+
+        try:
+            found = lookup_offsets(self.source, [(s.topic, s.partition) for s in states], "last_stable")
+        except (MirrorError, Errors.KafkaError, OSError) as exc:  # the open fixes it then, as before
+            event("start_lookup_failed", logging.WARNING, lanes=len(states), first=states[0].lane,
+                  error=f"{type(exc).__name__}: {exc}", note="new_partitions latest: the start is fixed at the open")
+            return
+        for state in states:
+            if state.start is None:
+                state.start = found.get((state.topic, state.partition))
 
     def _sync_configs(self, topic: str, target_topic: str) -> None:
         """Bring the target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp
