@@ -347,28 +347,33 @@ class CheckpointStore:
                 return  # created with our settings (DescribeConfigs may not know it yet: nothing to check)
             # it existed after all: the metadata that answered did not know it yet, or another process created it
             # a moment ago, with settings of its own. Those are checked like any existing topic's.
-            existing = self._partition_count_once_known(admin)
+            existing = self._once_known(lambda: admin.list_topics().get(self.topic), "its metadata did not list it")
         if existing != self.partitions:
             raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} has {existing} "
                               f"partitions, Shoal expects {self.partitions}; keys would land in the wrong place")
-        problems = checkpoint_topic_problems(admin.configs(self.topic), admin.replication_factor(self.topic))
+        # asked until known: the broker that answers may not know a topic created a moment ago, and an unknown
+        # replication factor would skip the min.insync.replicas check (writes refused for ever)
+        replicas = self._once_known(lambda: admin.replication_factor(self.topic),
+                                    "no broker asked named its replication factor")
+        problems = checkpoint_topic_problems(admin.configs(self.topic), replicas)
         if problems:
             raise ConfigError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r}: "
                               + "; ".join(problems))
 
     METADATA_CATCH_UP_S = 5.0  # how long a topic the cluster said exists may stay missing from its metadata
 
-    def _partition_count_once_known(self, admin) -> int:
-        """The partition count of this store's topic, which the cluster said exists while its metadata did not
-        list it yet: asked again for up to :attr:`METADATA_CATCH_UP_S`."""
+    def _once_known(self, ask, missing: str) -> int:
+        """``ask()`` about this store's topic, which the cluster said exists while the broker that answered may not
+        know it yet (metadata reaches the brokers one after another): asked again for up to
+        :attr:`METADATA_CATCH_UP_S` while it answers None."""
         wait_s = self.METADATA_CATCH_UP_S
         deadline = time.monotonic() + wait_s
-        while (count := admin.list_topics().get(self.topic)) is None:
+        while (known := ask()) is None:
             if time.monotonic() > deadline:
                 raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} exists (creating "
-                                  f"it was refused) but its metadata did not list it within {wait_s:g} s")
+                                  f"it was refused, or it was listed) but {missing} within {wait_s:g} s")
             time.sleep(0.2)
-        return count
+        return known
 
     def checkpoint_batch(self, checkpoint: Checkpoint) -> OutgoingBatch:
         """The checkpoint as a raw batch for this store's topic, for a writer (inside its transaction, if any)."""
@@ -459,6 +464,21 @@ class CheckpointStore:
             found = entries.get(key)
             return None if found is None else self._with_whole_map(Checkpoint.from_value(found[1]),
                                                                    _committed_value(entries))
+
+    def cached(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:
+        """One checkpoint as the cache holds it (no request: what the last refresh read), its offset map only the
+        open tail (like ``read_all(whole_maps=False)``); None when the cache has none. For a caller that must not
+        wait on the target — e.g. the daemon placing a lane that cannot open with the retention watch."""
+        key = checkpoint_key(pipeline, topic, partition)
+        with self._lock:
+            cache = self._caches.get(checkpoint_partition(key, self.partitions))
+            found = None if cache is None else cache.entries.get(key)
+            if found is None:
+                return None
+            known = self._decoded.get(key)
+            if known is None or known[0] != found[1]:
+                known = self._decoded[key] = (found[1], Checkpoint.from_value(found[1]))
+            return known[1]
 
     def read_own(self, pipeline: str, topic: str, partition: int) -> Checkpoint | None:
         """The lane's own checkpoint, including what it committed past the last stable offset.

@@ -93,7 +93,7 @@ from mirror_core.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.handoff import DAEMON_OWNER, new_worker_id
 from mirror_core.kafka_wire import WireClient, is_retriable
 from mirror_core.lane_control import persist_lane_state
-from mirror_core.lane_health_records import LaneHealthWriter, live_health, plan_health_writes
+from mirror_core.lane_health_records import LaneHealthWriter, health_refresh_s, live_health, plan_health_writes
 from mirror_core.lane_openings import HeldLanes, LaneOpenings
 from mirror_core.lane_openings import audit as audit_openings
 from mirror_core.lane_status import HALTED, RETIRED, RETRYING, STALLED, LaneHealth, PersistedLaneState, classify_failure
@@ -224,6 +224,7 @@ class ShallowMirrorDaemon:
         self._eligible_seen: tuple[tuple, list[str]] | None = None  # (what it depended on, the answer) (_eligible)
         self._group_seen: tuple | None = None  # what the held set was last made from (_maintain_group)
         self.status = DaemonStatus()
+        self.store: CheckpointStore | None = None  # the target's checkpoints, once run() connected
         self._next_rescan = 0.0
         self._next_lease = 0.0
         self.membership: GroupMembership | None = None  # membership: group (else leases)
@@ -317,7 +318,8 @@ class ShallowMirrorDaemon:
             self.store.ensure_topic()
             self._refuse_checkpoints_elsewhere()
             self.leases = LeaseStore(self.store, cfg.target.confluent())
-            self.health_records = LaneHealthWriter(self.leases.producer)
+            self.health_records = LaneHealthWriter(self.leases.producer,
+                                                   refresh_s=health_refresh_s(cfg.lease_ttl_s / 3))
             self._size_for_link()
             self.workers = LaneWorkerPool(cfg.commit_workers, self._worker_clients)
             self._join_group()
@@ -426,11 +428,19 @@ class ShallowMirrorDaemon:
               partition_fetch_max_bytes=partition)
 
     def _leases_busy(self) -> None:
-        """The lane pool's progress tick: membership work while lanes run on worker threads (no writer touched).
-        ``_lanes_idle`` is False exactly while a tick runs: the pool calls it on this thread while lane work runs on
-        others, and between its calls this thread is back in the pool's wait or past the pool run (lanes idle)."""
+        """The lane pool's progress tick: membership work while lanes run on worker threads (no writer touched),
+        and lanes that came due to turn ``stalled`` shown — one lane's commit hanging on the target (up to
+        ``write_retry_s``, more with a slow coordinator) must not hold back another lane's stall from the metrics
+        and ``/readyz``. ``_lanes_idle`` is False exactly while a tick runs: the pool calls it on this thread while
+        lane work runs on others, and between its calls this thread is back in the pool's wait or past the pool
+        run (lanes idle)."""
         try:
             self._leases_if_due(lanes_idle=False)
+            stalls = self._stall_times
+            if stalls and stalls[0][0] < now_ms():  # a heap read per tick: nothing per lane unless one is due
+                # not the lanes of the running batch: their outcome (a reopen that succeeds, say) decides their
+                # state, published at the batch's end — shown stalled now, they could be copying a moment later
+                self._publish_due_states(busy=self.workers.running if self.workers is not None else frozenset())
         finally:
             self._lanes_idle = True
 
@@ -526,12 +536,16 @@ class ShallowMirrorDaemon:
         if sync_configs:
             self._sync_configs(in_step)
         prepared, unexpected = self._prepare_targets(unprepared)
+        discovered = []
         for topic, target_topic, partitions in prepared:
             for p in range(partitions):
                 lane = default_lane(target_topic, p)
                 if lane not in self.lanes:
-                    self.lanes[lane] = LaneState(topic, p, target_topic, lane, health=self._new_health())
+                    self.lanes[lane] = state = LaneState(topic, p, target_topic, lane, health=self._new_health())
+                    discovered.append(state)
                     event("lane_discovered", topic=topic, partition=p, lane=lane)
+        if discovered and self.config.new_partitions == "latest":
+            self._fix_latest_starts(discovered)
         if self.membership is not None:  # the names Shoal's selection chose, never a broker-side regex
             self._group_topics = sorted(topic for topic in self._lanes_per_topic() if topic in topics)
             self.membership.subscribe(self._group_topics)
@@ -549,6 +563,25 @@ class ShallowMirrorDaemon:
                 book.setdefault(state.topic, set()).add(state.partition)
             self._topic_lanes = (book, len(lanes))
         return book
+
+    def _fix_latest_starts(self, states: list[LaneState]) -> None:
+        """``new_partitions: latest``: a partition without checkpoint starts at its last stable offset *at first
+        sight* — fixed here, when its lane is discovered, not when the lane first opens, which may be much later (the
+        target down, the group slow to assign, a fence refused, an older daemon's lease) and would skip, recorded
+        nowhere, what the partition received in between. A lane with a checkpoint resumes there and never uses it;
+        the start is stored as the lane's first checkpoint at its open (:meth:`_open`). One ListOffsets per source
+        leader; if it fails, the start is fixed at the open, as before, and the event says so."""
+        from mirror_core.plan_inputs import lookup_offsets
+
+        try:
+            found = lookup_offsets(self.source, [(s.topic, s.partition) for s in states], "last_stable")
+        except (MirrorError, Errors.KafkaError, OSError) as exc:  # the open fixes it then, as before
+            event("start_lookup_failed", logging.WARNING, lanes=len(states), first=states[0].lane,
+                  error=f"{type(exc).__name__}: {exc}", note="new_partitions latest: the start is fixed at the open")
+            return
+        for state in states:
+            if state.start is None:
+                state.start = found.get((state.topic, state.partition))
 
     def _sync_configs(self, pairs: list[tuple[str, str]]) -> None:
         """Bring each target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp
@@ -716,15 +749,18 @@ class ShallowMirrorDaemon:
             dirty.add(state.lane)
         self._publish_due_states()
 
-    def _publish_due_states(self) -> None:
+    def _publish_due_states(self, busy: frozenset[str] = frozenset()) -> None:
         """Publish the health of the lanes whose health may have changed — marked by the event that changed it (a
         round's news, a failure, a halt, a resume) or due to turn ``stalled`` by time alone (``_stall_times``, a heap
         pushed when a lane starts retrying: the change no event makes) — compared with what was published and
         shown only when it differs. Every lane at once when lanes came (lanes are only ever added to
         ``self.lanes``: equal counts mean the same lanes) and, as a check that no event was missed, every
-        ``HEALTH_WALK_S`` (with the retention positions: :meth:`_audit_positions`). Nothing per idle lane."""
+        ``HEALTH_WALK_S`` (with the retention positions: :meth:`_audit_positions`). Nothing per idle lane.
+
+        ``busy``: lanes whose work is running on the workers right now (the pool's tick): left marked, published
+        after their outcome; no full walk then."""
         now = time.monotonic()
-        if now >= self._next_health_walk or len(self.lanes) != len(self._published_health):
+        if not busy and (now >= self._next_health_walk or len(self.lanes) != len(self._published_health)):
             self._next_health_walk = now + HEALTH_WALK_S
             self._audit_positions()
             self._publish_lane_states()
@@ -738,10 +774,12 @@ class ShallowMirrorDaemon:
                 dirty.add(lane)
         if not dirty:
             return
-        self._health_dirty = set()
+        self._health_dirty = dirty & busy if busy else set()
         published, lanes = self._published_health, self.lanes
         changed: dict[str, tuple] = {}
         for lane in dirty:
+            if lane in busy:
+                continue
             state = lanes.get(lane)
             if state is None:
                 continue
@@ -1017,7 +1055,8 @@ class ShallowMirrorDaemon:
                 self._health_watch.discard(lane)
             elif lane in self.held:
                 current[lane] = health
-        writes, clears = plan_health_writes(current, self._health_written, now)
+        writes, clears = plan_health_writes(current, self._health_written, now,
+                                            refresh_s=health_refresh_s(self.config.lease_ttl_s / 3))
         if not writes and not clears:
             return
         self.health_records.write(self.config.pipeline, self.worker_id, writes, clears, now)
@@ -1623,6 +1662,28 @@ class ShallowMirrorDaemon:
                   target_end=result.next_target_offset, records=result.records)
         return result.records
 
+    def _place_failed_lane(self, state: LaneState, position: int | None) -> None:
+        """A failed lane is behind — assessed by the next retention assessment — at the best position known, so a
+        lane that cannot copy is never left out of the watch (DESIGN §3: retention must not delete unmirrored data
+        unannounced): its committed position (kept while it is reset); else the one reported before; else, for a
+        lane never opened here, its checkpoint as last read (no request: the target may be what fails), the start
+        it chose, or — with none, starting at the earliest — the log start. A lane starting at the latest with no
+        start chosen yet has nothing retention could take from it."""
+        tp = (state.topic, state.partition)
+        positions = self.positions
+        if position is None and positions.position(tp) is None:
+            try:
+                cp = None if self.store is None else self.store.cached(self.config.pipeline, state.topic,
+                                                                       state.partition)
+            except Exception:  # noqa: BLE001 - undecodable (a newer Shoal's): that is the lane's own failure
+                cp = None      # already; placed as if it had none, from where the lane would start
+            position = cp.position if cp is not None else state.start
+            if position is None:
+                if self.config.new_partitions == "earliest":
+                    positions.behind_from_log_start(tp)
+                return
+        positions.behind(tp, position)
+
     def _failed(self, state: LaneState, exc: BaseException, *, fetching: bool = False) -> None:
         """Classify a lane's error once (:func:`~mirror_core.lane_status.classify_failure`): fenced → drop; a
         deleted source topic → halt naming what was not copied, or retire; a rejection config sync can repair →
@@ -1646,11 +1707,7 @@ class ShallowMirrorDaemon:
         position = state.session.position if state.session else None
         state.health.failed(reason, f"{type(exc).__name__}: {exc}", now_ms(), position=position)
         self._health_failed(state)
-        # behind (assessed by the next retention assessment) at its committed position — kept while it is reset;
-        # a lane never opened: where it starts, if chosen
-        tp = (state.topic, state.partition)
-        self.positions.behind(tp, position if position is not None or self.positions.position(tp) is not None
-                              else state.start)
+        self._place_failed_lane(state, position)
         if fetching and isinstance(exc, Errors.KafkaError) and is_retriable(type(exc)):
             state.fetch_failures += 1
             state.retry_at = time.monotonic() + min(5.0, 0.1 * 2 ** min(state.fetch_failures, 6))

@@ -33,7 +33,8 @@
     lease_ttl_s: 15
     metrics_port: 9308                                 # 0: no HTTP endpoint
     metrics_host: 127.0.0.1                            # 0.0.0.0 in a container, so probes and Prometheus reach it
-    new_partitions: earliest                           # where a partition without checkpoint starts
+    new_partitions: earliest                           # where a partition without checkpoint starts: earliest,
+                                                       # or latest (its last stable offset when first seen)
     fetch_max_bytes: 16777216                          # per Fetch request (one per source broker per round)
     partition_fetch_max_bytes: 4194304                 # per partition in that request
     link_mbps: null                                    # the source link's rate (MB/s): the daemon measures each

@@ -37,6 +37,10 @@ log = logging.getLogger("shoal.daemon")
 CAUGHT_UP = (INF, INF, 0.0, 0, 0, Status.SAFE)
 
 
+def _shown_position(position: int | None) -> int | str:
+    """A position for the log: None is a lane assessed from the log start (never opened here, no checkpoint)."""
+    return "log_start" if position is None else position
+
 
 class RetentionWatch:
     """Keeps one daemon's retention gauges current. Invariants: the gauges describe only partitions in ``positions``
@@ -94,15 +98,22 @@ class RetentionWatch:
             topics: dict[str, list[int]] = {}
             for topic, partition in sorted(behind):
                 topics.setdefault(topic, []).append(partition)
+            # a topic or partition no longer on the source (deleted: the daemon halts or retires its lanes once the
+            # deletion is confirmed) is left out and named, the others are still assessed
+            skipped: list[tuple[str, int | None]] = []
             statuses = assess_positions(self.source, topics, behind, self.policy, target=self.target,
-                                        oldest=self._oldest).statuses
+                                        oldest=self._oldest, skipped=skipped).statuses
+            for topic, partition in skipped:
+                log.warning("event=retention_skipped topic=%s partition=%s reason=%s", topic,
+                            "all" if partition is None else partition,
+                            "not_on_source" if partition is None else "partition_not_on_source")
         self._show(caught, statuses)
         self.assessments += 1
         for s in statuses:
             if s.status is not Status.SAFE:
                 log.warning("event=retention_%s topic=%s partition=%s position=%s margin_s=%.0f "
                             "time_to_loss_s=%.0f", s.status.value.lower(), s.topic, s.partition,
-                            behind.get((s.topic, s.partition)), s.margin_s, s.time_to_loss_s)
+                            _shown_position(behind.get((s.topic, s.partition))), s.margin_s, s.time_to_loss_s)
         return statuses
 
     def _show(self, caught: dict, statuses: list) -> None:

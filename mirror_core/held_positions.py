@@ -14,8 +14,14 @@ unmirrored, or not known: a lane just opened (no answer yet), one whose fetch or
 dropped, one reset. The caller marks a lane behind on each of those events (:meth:`HeldPositions.behind`), so a lane
 that falls behind is behind at the next assessment.
 
-Invariants (the state lives here, under ``_lock``): a lane is in at most one of ``_behind`` and ``_caught``;
-``version`` moves with every change.
+A lane held but never opened by this process, with no checkpoint known here (its open keeps failing: the target's
+coordinator down, its fence refused), is behind **from the log start** (position None in ``_behind``: the assessment
+takes the partition's log start, everything there unmirrored): it would copy from there (``new_partitions:
+earliest``), so that is what retention can take from it, and an operator is told before it does — instead of the lane
+being left out of every assessment until it first opens.
+
+Invariants (the state lives here, under ``_lock``): a lane is in at most one of ``_behind`` and ``_caught``; a
+position in ``_caught`` is never None; ``version`` moves with every change.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ class HeldPositions:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._behind: dict[TopicPartition, int] = {}
+        self._behind: dict[TopicPartition, int | None] = {}
         self._caught: dict[TopicPartition, int] = {}
         self.version = 0
 
@@ -62,10 +68,22 @@ class HeldPositions:
             self._behind[tp] = position
             self.version += 1
 
+    def behind_from_log_start(self, tp: TopicPartition) -> None:
+        """The lane's position is not known here (never opened by this process, no checkpoint read) and it would
+        start at the log start: assessed from there. A known position, if any, is kept."""
+        with self._lock:
+            if tp in self._behind or tp in self._caught:
+                return
+            self._behind[tp] = None
+            self.version += 1
+
     def forget(self, tp: TopicPartition) -> None:
         """The lane is not held any more (dropped, halted): not assessed by this process."""
         with self._lock:
-            if self._behind.pop(tp, None) is not None or self._caught.pop(tp, None) is not None:
+            # membership, not the value: a lane assessed from the log start has None in ``_behind``
+            if tp in self._behind or tp in self._caught:
+                self._behind.pop(tp, None)
+                self._caught.pop(tp, None)
                 self.version += 1
 
     def is_caught_up(self, tp: TopicPartition) -> bool:

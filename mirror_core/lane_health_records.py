@@ -133,14 +133,25 @@ def read_all_health_records(store, pipeline: str) -> dict[str, list[HealthRecord
     return parse_all_health_records(store.latest_items(), pipeline)
 
 
-class LaneHealthWriter:
-    """Writes a daemon's health records, one batch per call (see :func:`plan_health_writes` for when)."""
+def health_refresh_s(round_interval_s: float) -> float:
+    """How often a writer whose records are written once per round of ``round_interval_s`` (the daemon's group
+    round, ``lease_ttl_s / 3``) refreshes them: ``HEALTH_REFRESH_S``, or the round when it is longer — a record
+    must never expire between two rounds of a holder that is alive (its lane would look healthy to readers while
+    it still fails: a silent stall). The expiry follows (``HEALTH_EXPIRY_REFRESHES`` of this)."""
+    return max(HEALTH_REFRESH_S, round_interval_s)
 
-    def __init__(self, producer):
+
+class LaneHealthWriter:
+    """Writes a daemon's health records, one batch per call (see :func:`plan_health_writes` for when), each
+    expiring ``HEALTH_EXPIRY_REFRESHES`` × ``refresh_s`` after it was written (:func:`health_refresh_s`)."""
+
+    def __init__(self, producer, *, refresh_s: float = HEALTH_REFRESH_S):
         self.producer = producer  # a mirror_core.leases.SideRecordProducer on the checkpoint topic
+        self.refresh_s = refresh_s
 
     def write(self, pipeline: str, holder: str, writes: dict[str, dict], clears: list[str], now_ms: int) -> None:
-        records = [(health_key(pipeline, lane, holder), json.dumps(record_body(health, holder, now_ms)).encode(),
-                    lane) for lane, health in sorted(writes.items())]
+        records = [(health_key(pipeline, lane, holder),
+                    json.dumps(record_body(health, holder, now_ms, refresh_s=self.refresh_s)).encode(), lane)
+                   for lane, health in sorted(writes.items())]
         records += [(health_key(pipeline, lane, holder), None, lane) for lane in clears]
         self.producer.produce(records, what="lane health record(s) of lane(s)", timeout_s=5.0)

@@ -103,6 +103,7 @@ class LaneWorkerPool:
         self._workers: list[_Worker] = []
         self._size = size
         self._lanes: dict[str, _Worker] = {}
+        self.running: frozenset[str] = frozenset()  # the lanes of the batch :meth:`run` is running (else empty)
 
     @property
     def size(self) -> int:
@@ -138,14 +139,18 @@ class LaneWorkerPool:
         for slot, (lane, task) in enumerate(tasks):
             self._workers[self.worker_for(lane)].inbox.put((task, slot, outcomes, done))
         left = len(tasks)
-        while left:
-            try:
-                done.get(timeout=TICK_S)
-                left -= 1
-            except queue.Empty:
-                pass
-            if tick is not None:
-                tick()
+        self.running = frozenset(lane for lane, _task in tasks)
+        try:
+            while left:
+                try:
+                    done.get(timeout=TICK_S)
+                    left -= 1
+                except queue.Empty:
+                    pass
+                if tick is not None:
+                    tick()
+        finally:
+            self.running = frozenset()
         return outcomes  # type: ignore[return-value]
 
     def close(self) -> None:

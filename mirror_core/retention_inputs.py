@@ -64,8 +64,13 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
                   positions: Mapping[tuple[str, int], int] | None = None, *, probe_bytes: int = DEFAULT_PROBE_BYTES,
                   sample_s: float = 0.0, clock: Callable[[], float] = time.time,
                   sleep: Callable[[float], None] = time.sleep,
-                  oldest: OldestTimestamps | None = None) -> RetentionInputs:
+                  oldest: OldestTimestamps | None = None,
+                  skipped: list[tuple[str, int | None]] | None = None) -> RetentionInputs:
     """Snapshots of ``topics`` (topic → partitions, None for all) on ``cluster`` at the given mirror positions.
+
+    A topic or partition the cluster does not have is a ConfigError naming it — unless ``skipped`` is given (a
+    watch over many lanes, e.g. the daemon's: one deleted topic must not blind it to every other lane): then it is
+    left out and appended there as (topic, partition; None for the whole topic).
 
     Log starts, log ends and newest timestamps are asked with one ListOffsets per leader for all partitions (a
     failed partition is retried on its own, as before); what is left per partition is the Fetch probe at the
@@ -82,12 +87,21 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
         leaders: dict[tuple[str, int], int] = {}
         topic_ids: dict[str, object] = {}
         for topic, parts in topics.items():
-            meta = _topic_metadata(client, topic)
+            try:
+                meta = _topic_metadata(client, topic)
+            except ConfigError:
+                if skipped is None:
+                    raise
+                skipped.append((topic, None))
+                continue
             topic_ids[topic] = getattr(meta, "topic_id", None)
             chosen[topic] = sorted(meta.partitions) if parts is None else list(parts)
             for p in chosen[topic]:
                 if p not in meta.partitions:
-                    raise ConfigError(f"topic {topic!r} on cluster {cluster.name!r} has no partition {p}")
+                    if skipped is None:
+                        raise ConfigError(f"topic {topic!r} on cluster {cluster.name!r} has no partition {p}")
+                    skipped.append((topic, p))
+                    continue
                 leaders[(topic, p)] = meta.partitions[p].leader
         configs = {topic: TopicRetention.from_configs(admin.configs(topic)) for topic in chosen}
         check_interval_ms = read_check_interval_ms(cluster, next(iter(leaders.values()), None))
@@ -365,7 +379,7 @@ def copy_round_trip(source: ClusterConfig, target: ClusterConfig | None = None) 
     fetch travels while the previous one is written), so the slower side paces it: the larger of the source's
     round trip — the slowest broker's, measured as ``--link-mbps`` sizing measures it
     (:func:`mirror_core.preflight.measure_links`), or a Metadata round trip when that cannot be done, e.g. over
-    TLS — and the target's."""
+    TLS — and the target's (when the target does not answer: the source's alone, said in the second value)."""
     from mirror_core.preflight import measure_links
 
     try:
@@ -381,19 +395,26 @@ def copy_round_trip(source: ClusterConfig, target: ClusterConfig | None = None) 
         src_how = f"measured: source {src * 1000:.2f} ms (Metadata)"
     if target is None:
         return src, src_how
-    with WireClient.for_cluster(target) as client:
-        tgt = measure_rtt(client)
+    try:
+        with WireClient.for_cluster(target) as client:
+            tgt = measure_rtt(client)
+    except (MirrorError, Errors.KafkaError) as exc:
+        # the verdict is about the source's retention: a target that does not answer — the usual reason lanes stop
+        # copying, when the verdict matters most — must not stop it (the estimate then assumes the copy resumes)
+        return src, f"{src_how}; target not measured ({type(exc).__name__}: {exc}), the source's paces the copy"
     return max(src, tgt), f"{src_how}, target {tgt * 1000:.2f} ms; the slower paces the copy"
 
 
 def assess_positions(source: ClusterConfig, topics: Mapping[str, Sequence[int] | None],
                      positions: Mapping[tuple[str, int], int] | None, policy=None, *,
                      target: ClusterConfig | None = None, throttle_bytes_per_s: float | None = None,
-                     link_bytes_per_s: float | None = None, oldest: OldestTimestamps | None = None) -> Assessment:
+                     link_bytes_per_s: float | None = None, oldest: OldestTimestamps | None = None,
+                     skipped: list[tuple[str, int | None]] | None = None) -> Assessment:
     """The retention verdict every component shares: inputs gathered at ``positions``, copy capacity from
     ``policy`` (the round trip the copy sees, :func:`copy_round_trip`; a throttle shared by the partitions that
     still have data to copy; ``link_bytes_per_s``: the copy's declared link rate, whose sized fetches the estimate
-    then uses), statuses from :func:`mirror_core.retention.assess_partitions`. ``oldest``: see :func:`gather_inputs`."""
+    then uses), statuses from :func:`mirror_core.retention.assess_partitions`. ``oldest``, ``skipped``: see
+    :func:`gather_inputs`."""
     from mirror_core.retention import assess_partitions
     from mirror_core.retention_policy import RetentionPolicy
 
@@ -401,7 +422,8 @@ def assess_positions(source: ClusterConfig, topics: Mapping[str, Sequence[int] |
     rtt, rtt_how = 0.0, ""
     if policy.throughput_bytes_per_s is None:
         rtt, rtt_how = copy_round_trip(source, target)
-    inputs = gather_inputs(source, topics, positions, sample_s=policy.ingest_sample_s, oldest=oldest)
+    inputs = gather_inputs(source, topics, positions, sample_s=policy.ingest_sample_s, oldest=oldest,
+                           skipped=skipped)
     streams = sum(1 for s in inputs.snapshots if s.unmirrored_records > 0)
     copy = policy.capacity(rtt, throttle_bytes_per_s=throttle_bytes_per_s, streams=streams,
                            link_bytes_per_s=link_bytes_per_s, rtt_how=rtt_how)

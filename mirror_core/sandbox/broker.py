@@ -317,8 +317,14 @@ def process_open_files(pid: int) -> int | None:
     return None
 
 
-def new_cluster_id() -> str:
-    return urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def new_cluster_id(random_bytes=lambda: uuid.uuid4().bytes) -> str:
+    """A random cluster id as Kafka writes one (URL-safe base64 of 16 bytes), never starting with ``-``: Kafka's
+    ``Uuid.randomUuid`` draws again for those too, because ``kafka-storage format -t -xyz…`` reads the id as an
+    option and fails (one start in 64 did, before)."""
+    while True:
+        cluster_id = urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _is_zombie(pid: int) -> bool:

@@ -18,18 +18,9 @@ from mirror_core.checkpoint import CheckpointStore
 from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
 from mirror_core.errors import CoordinatorUnavailableError
 from mirror_core.kafka_wire import WireClient
-from tests.kafka_helpers import private_broker
 
 POLICY = CommitPolicy(write_retry_s=3.0)  # how long a lane open waits for the coordinator before deciding
 
-
-@pytest.fixture(scope="module")
-def no_coordinator_target(session_sandbox, tmp_path_factory):
-    """A target broker whose transaction state topic needs three replicas it will never have."""
-    session_sandbox.ensure("source")
-    with private_broker("no-coordinator", tmp_path_factory,
-                        extra_properties="transaction.state.log.replication.factor=3\n") as cluster:
-        yield cluster
 
 
 def test_at_least_once_copies_to_a_target_whose_transaction_coordinator_never_answers(

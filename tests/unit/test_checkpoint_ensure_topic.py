@@ -78,3 +78,30 @@ def test_a_topic_the_metadata_never_lists_is_a_clear_error(admin, monkeypatch):
     monkeypatch.setattr(CheckpointStore, "METADATA_CATCH_UP_S", 0.3)
     with pytest.raises(MirrorError, match="exists .* but its metadata did not list it within 0.3 s"):
         _store().ensure_topic()
+
+
+class UnevenMetadataAdmin(LaggingAdmin):
+    """Like :class:`LaggingAdmin`, but the broker asked for the replication factor right after the metadata listed
+    the topic is one that does not know it yet (``TopicAdmin.replication_factor`` answers None then: each metadata
+    request may go to another broker, and a new topic reaches the brokers one after another)."""
+
+    rf_unknown_for = 1
+
+    def __init__(self, *_a, **_k):
+        super().__init__()
+        self.rf_calls = 0
+
+    def replication_factor(self, topic):
+        self.rf_calls += 1
+        return None if self.rf_calls <= self.rf_unknown_for else 1
+
+
+@pytest.mark.timeout(10)
+def test_a_topic_that_existed_after_all_has_min_isr_checked_even_when_one_broker_lags(admin, monkeypatch):
+    """Two daemons start at once; the other one (or an operator) created the topic with min.insync.replicas=2 on
+    one replica: every checkpoint write would be refused for ever. A replication factor not known on the first
+    ask must not skip the check that catches it."""
+    monkeypatch.setattr(topics, "TopicAdmin", UnevenMetadataAdmin)
+    UnevenMetadataAdmin.configs_by_topic = {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+    with pytest.raises(ConfigError, match="min.insync.replicas=2 is above its replication factor"):
+        _store().ensure_topic()

@@ -221,8 +221,9 @@ def test_retention_positions_follow_the_news_and_lanes_without_news_keep_theirs(
     _idle_share(daemon, "orders-0", 0, 0)      # at the high watermark: caught up
     _idle_share(daemon, "orders-1", 10, 10)
     _idle_share(daemon, "orders-2", 20, 25)    # an open transaction past it, say: behind
-    _fail(daemon, "orders-3")                  # never answered, its open failed; a new lane's start is known
-    assert daemon.positions.snapshot() == ({("orders", 2): 20}, {("orders", 0): 0, ("orders", 1): 10})
+    _fail(daemon, "orders-3")                  # never answered, its open failed, no checkpoint: from the log start
+    assert daemon.positions.snapshot() == ({("orders", 2): 20, ("orders", 3): None},
+                                           {("orders", 0): 0, ("orders", 1): 10})
     daemon.lanes["orders-3"].start = 30
     _fail(daemon, "orders-3")
     for _ in range(5):                         # idle rounds: no news, every position stays reported
@@ -247,3 +248,46 @@ def test_a_caught_up_lane_that_lost_its_fetcher_is_put_behind_by_the_check(daemo
     daemon._next_health_walk = 0.0
     daemon._publish_round_states([])
     assert not daemon.positions.is_caught_up(("orders", 4)) and daemon.positions.position(("orders", 4)) == 7
+
+
+@pytest.mark.timeout(20)
+def test_a_lane_turns_stalled_while_another_lanes_commit_hangs(daemon, monkeypatch):
+    """The main thread waits in the lane pool while one lane's commit hangs on the target (real worker threads):
+    another lane that has been retrying past ``stall_after_s`` shows ``stalled`` during that wait, not only once
+    the hanging commit returns. Before, the pool's tick did membership work only and the stall waited for the
+    batch to end (up to write_retry_s, 25 s by default, or longer)."""
+    import threading
+
+    from mirror_core.lane_workers import LaneWorkerPool
+
+    daemon._publish_round_states([])
+    clock = {"ms": D.now_ms()}
+    monkeypatch.setattr(D, "now_ms", lambda: clock["ms"])
+    _fail(daemon, "orders-7")
+    assert _lane_states(daemon)["orders-7"] == RETRYING
+    seen_stalled = threading.Event()
+
+    def hanging_commit(_clients):  # orders-3's commit: hangs until the stall shows, or gives up
+        clock["ms"] += int(daemon.config.stall_after_s * 1000) + 1000  # the wait outlasts orders-7's stall time
+        deadline = D.time.monotonic() + 5
+        while D.time.monotonic() < deadline:
+            if _lane_states(daemon)["orders-7"] == STALLED:
+                seen_stalled.set()
+                return "committed"
+            D.time.sleep(0.05)
+        return "committed"
+
+    _fail(daemon, "orders-3")  # retrying too, and its reopen is the work that runs (and hangs) now
+    pool = daemon.workers = LaneWorkerPool(2, lambda: NS(close=lambda: None))
+    try:
+        outcomes = pool.run([("orders-3", hanging_commit)], tick=daemon._leases_busy)
+    finally:
+        pool.close()
+    assert outcomes[0].value == "committed"
+    assert seen_stalled.is_set(), "orders-7 turned stalled only after the other lane's hanging commit returned"
+    # the lane whose own work was running is not shown stalled meanwhile (its outcome decides: a reopen that
+    # succeeds is copying a moment later); it is published after the batch, here still failing: stalled
+    assert daemon.metrics.readiness()[1]["not_ready_lanes"] == ["orders-7"]
+    assert _lane_states(daemon)["orders-3"] == RETRYING
+    daemon._publish_due_states()
+    assert daemon.metrics.readiness()[1]["not_ready_lanes"] == ["orders-3", "orders-7"]

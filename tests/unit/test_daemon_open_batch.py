@@ -58,6 +58,9 @@ class Store:
                 raise Errors.LeaderNotAvailableError(f"checkpoint partition {_part(partition)}")
         return {(t, p): None if p not in self.values else Checkpoint.from_value(self.values[p]) for t, p in lanes}
 
+    def cached(self, pipeline, topic, partition):  # no request: what the cache holds (a failed lane's placement)
+        return None if partition not in self.values else Checkpoint.from_value(self.values[partition])
+
 
 class Session:
     def __init__(self):

@@ -73,3 +73,35 @@ def test_each_writer_has_its_own_key_and_the_first_releases_key_still_reads():
     assert {lane: [r.holder for r in rs] for lane, rs in parse_all_health_records(items, "p").items()} == \
         {"dr.t-0": ["A", "B"], "dr.t-1": ["A"]}
     assert parse_health_records(items, "p")["dr.t-0"].holder == "B"  # the newest
+
+
+def test_a_record_outlives_the_round_that_refreshes_it_whatever_lease_ttl_s():
+    """The daemon writes health records once per group round (``lease_ttl_s / 3``). With the default 30 s refresh
+    a record expired after 90 s, so a ``lease_ttl_s`` above 270 s let every record lapse between two rounds of a
+    holder that was alive: its failing lane read as healthy to the Shoal page and ``shoal mirror status``. The
+    refresh, and so the expiry, follow the round when it is longer."""
+    from mirror_core.lane_health_records import LaneHealthWriter, health_refresh_s
+
+    class Producer:
+        def __init__(self):
+            self.records = []
+
+        def produce(self, records, **_kwargs):
+            self.records += records
+
+    for lease_ttl_s in (15, 270, 300, 900):
+        round_s = lease_ttl_s / 3
+        refresh_s = health_refresh_s(round_s)
+        writer, producer = None, Producer()
+        writer = LaneHealthWriter(producer, refresh_s=refresh_s)
+        written, record, t = {}, None, 1_000
+        for _ in range(20):  # twenty group rounds of a holder that is alive, its lane failing throughout
+            if record is not None:
+                assert record.live(t), f"lease_ttl_s={lease_ttl_s}: the record expired before the round at {t} ms"
+            writes, _ = plan_health_writes({"dr.t-0": RETRYING}, written, t, refresh_s=refresh_s)
+            if writes:
+                producer.records.clear()
+                writer.write("p", "daemon-a", writes, [], t)
+                (record,) = parse_health_records([(k, v) for k, v, _lane in producer.records], "p").values()
+                written = {"dr.t-0": (RETRYING, t)}
+            t += int(round_s * 1000) - 1  # a round a hair early: the refresh waits for the one after

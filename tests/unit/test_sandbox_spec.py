@@ -93,3 +93,12 @@ def test_a_replicated_cluster_is_a_controller_only_node_and_brokers_that_keep_wr
         assert int(props["transaction.state.log.replication.factor"]) <= 2
         for key, value in FAST_TIMERS.items():
             assert props[key] == value
+
+
+def test_a_new_cluster_id_never_starts_with_a_dash():
+    """``kafka-storage format -t -xUu…`` reads such an id as an option and fails: seen on a private test broker."""
+    from mirror_core.sandbox.broker import new_cluster_id
+
+    draws = iter([b"\xfb" + bytes(15), b"\x00" * 16])  # the first encodes to "-w…", the second to "AAAA…"
+    assert new_cluster_id(lambda: next(draws)) == "AAAAAAAAAAAAAAAAAAAAAA"
+    assert all(not new_cluster_id().startswith("-") for _ in range(500))
