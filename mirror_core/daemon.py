@@ -515,9 +515,12 @@ class ShallowMirrorDaemon:
         ``config_sync_interval_s`` the known topics' configs are synced. The source's Metadata is decoded only down
         to partition counts (:mod:`mirror_core.topic_counts`) and the lanes known per topic are kept between rescans
         (:meth:`_lanes_per_topic`): a rescan that finds nothing new costs per topic of the source, not per lane."""
-        from mirror_core.topic_counts import list_topic_counts
+        import kafka.errors as errors
 
-        topics = list_topic_counts(self.source)
+        from mirror_core.topic_counts import topic_answers
+
+        answer = topic_answers(self.source)
+        topics = answer.counts
         now = time.monotonic()
         sync_configs = now >= self._next_config_sync
         if sync_configs:
@@ -529,7 +532,10 @@ class ShallowMirrorDaemon:
             if not self._selected(topic):
                 continue
             target_topic = self.naming.target_for(topic)
-            if len(known.get(topic, ())) == partitions:
+            have = known.get(topic, frozenset())
+            # in step when partitions 0..n-1 all have lanes: a count alone is fooled by lanes of partitions past n
+            # (adopted from a deleted incarnation's halted checkpoints, or a re-creation with fewer partitions)
+            if len(have) >= partitions and have.issuperset(range(partitions)):
                 in_step.append((topic, target_topic))
                 continue
             unprepared.append((topic, target_topic, partitions))
@@ -547,7 +553,11 @@ class ShallowMirrorDaemon:
         if discovered and self.config.new_partitions == "latest":
             self._fix_latest_starts(discovered)
         if self.membership is not None:  # the names Shoal's selection chose, never a broker-side regex
-            self._group_topics = sorted(topic for topic in self._lanes_per_topic() if topic in topics)
+            # a topic answered with an error other than "unknown" (leader not available on an older broker, not
+            # authorized for a moment, being created) is not gone: unsubscribing it would revoke its partitions
+            unknown = errors.UnknownTopicOrPartitionError.errno
+            listed = topics.keys() | {t for t, code in answer.errors.items() if code != unknown}
+            self._group_topics = sorted(topic for topic in self._lanes_per_topic() if topic in listed)
             self.membership.subscribe(self._group_topics)
         if unexpected is not None:  # the rescan fails (logged, retried) after the topics that passed got lanes
             raise unexpected

@@ -45,11 +45,14 @@ _PARTITION_FIXED = {False: 10, True: 14}   # error i16, index i32, leader i32 (+
 
 
 class TopicCounts(NamedTuple):
-    """A decoded answer: topic name → partition count, for the topics answered without an error."""
+    """A decoded answer: topic name → partition count, for the topics answered without an error; topic name →
+    error code for the named topics answered with one (being created, leader not available on an older broker,
+    not authorized): such a topic exists as far as the answer tells, its partition count is unknown."""
 
     throttle_time_ms: int
     error_code: int          # the answer's own error (v13+; 0 before)
     counts: dict[str, int]
+    errors: dict[str, int]
 
 
 def metadata_request(topics: list[str] | None = None) -> MetadataRequest:
@@ -132,6 +135,7 @@ def decode_topic_counts(version: int, frame: memoryview) -> TopicCounts:
         skip_string()                              # cluster_id
     pos += 4                                       # controller_id (v1+)
     counts: dict[str, int] = {}
+    errors: dict[str, int] = {}
     fixed = _PARTITION_FIXED[version >= 7]
     arrays = 3 if version >= 5 else 2              # replicas, isr (, offline)
     for _ in range(max(count(), 0)):               # topics
@@ -177,8 +181,11 @@ def decode_topic_counts(version: int, frame: memoryview) -> TopicCounts:
         if version >= 8:
             pos += 4                               # topic_authorized_operations
         skip_tags()
-        if not error and name is not None:
-            counts[name] = max(partitions, 0)
+        if name is not None:
+            if error:
+                errors[name] = error
+            else:
+                counts[name] = max(partitions, 0)
     if 8 <= version <= 10:
         pos += 4                                   # cluster_authorized_operations
     error = 0
@@ -188,20 +195,29 @@ def decode_topic_counts(version: int, frame: memoryview) -> TopicCounts:
     skip_tags()
     if pos > end:
         raise ValueError("MetadataResponse runs past the frame")
-    return TopicCounts(throttle, error, counts)
+    return TopicCounts(throttle, error, counts, errors)
 
 
 def list_topic_counts(client) -> dict[str, int]:
     """Every topic on ``client``'s cluster (internal ones included) → partition count; topics answered with an
     error (being created, say) are left out. Raises kafka-python's errors on transport trouble (retriable ones
     marked), like :meth:`~mirror_core.kafka_wire.WireClient.send`."""
+    return topic_answers(client).counts
+
+
+def topic_answers(client) -> TopicCounts:
+    """:func:`list_topic_counts` with the topics answered with an error beside (``errors``): a topic in error is
+    not a deleted one (only ``UNKNOWN_TOPIC_OR_PARTITION`` says that), so a caller that acts on a topic's absence
+    (the daemon's group subscription) needs them. Raises as :func:`list_topic_counts`."""
     conn, fresh = client.metadata_connection()
     if conn is None:
         response = client.send(None, metadata_request())
         error = getattr(response, "error_code", 0)   # v13+
         if error:
             raise Errors.for_code(error)(f"cluster {client.cluster_name!r}: Metadata answered error {error}")
-        return {t.name: len(t.partitions) for t in response.topics if not t.error_code}
+        return TopicCounts(getattr(response, "throttle_time_ms", 0), 0,
+                           {t.name: len(t.partitions) for t in response.topics if not t.error_code},
+                           {t.name: t.error_code for t in response.topics if t.error_code and t.name is not None})
     try:
         return _ask(conn)
     except (Errors.KafkaConnectionError, Errors.RequestTimedOutError):
@@ -213,7 +229,7 @@ def list_topic_counts(client) -> dict[str, int]:
     return _ask(conn)
 
 
-def _ask(conn) -> dict[str, int]:
+def _ask(conn) -> TopicCounts:
     version = conn.version(API_METADATA, *METADATA_VERSIONS)
     future = conn.send_encoded(metadata_request(), version, lambda frame: decode_topic_counts(version, frame),
                                flexible_response=version >= METADATA_FLEXIBLE)
@@ -223,4 +239,4 @@ def _ask(conn) -> dict[str, int]:
     answer = future.value
     if answer.error_code:
         raise Errors.for_code(answer.error_code)(f"{conn!r}: Metadata answered error {answer.error_code}")
-    return answer.counts
+    return answer

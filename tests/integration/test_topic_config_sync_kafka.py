@@ -8,7 +8,7 @@ import time
 import pytest
 
 from mirror_core.preflight import run_preflight
-from mirror_core.topic_config_sync import ConfigOp, TopicConfigSyncError, sync_topic_configs
+from mirror_core.topic_config_sync import ConfigOp, TopicConfigSyncError, sync_many_topic_configs, sync_topic_configs
 
 DAY = 86_400_000
 
@@ -150,3 +150,29 @@ def test_missing_topics_and_rejected_changes_raise_naming_cluster_and_topic(sour
     assert f"cluster 'target' topic 'dr.{topic}'" in str(info.value) and "max.compaction.lag.ms" in str(info.value)
     assert not info.value.retriable
     assert described(target_cluster, "dr." + topic)["retention.ms"][0] != "3600000"  # all or nothing
+
+
+
+@pytest.mark.timeout(120)
+def test_batched_sync_answers_each_topic_alone(source_cluster, target_cluster, unique_name):
+    """The rescan's batched sync (one DescribeConfigs per cluster for all topics): a topic missing on either side
+    is named alone, the other topics of the same request are synced."""
+    mirrored = []
+    for name in ("a", "b"):
+        topic = source_cluster.create_topic(unique_name(name), 1, {"retention.ms": "3600000"})
+        report = run_preflight(source_cluster.config, target_cluster.config, topic, target_topic="dr." + topic)
+        assert report.ok and report.created
+        mirrored.append(topic)
+    a, b = mirrored
+    no_target = source_cluster.create_topic(unique_name("no-target"), 1)
+    no_source = unique_name("no-source")
+    alter(source_cluster, b, {"retention.ms": "7200000"})
+    pairs = [(no_source, "dr." + no_source), (no_target, "dr." + no_target), (a, "dr." + a), (b, "dr." + b)]
+    results = sync_many_topic_configs(source_cluster.config, target_cluster.config, pairs)
+    assert results[a] == []
+    assert [(c.key, c.new_value) for c in results[b]] == [("retention.ms", "7200000")]
+    wait_until(lambda: described(target_cluster, "dr." + b)["retention.ms"][0] == "7200000", "dr.b synced")
+    for topic, says in ((no_source, f"cluster 'source' topic '{no_source}'"),
+                        (no_target, f"cluster 'target' topic 'dr.{no_target}'")):
+        assert isinstance(results[topic], TopicConfigSyncError), results[topic]
+        assert says in str(results[topic]) and "does not exist" in str(results[topic])

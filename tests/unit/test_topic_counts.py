@@ -59,6 +59,7 @@ def test_topic_counts_decode_like_kafka_python(version, throttle, broker_list, c
     expected = MetadataResponse.decode(encoded, version=version)
     ours = tc.decode_topic_counts(version, memoryview(encoded))
     assert ours.counts == {t.name: len(t.partitions) for t in expected.topics if not t.error_code}
+    assert ours.errors == {t.name: t.error_code for t in expected.topics if t.error_code and t.name is not None}
     assert ours.throttle_time_ms == (expected.throttle_time_ms if version >= 3 else 0)
     assert ours.error_code == (expected.error_code if version >= 13 else 0)
 
