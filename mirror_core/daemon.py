@@ -1887,6 +1887,14 @@ def run_daemon(config_path, worker_id: str | None = None, *, thread_sample: str 
     except MirrorError as exc:
         print(f"shoal mirror: error: {exc}", file=sys.stderr)
         return 2
+    try:
+        server = serve_metrics(daemon.metrics, config.metrics_port, host=config.metrics_host) if config.metrics_port \
+            else None
+    except OSError as exc:  # before anything was joined, opened or installed
+        print(f"shoal mirror: error: pipeline {config.pipeline!r}: cannot serve /metrics on "
+              f"{config.metrics_host}:{config.metrics_port} ({exc.strerror or exc}); another process (a second daemon "
+              "on this machine?) has that port: give this one another metrics_port, or 0 for none", file=sys.stderr)
+        return 2
     stop = threading.Event()
     sampler = thread_sampler.start(thread_sample) if thread_sample else None  # diagnostics only
 
@@ -1901,8 +1909,6 @@ def run_daemon(config_path, worker_id: str | None = None, *, thread_sample: str 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_stop)
     signal.signal(signal.SIGALRM, on_alarm)
-    server = serve_metrics(daemon.metrics, config.metrics_port, host=config.metrics_host) if config.metrics_port \
-        else None
     try:
         daemon.run(stop)
     except ForcedShutdown:
