@@ -374,6 +374,9 @@ class Assessment:
     inputs: RetentionInputs
 
 
+TARGET_PROBE_TIMEOUT_MS = 10_000  # how long copy_round_trip waits for a target to answer before pacing by the source
+
+
 def copy_round_trip(source: ClusterConfig, target: ClusterConfig | None = None) -> tuple[float, str]:
     """The round trip that paces a copy, and where it came from. The copy overlaps fetch and write (the next
     fetch travels while the previous one is written), so the slower side paces it: the larger of the source's
@@ -395,8 +398,8 @@ def copy_round_trip(source: ClusterConfig, target: ClusterConfig | None = None) 
         src_how = f"measured: source {src * 1000:.2f} ms (Metadata)"
     if target is None:
         return src, src_how
-    try:
-        with WireClient.for_cluster(target) as client:
+    try:  # a target that does not answer is known in seconds, not after the default 30 s bootstrap
+        with WireClient.for_cluster(target, bootstrap_timeout_ms=TARGET_PROBE_TIMEOUT_MS) as client:
             tgt = measure_rtt(client)
     except (MirrorError, Errors.KafkaError) as exc:
         # the verdict is about the source's retention: a target that does not answer — the usual reason lanes stop
