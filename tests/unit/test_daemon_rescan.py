@@ -72,11 +72,11 @@ class Source:
         return {t: NS(error_code=0 if t in self.topics else unknown) for t in topics}
 
 
-@pytest.fixture
-def daemon(monkeypatch):
-    """A daemon (no group: no subscription) whose target preparation passes and is recorded."""
+def rescan_daemon(monkeypatch, source) -> D.ShallowMirrorDaemon:
+    """A daemon (no group: no subscription) reading ``source``, whose target preparation passes and is recorded
+    (``prepared``), as are its config syncs (``synced``)."""
     d = D.ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="me")
-    d.source = Source({"orders.a": 2, "payments": 4})
+    d.source = source
     d.prepared = []
 
     def prepare(unprepared):
@@ -88,6 +88,11 @@ def daemon(monkeypatch):
     d.synced = []
     monkeypatch.setattr(d, "_sync_configs", d.synced.append)
     return d
+
+
+@pytest.fixture
+def daemon(monkeypatch):
+    return rescan_daemon(monkeypatch, Source({"orders.a": 2, "payments": 4}))
 
 
 def _lanes(daemon) -> set[tuple[str, int]]:

@@ -22,10 +22,8 @@ from kafka.future import Future
 from kafka.protocol.metadata import MetadataResponse
 
 import mirror_core.daemon as D
-from mirror_core.daemon_config import pipeline_config_from_mapping
+from tests.unit.test_daemon_rescan import _lanes, rescan_daemon
 
-BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
-        "include": "orders.*", "naming": "prefix:dr."}
 T = MetadataResponse.MetadataResponseTopic
 P = T.MetadataResponsePartition
 
@@ -62,22 +60,7 @@ class Source:
 
 @pytest.fixture
 def daemon(monkeypatch):
-    d = D.ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="me")
-    d.source = Source({"orders.a": 2, "orders.b": 1})
-    d.prepared = []
-
-    def prepare(unprepared):
-        if unprepared:
-            d.prepared.append(list(unprepared))
-        return list(unprepared), None
-
-    monkeypatch.setattr(d, "_prepare_targets", prepare)
-    monkeypatch.setattr(d, "_sync_configs", lambda pairs: None)
-    return d
-
-
-def _lanes(daemon) -> set[tuple[str, int]]:
-    return {(s.topic, s.partition) for s in daemon.lanes.values()}
+    return rescan_daemon(monkeypatch, Source({"orders.a": 2, "orders.b": 1}))
 
 
 @pytest.mark.timeout(20)
