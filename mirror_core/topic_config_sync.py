@@ -246,15 +246,24 @@ def sync_topic_configs(source: ClusterConfig, target: ClusterConfig, topic: str,
     topic) when either topic is missing or a describe or the alter fails; nothing is changed then.
     """
     source_configs = describe_topic_configs(source, topic, timeout_s=timeout_s)
-    if source_configs is None:
-        raise TopicConfigSyncError(source.name, topic, "the source topic does not exist")
+    _require_topic(source_configs, source, topic)
     target_configs = describe_topic_configs(target, target_topic, timeout_s=timeout_s)
-    if target_configs is None:
-        raise TopicConfigSyncError(target.name, target_topic, f"the target topic of {source.name}/{topic} does not "
-                                   "exist; run preflight to create it")
+    _require_topic(target_configs, target, target_topic, of=f"{source.name}/{topic}")
     changes = plan_config_sync(source_configs, target_configs, facts=facts, exclude=exclude)
     apply_config_changes(target, target_topic, changes, timeout_s=timeout_s)
     return changes
+
+
+def _require_topic(found: TopicConfigs | None | TopicConfigSyncError, cluster: ClusterConfig, topic: str, *,
+                   of: str | None = None) -> TopicConfigs:
+    """A describe's answer for ``topic``, or the error that ends its sync: the describe's own, or a missing topic
+    (``of``: the source topic whose target it is)."""
+    if isinstance(found, TopicConfigSyncError):
+        raise found
+    if found is None:
+        raise TopicConfigSyncError(cluster.name, topic, "the source topic does not exist" if of is None else
+                                   f"the target topic of {of} does not exist; run preflight to create it")
+    return found
 
 
 def sync_many_topic_configs(source: ClusterConfig, target: ClusterConfig, pairs: Collection[tuple[str, str]], *,
@@ -274,24 +283,15 @@ def sync_many_topic_configs(source: ClusterConfig, target: ClusterConfig, pairs:
                                           admin=target_admin)
     out: dict[str, list[ConfigChange] | TopicConfigSyncError] = {}
     for topic, target_topic in pairs:
-        source_configs, target_configs = sources[topic], targets[target_topic]
-        if isinstance(source_configs, TopicConfigSyncError):   # checked in sync_topic_configs' order
-            out[topic] = source_configs
-        elif source_configs is None:
-            out[topic] = TopicConfigSyncError(source.name, topic, "the source topic does not exist")
-        elif isinstance(target_configs, TopicConfigSyncError):
-            out[topic] = target_configs
-        elif target_configs is None:
-            out[topic] = TopicConfigSyncError(target.name, target_topic, f"the target topic of {source.name}/{topic} "
-                                              "does not exist; run preflight to create it")
-        else:
+        try:  # checked in sync_topic_configs' order
+            source_configs = _require_topic(sources[topic], source, topic)
+            target_configs = _require_topic(targets[target_topic], target, target_topic, of=f"{source.name}/{topic}")
             changes = plan_config_sync(source_configs, target_configs)
-            try:
-                apply_config_changes(target, target_topic, changes, timeout_s=timeout_s, admin=target_admin)
-            except TopicConfigSyncError as exc:
-                out[topic] = exc
-                continue
-            out[topic] = changes
+            apply_config_changes(target, target_topic, changes, timeout_s=timeout_s, admin=target_admin)
+        except TopicConfigSyncError as exc:
+            out[topic] = exc
+            continue
+        out[topic] = changes
     return out
 
 
