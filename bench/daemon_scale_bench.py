@@ -213,6 +213,11 @@ class Window:
             "target_connections_per_s": [(round(s / seconds), round(r / seconds)) for s, r in wire["target"]],
             "broker_cpu_s_per_min": {name: round((brokers[name] - self.brokers0[name]) * per_min, 2)
                                      for name in ("source", "target")},
+            # unrounded, for per-round figures (the rounded ones above move by 4 % per clock tick at idle)
+            "rounds": rounds,
+            "cpu_ms_per_round": round((cpu - self.cpu0) * 1000 / max(rounds, 1), 3),
+            "cpu_ms_per_round_by_thread": {kind: round((spent - self.threads0[kind]) * 1000 / max(rounds, 1), 3)
+                                           for kind, spent in threads.items()},
         }
 
 
@@ -499,17 +504,19 @@ def print_tables(results: list[dict]) -> None:
         for name in ("idle", "busy"):
             w = r[name]
             lat = (f"{w['p50_ms']} | {w['p99_ms']} | {w['max_ms']}" if name == "busy" else "- | - | -")
-            per_round = (w["cpu_s_per_min"] * 1000 / 60 / w["fetch_rounds_per_s"]) if w["fetch_rounds_per_s"] else 0
-            print(f"| {who(r)} | {name} | {w['cpu_s_per_min']} | {per_round:.1f} | {w['rss_mib']} | "
+            per_round = w["cpu_ms_per_round"]
+            print(f"| {who(r)} | {name} | {w['cpu_s_per_min']} | {per_round:.2f} | {w['rss_mib']} | "
                   f"{w['fetch_rounds_per_s']} | {w['source_sent_per_round']:,} | {w['source_received_per_round']:,} | "
                   f"{w['target_sent_per_s']:,} | {w['target_received_per_s']:,} | "
                   f"{w['broker_cpu_s_per_min']['source']}, {w['broker_cpu_s_per_min']['target']} | {lat} |")
-    print("\n| partitions (tree) | window | CPU s/min: main thread | librdkafka threads | other threads |")
-    print("|---|---|---:|---:|---:|")
+    print("\n| partitions (tree) | window | CPU s/min: main thread | librdkafka threads | other threads | "
+          "CPU ms per round: main thread | librdkafka | other |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         for name in ("idle", "busy"):
-            t = r[name]["cpu_s_per_min_by_thread"]
-            print(f"| {who(r)} | {name} | {t['main']} | {t['librdkafka']} | {t['other']} |")
+            t, m = r[name]["cpu_s_per_min_by_thread"], r[name]["cpu_ms_per_round_by_thread"]
+            print(f"| {who(r)} | {name} | {t['main']} | {t['librdkafka']} | {t['other']} | "
+                  f"{m['main']:.3f} | {m['librdkafka']:.3f} | {m['other']:.3f} |")
     print("\n| partitions (tree) | peak RSS MiB (first run, second start) | RSS after warm start MiB |")
     print("|---|---:|---:|")
     for r in results:

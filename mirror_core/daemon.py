@@ -76,6 +76,8 @@ from mirror_core.checkpointed import (
 )
 from mirror_core.copier import CopyOptions, FetchedOnce
 from mirror_core.daemon_config import PipelineConfig, load_pipeline_config
+from mirror_core.daemon_config_sync import ConfigSyncWatch
+from mirror_core.daemon_events import event
 from mirror_core.daemon_membership import GroupMembership, apply_group_timeouts, choose_protocol
 from mirror_core.daemon_metrics import DaemonMetrics, serve_metrics
 from mirror_core.daemon_prune import PruneWatch
@@ -121,7 +123,10 @@ DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets 
 REJOIN_BACKOFF_S = (1.0, 60.0)  # a membership whose thread died is rebuilt after 1 s, doubling up to 60 s
 OPEN_BATCH_MIN_LANES = 4  # fewer lanes opening together look their coordinators and epoch ends up alone
 OPEN_LOOKUP_TIMEOUT_S = 2.0  # a batched look-up of a lane opening (coordinators, epoch ends) holds the main thread
-# the standing round's and the openings' books audited, and the fence walk: this often, however rare rescans are
+# the standing round's and the openings' books audited, and the fence walk: this often, whatever the rescan
+# interval. They are nets for a bug in the books kept by events (a drift is repaired and logged), each a walk of
+# every held lane: on the rescan cadence (10 s by default) they were most of what an idle round cost per held lane
+# (issue #18), though nothing about discovering topics makes a drift likelier or its repair more urgent.
 AUDIT_MAX_S = 30.0
 # every lane's health compared and its retention position checked, as a check of the events that keep them
 # (_publish_due_states): this often
@@ -143,11 +148,6 @@ class NotHandedOffError(MirrorError):
 class ForcedShutdown(BaseException):
     """Raised on the main thread when a SIGTERM's grace period ran out (see :func:`run_daemon`). A BaseException,
     like KeyboardInterrupt, so the daemon's "log and retry" handlers do not swallow it."""
-
-
-def event(name: str, level: int = logging.INFO, *, exc_info: bool = False, **fields) -> None:
-    """One structured log line: ``event=<name> key=value ...`` (topic, partition and offsets wherever they apply)."""
-    log.log(level, "event=%s %s", name, " ".join(f"{k}={v}" for k, v in fields.items()), exc_info=exc_info)
 
 
 @dataclass
@@ -204,12 +204,12 @@ class ShallowMirrorDaemon:
         self.openings = LaneOpenings()
         self._held_version = 0  # moves with every lane acquired or dropped (_apply_prune_floors compares it)
         self._held = HeldLanes(on_change=self._held_changed)
-        self._next_openings_audit = 0.0  # the openings' books checked against the lanes (rescan cadence)
+        self._next_openings_audit = 0.0  # the openings' books checked against the lanes (every AUDIT_MAX_S)
         # (openings.version, the ready list _open_ready returned, its (lane, fetcher) pairs for the fetch round):
         # reused while no lane was touched — an idle round builds no list of every ready lane
         self._ready_cache: tuple[int, list, list] | None = None
         # at-least-once: (time its fence falls due, seq, lane, session) per open session (_renew_fences); a walk of
-        # every held lane only on the rescan cadence, as a check
+        # every held lane only every AUDIT_MAX_S, as a check
         self._fence_times: list[tuple[float, int, str, LaneSession]] = []
         self._fence_seq = 0
         self._next_fence_walk = 0.0
@@ -253,12 +253,13 @@ class ShallowMirrorDaemon:
         self._published_health: dict[str, tuple] = {}  # lane → its health's fields as last published
         # held (topic, partition) → offset-map prune floor, gathered off the loop (mirror_core.daemon_prune)
         self.pruner = PruneWatch(config.source, self.metrics, interval_s=config.prune_interval_s)
+        self.config_sync = ConfigSyncWatch(config.source, config.target, self.metrics)  # its own thread
         self._round = 0
         # the held lanes' standing fetch round (mirror_core.standing_round: a round costs what changed) and the
         # next round of it, sent before this round's shares are written (overlap, see _copy_round)
         self._rounds: StandingRound | None = None
         self._in_flight: StandingPending | None = None
-        self._next_audit = 0.0  # the standing round's books checked against its sessions (rescan cadence, <= 30 s)
+        self._next_audit = 0.0  # the standing round's books checked against its sessions (every AUDIT_MAX_S)
         self._next_health_walk = 0.0  # every lane's health compared, positions checked (_publish_due_states)
         self._prune_seen: tuple[int, int] | None = None  # (held set's version, floors version) last applied
         self._round_books = False  # a round's shares are being booked: a failed lane is published at its end
@@ -352,6 +353,7 @@ class ShallowMirrorDaemon:
             finally:
                 self.retention.stop()  # no join: an assessment stuck on a slow source must not eat the grace
                 self.pruner.stop()
+                self.config_sync.stop()  # no join either
                 self.workers.close()  # no join either: a worker stuck on a dead target must not eat the grace
                 if not forced:  # records of a forced stop just expire (the target may be the reason for it)
                     self._shutdown()
@@ -596,20 +598,9 @@ class ShallowMirrorDaemon:
     def _sync_configs(self, pairs: list[tuple[str, str]]) -> None:
         """Bring each target topic's mirrored configs (retention, cleanup policy, compaction, size and timestamp
         bounds: :mod:`mirror_core.topic_config_sync`) in step with its source topic's — all of ``pairs``
-        (topic, target topic) described with one admin client and one request per cluster. A topic's failure is
-        logged and counted, naming it; the next sync tries again, copying never waits for it."""
-        from mirror_core.topic_config_sync import sync_many_topic_configs
-
-        results = sync_many_topic_configs(self.config.source, self.config.target, pairs)
-        for topic, target_topic in pairs:
-            changes = results[topic]
-            if isinstance(changes, MirrorError):
-                self.metrics.errors.labels("config_sync").inc()
-                event("config_sync_failed", logging.WARNING, topic=topic, target_topic=target_topic, error=changes)
-                continue
-            for change in changes:
-                self.metrics.config_changes.labels(target_topic).inc()
-                event("config_synced", topic=topic, target_topic=target_topic, change=f"'{change}'")
+        (topic, target topic), on the config-sync watch's thread (:mod:`mirror_core.daemon_config_sync`): the
+        rounds never wait for it. A topic's failure is logged and counted, naming it; the next sync tries again."""
+        self.config_sync.submit(pairs)
 
     def _selected(self, topic: str) -> bool:
         if is_internal_topic(topic) and topic not in self.include.named:
@@ -1147,7 +1138,7 @@ class ShallowMirrorDaemon:
         not — an idle lane calls no copy, and its fence must not lapse while it is held. Renewals run on the
         lanes' workers (the writer lives there), side by side. Which lanes are due comes from a heap of the times
         their sessions' fences fall due (pushed when a session is installed or renewed), not a walk of every held
-        lane per round; the walk runs once per rescan interval (at most AUDIT_MAX_S apart), as a check that no session
+        lane per round; the walk runs every AUDIT_MAX_S, as a check that no session
         was left out."""
         if self.config.mode == "exactly-once":
             return
@@ -1163,8 +1154,8 @@ class ShallowMirrorDaemon:
             else:
                 self._schedule_fence(state)  # renewed meanwhile: due later
         if now >= self._next_fence_walk:
-            # capped like the audits: a fence the heap missed must not lapse for a whole (maybe hourly) rescan
-            self._next_fence_walk = now + min(self.config.rescan_interval_s, AUDIT_MAX_S)
+            # like the audits: a fence the heap missed lapses for at most this long
+            self._next_fence_walk = now + AUDIT_MAX_S
             for lane in self.held:
                 state = lanes.get(lane)
                 # due as of the same ``now`` the heap was drained at (not session.fence_due, a later clock read: a
@@ -1368,13 +1359,13 @@ class ShallowMirrorDaemon:
         return ready
 
     def _audit_openings_if_due(self, now: float) -> None:
-        """On the rescan cadence (at most AUDIT_MAX_S apart): the openings' books checked against the held lanes
+        """Every AUDIT_MAX_S: the openings' books checked against the held lanes
         (lane_openings.audit); a lane that would never be opened again is logged and repaired — never a silent stall."""
         if now < self._next_openings_audit:
             return
-        # the rescan cadence, capped like the standing round's audit: a lane a hook missed is opened by nothing
-        # else, and a pipeline may rescan only hourly
-        self._next_openings_audit = now + min(self.config.rescan_interval_s, AUDIT_MAX_S)
+        # a lane a hook missed is opened by nothing else: it stays unopened (and shows retrying, then stalled) at
+        # most this long
+        self._next_openings_audit = now + AUDIT_MAX_S
         repaired = audit_openings(self.openings, self.held, self.lanes, now)
         if repaired:
             event("lane_openings_repaired", logging.WARNING, lanes=len(repaired), first=repaired[0],
@@ -1567,8 +1558,8 @@ class ShallowMirrorDaemon:
     def _send_round(self, ready: list[tuple[LaneState, int]]) -> StandingPending:
         """Send one fetch round for the ``ready`` lanes (one request per source broker) without waiting for it:
         the standing round's members follow ``ready`` (a lane with a new fetcher joins, one not ready leaves), and
-        each broker's request names only what changed since its last one. On the rescan cadence (at most
-        ``AUDIT_MAX_S`` apart) the standing round's books are first checked against its fetch sessions
+        each broker's request names only what changed since its last one. Every ``AUDIT_MAX_S`` the
+        standing round's books are first checked against its fetch sessions
         (StandingRound.audit): a discrepancy — a lane that would never be named, never fetched — is logged and
         repaired."""
         rounds = self._standing()
@@ -1579,9 +1570,9 @@ class ShallowMirrorDaemon:
             rounds.sync([(state.lane, state.fetcher) for state, _ in ready if state.fetcher is not None])
         now = time.monotonic()
         if now >= self._next_audit:
-            # the rescan cadence, capped: a lane the books lost is never fetched and shows nothing (health
-            # copying, lag gauge frozen) until the audit finds it, and a pipeline may rescan only hourly
-            self._next_audit = now + min(self.config.rescan_interval_s, AUDIT_MAX_S)
+            # a lane the books lost is never fetched and shows nothing (health copying, lag gauge frozen) until
+            # the audit finds it: at most this long
+            self._next_audit = now + AUDIT_MAX_S
             repaired = rounds.audit()
             if repaired:
                 event("fetch_session_repaired", logging.WARNING, lanes=len(repaired), first=repaired[0],
@@ -1827,19 +1818,22 @@ class ShallowMirrorDaemon:
             return False
         from mirror_core.topic_config_sync import sync_topic_configs
 
-        try:
-            changes = sync_topic_configs(self.config.source, self.config.target, state.topic, state.target_topic)
+        try:  # not undone by a batched sync running on the watch's thread (mirror_core.daemon_config_sync)
+            with self.config_sync.repairing(state.target_topic) as synced_meanwhile:
+                changes = sync_topic_configs(self.config.source, self.config.target, state.topic, state.target_topic)
         except MirrorError as sync_error:
             event("config_repair_failed", logging.WARNING, topic=state.topic, target_topic=state.target_topic,
                   error=sync_error)
             return False
-        if not changes:
+        if not changes and not synced_meanwhile:
             return False
+        # no changes left but the periodic sync (its own thread) changed the topic since a repair last looked: it
+        # may have repaired it after the refusal — retried once too (the same batch refused again halts)
         state.repaired_at = exc.source_offset
         self.metrics.config_changes.labels(state.target_topic).inc(len(changes))
         event("config_repaired", logging.WARNING, topic=state.topic, partition=state.partition,
               target_topic=state.target_topic, rejected=exc.error, source_offset=exc.source_offset,
-              changes=f"'{'; '.join(map(str, changes))}'")
+              changes=f"'{'; '.join(map(str, changes)) or 'made by the periodic config sync'}'")
         return True
 
 

@@ -7,8 +7,9 @@ it is looked at again when the time comes even if nothing else happens. What the
 to ``ready`` (insertion ordered), which the round fetches; a touched lane leaves ``ready`` until it is looked at again.
 
 Invariant (DESIGN §3: a lane that should copy is never silently left unopened): every held lane that is not halted
-is in ``ready``, touched (``due``) or waiting (``waiting``). :func:`audit` checks that against the lanes themselves on
-the rescan cadence and touches (repairs) any lane that is not — the caller logs it: never a silent stall."""
+is in ``ready``, touched (``due``) or waiting (``waiting``). :func:`audit` checks that against the lanes themselves
+every audit period (the daemon's ``AUDIT_MAX_S``) and touches (repairs) any lane that is not — the caller logs it:
+never a silent stall."""
 from __future__ import annotations
 
 import heapq
@@ -67,23 +68,23 @@ class LaneOpenings:
 
 
 def audit(openings: LaneOpenings, held: Iterable[str], lanes: dict, now: float) -> list[str]:
-    """Compare the books with the lanes (O(held), on the rescan cadence): a held, not halted lane that is in none
+    """Compare the books with the lanes (O(held), every audit period): a held, not halted lane that is in none
     of ready/touched/waiting, or in ``ready`` without a session and fetcher or before its retry time, or a lane in
-    ``ready`` not held — each touched (repaired: looked at by the next round). Returns the repaired lanes, sorted."""
-    held = set(held)
+    ``ready`` not held — each touched (repaired: looked at by the next round). Returns the repaired lanes, sorted.
+    The ready lanes (an idle daemon's every lane) are checked in one pass over ``ready``; the others are the held
+    set's difference with it, taken in C."""
+    held = held if isinstance(held, (set, frozenset)) else set(held)
+    ready = openings.ready
     wrong = []
-    for lane in held:
-        state = lanes.get(lane)
-        if state is None or state.health.stopped:
-            if lane in openings.ready:
-                wrong.append(lane)
-            continue
-        if lane in openings.ready:
-            if state.session is None or state.fetcher is None or now < state.retry_at:
-                wrong.append(lane)
-        elif not openings.queued(lane):
+    for lane in ready:
+        state = lanes.get(lane) if lane in held else None
+        if state is None or state.health.stopped or state.session is None or state.fetcher is None \
+                or now < state.retry_at:
             wrong.append(lane)
-    wrong += [lane for lane in openings.ready if lane not in held]
+    for lane in held - ready.keys():
+        state = lanes.get(lane)
+        if state is not None and not state.health.stopped and not openings.queued(lane):
+            wrong.append(lane)
     for lane in wrong:
         openings.touch(lane)
     return sorted(wrong)

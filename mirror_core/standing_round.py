@@ -31,9 +31,10 @@ Invariants (the state lives here): every member is either placed — in exactly 
 member's position moves only when its part of an answer is accepted (:meth:`~mirror_core.fetcher.RawBatchFetcher.
 handle`), and every member handed out as news is re-entered before the next request, so the broker always fetches
 at the fetcher's position; a broker's ``members`` is what its session must hold, ``changed`` and ``left`` what
-differs from the last request. :meth:`StandingRound.audit` (run on the daemon's rescan cadence) checks this against
-each session's own view (:meth:`~mirror_core.fetch_session.FetchSession.holds`) and repairs a discrepancy — a lane
-that would otherwise never be named, never fetched — naming it, so a bug here is a log line, not a silent stall.
+differs from the last request. :meth:`StandingRound.audit` (run by the daemon every ``AUDIT_MAX_S``) checks this
+against each session's own view (:meth:`~mirror_core.fetch_session.FetchSession.holds`) and repairs a discrepancy —
+a lane that would otherwise never be named, never fetched — naming it, so a bug here is a log line, not a silent
+stall.
 """
 
 from __future__ import annotations
@@ -165,33 +166,49 @@ class StandingRound:
         neither placed nor waiting is placed again; an entry that is not its fetcher's is renewed; a placed member
         its broker's session does not hold at its entry and that the next request would not name is named; a
         partition a session holds that is no member's any more is forgotten. Returns one sentence per repair.
-        Call between rounds (no round outstanding)."""
+        Call between rounds (no round outstanding).
+
+        One walk of each broker's placed members (its session's view read once per broker, not per member);
+        the members placed nowhere are looked for only when that walk counted fewer than the members not
+        waiting (members not in ``_unplaced``) — each member has one key and one leader, so it is counted at most
+        once."""
         self._no_round_outstanding()
         found = []
-        for lane, member in self._members.items():
-            if lane in self._unplaced:
-                continue
-            broker = self._brokers.get(member.leader)
-            if broker is None or member.key is None or broker.lanes.get(member.key) is not member:
-                found.append(f"{lane}: not placed at any broker; placed again")
-                self._unplaced[lane] = member
-                continue
-            entry = member.fetcher.spec(member.epoch)
-            if broker.members[member.key] != entry:
-                found.append(f"{lane}: its request entry was not its fetcher's (offset {member.fetcher.position})")
-                broker.members[member.key] = entry
-                broker.changed.add(member.key)
-            held = broker.session.holds()
-            if broker.session.active and held.get(member.key) != entry and member.key not in broker.changed:
-                found.append(f"{lane}: not held by broker {broker.leader}'s fetch session at offset "
-                             f"{member.fetcher.position}; named again")
-                broker.changed.add(member.key)
+        members, unplaced = self._members, self._unplaced
+        placed = 0
         for broker in self._brokers.values():
-            for key in broker.session.holds():
-                if key not in broker.members and key not in broker.left:
-                    found.append(f"{key.topic}-{key.partition}: held by broker {broker.leader}'s fetch session "
-                                 "for no lane; forgotten")
-                    broker.left.add(key)
+            held, active = broker.session.holds(), broker.session.active
+            entries, changed, leader = broker.members, broker.changed, broker.leader
+            for key, member in broker.lanes.items():
+                lane = member.lane
+                if member.key != key or member.leader != leader or members.get(lane) is not member \
+                        or lane in unplaced:
+                    continue  # not a member placed here: a member missing from its books is found below
+                placed += 1
+                entry = member.fetcher.spec(member.epoch)
+                if entries[key] != entry:
+                    found.append(f"{lane}: its request entry was not its fetcher's (offset {member.fetcher.position})")
+                    entries[key] = entry
+                    changed.add(key)
+                if active and held.get(key) != entry and key not in changed:
+                    found.append(f"{lane}: not held by broker {leader}'s fetch session at offset "
+                                 f"{member.fetcher.position}; named again")
+                    changed.add(key)
+        # the members not waiting: _unplaced may hold a lane that is no member (a bug's stale entry, e.g. a left
+        # lane's member put there by _place), which must not offset a member placed nowhere
+        if placed != len(members) - len(members.keys() & unplaced.keys()):
+            for lane, member in members.items():
+                if lane in unplaced:
+                    continue
+                broker = self._brokers.get(member.leader)
+                if broker is None or member.key is None or broker.lanes.get(member.key) is not member:
+                    found.append(f"{lane}: not placed at any broker; placed again")
+                    unplaced[lane] = member
+        for broker in self._brokers.values():
+            for key in broker.session.holds().keys() - broker.members.keys() - broker.left:
+                found.append(f"{key.topic}-{key.partition}: held by broker {broker.leader}'s fetch session "
+                             "for no lane; forgotten")
+                broker.left.add(key)
         return found
 
     # -- books -----------------------------------------------------------------------------------------------

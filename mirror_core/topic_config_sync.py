@@ -267,12 +267,19 @@ def _require_topic(found: TopicConfigs | None | TopicConfigSyncError, cluster: C
 
 
 def sync_many_topic_configs(source: ClusterConfig, target: ClusterConfig, pairs: Collection[tuple[str, str]], *,
-                            timeout_s: float = 30.0) -> dict[str, list[ConfigChange] | TopicConfigSyncError]:
+                            timeout_s: float = 30.0, guard=None
+                            ) -> dict[str, list[ConfigChange] | TopicConfigSyncError]:
     """:func:`sync_topic_configs` for every ``(topic, target_topic)`` of ``pairs`` — one admin client per
     cluster and one DescribeConfigs call per cluster for all of them (a daemon's periodic sync of 40 topics made
     80 admin clients, one after the other, on its main thread); the changes, rare, are applied topic by topic (all
     or nothing per topic, as before). Per source topic: its changes (empty: in sync) or the error naming cluster
-    and topic; one topic's failure leaves the others' sync alone."""
+    and topic; one topic's failure leaves the others' sync alone.
+
+    ``guard`` (optional): ``guard(target_topic)`` is a context manager held around each topic's plan and apply; it
+    yields an object whose ``current`` is False when the topic was synced elsewhere since these describes (its plan
+    is stale: skipped, no change) and whose ``changes`` is then set to what was applied."""
+    import contextlib
+
     from confluent_kafka.admin import AdminClient
 
     if not pairs:
@@ -286,8 +293,11 @@ def sync_many_topic_configs(source: ClusterConfig, target: ClusterConfig, pairs:
         try:  # checked in sync_topic_configs' order
             source_configs = _require_topic(sources[topic], source, topic)
             target_configs = _require_topic(targets[target_topic], target, target_topic, of=f"{source.name}/{topic}")
-            changes = plan_config_sync(source_configs, target_configs)
-            apply_config_changes(target, target_topic, changes, timeout_s=timeout_s, admin=target_admin)
+            with guard(target_topic) if guard else contextlib.nullcontext() as slot:
+                changes = plan_config_sync(source_configs, target_configs) if slot is None or slot.current else []
+                apply_config_changes(target, target_topic, changes, timeout_s=timeout_s, admin=target_admin)
+                if slot is not None:
+                    slot.changes = changes
         except TopicConfigSyncError as exc:
             out[topic] = exc
             continue

@@ -147,7 +147,7 @@ def test_the_audit_repairs_a_lane_missing_from_the_books(daemon, clock):
     real_event = D.event
     D.event = lambda name, *a, **k: (events.append((name, k)), real_event(name, *a, **k))
     try:
-        daemon._next_openings_audit = clock.t  # the rescan cadence comes
+        daemon._next_openings_audit = clock.t  # the audit period comes
         assert "orders-9" in _round(daemon)
     finally:
         D.event = real_event
@@ -238,7 +238,7 @@ def test_the_fence_walk_renews_a_session_never_scheduled(fenced, clock):
     clock.t += 61.0
     fenced._renew_fences()
     assert state.session.renewals == 0  # not scheduled: not seen by the heap ...
-    fenced._next_fence_walk = clock.t  # ... until the walk on the rescan cadence
+    fenced._next_fence_walk = clock.t  # ... until the walk (every AUDIT_MAX_S)
     fenced._renew_fences()
     assert state.session.renewals == 1
 
@@ -361,3 +361,26 @@ def test_lanes_failing_to_open_are_published_once_per_pass_not_once_per_lane(dae
     states = {lane["lane"]: lane for lane in daemon.metrics.readiness()[1]["lanes"]}
     assert len(states) == LANES
     assert all(s["state"] == "retrying" and "reachable" in s["message"] for s in states.values())
+
+
+@pytest.mark.timeout(10)
+def test_the_audits_walk_the_held_lanes_every_audit_period_not_every_rescan(clock, monkeypatch):
+    """Each audit walks every held lane; on a 1 s rescan interval they ran every second — most of an idle
+    round's cost per held lane (issue #18). They run every AUDIT_MAX_S, whatever the rescan interval."""
+    daemon = opening_daemon(monkeypatch, {**BASE, "rescan_interval_s": 1}, LANES)
+    walks = []
+    real = D.audit_openings
+    monkeypatch.setattr(D, "audit_openings", lambda *a: (walks.append(clock.t), real(*a))[1])
+    audits = []
+    rounds = NS(sync=lambda lanes: None, audit=lambda: (audits.append(clock.t), [])[1],
+                send=lambda **k: NS())
+    monkeypatch.setattr(daemon, "_standing", lambda: rounds)
+    start = clock.t
+    for _ in range(int(D.AUDIT_MAX_S) * 4):  # idle rounds, a quarter second apart, for one audit period
+        ready = daemon._open_ready()
+        daemon._send_round(ready)
+        clock.t += 0.25
+    assert walks == [start] and audits == [start], "the held lanes were walked on the rescan cadence"
+    daemon._open_ready()
+    daemon._send_round([])
+    assert walks == [start, clock.t] and audits == [start, clock.t]
