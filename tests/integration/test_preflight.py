@@ -12,14 +12,26 @@ from mirror_core.preflight_rules import PreflightError, Severity, target_topic_n
 DAY = 86_400_000
 
 
-def end_offsets(cluster, topic: str) -> dict[int, int]:
-    from confluent_kafka import TopicPartition
+def end_offsets(cluster, topic: str, *, settle_s: float = 10.0) -> dict[int, int]:
+    """Each partition's end offset. A topic created a moment ago can be answered NOT_LEADER_OR_FOLLOWER (or
+    unknown) by the broker the metadata names as its leader until that broker has applied the controller's record:
+    such retriable answers are asked again for up to ``settle_s``, as any Kafka client does."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
+    settling = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
     admin = AdminClient(cluster.config.confluent())
-    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
-    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions})
-    return {tp.partition: f.result(timeout=10).offset for tp, f in futures.items()}
+    deadline = time.monotonic() + settle_s
+    while True:
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions})
+        try:
+            return {tp.partition: f.result(timeout=10).offset for tp, f in futures.items()}
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not (err.retriable() or err.code() in settling) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def findings(report, key: str):
