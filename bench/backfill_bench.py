@@ -6,7 +6,7 @@ the ``lz4-1KiB`` shape of :mod:`bench.copy_bench`), spread evenly over its P par
 fresh target topic and pipeline every time, by:
 
 - ``single``: one Python process runs the plan's lanes one after another: the job's own driver preflight
-  (:func:`spark_apps.backfill_job.prepare_targets`) then :func:`mirror_core.backfill.run_lane` per lane, the code
+  (:func:`spark_apps.backfill_job.prepare_targets`) then :func:`mirror_core.engine.backfill.run_lane` per lane, the code
   every Spark task runs (exactly-once, same copy options), without Spark.
 - ``spark local[N]``: ``spark-submit spark_apps/backfill_job.py`` with ``--master local[N]`` for N ≤ P (N executor
   slots: at most N lanes copy at once).
@@ -50,8 +50,8 @@ def generate(source_conf: dict, topic: str, partitions: int, records: int) -> No
     from confluent_kafka import Producer
 
     from bench.copy_bench import _values
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.topics import TopicAdmin
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.kafka.topics import TopicAdmin
 
     TopicAdmin(ClusterConfig("source", source_conf)).create(topic, partitions)
     producer = Producer({**source_conf, "log_level": 0, "enable.idempotence": True, "acks": "all",
@@ -80,8 +80,8 @@ def generate(source_conf: dict, topic: str, partitions: int, records: int) -> No
 def make_plan(source, target, topic: str, prefix: str, pipeline: str, path: Path) -> dict:
     import re
 
-    from mirror_core.plan_inputs import build_plan
-    from mirror_core.planner import PlanRequest
+    from mirror_core.model.planner import PlanRequest
+    from mirror_core.services.plan_inputs import build_plan
 
     request = PlanRequest.parse(pipeline=pipeline, source_cluster=source.name, target_cluster=target.name,
                                 include=re.escape(topic), naming=f"prefix:{prefix}")
@@ -191,8 +191,8 @@ def single_process_child(plan_path: str, clusters_path: str, ledger: str) -> Non
     """``--single``: the lanes one after another in this process (driver preflight first, as the job does)."""
     import yaml
 
-    from mirror_core.backfill import lane_jobs, run_lane
-    from mirror_core.ledger import write_ledger
+    from mirror_core.engine.backfill import lane_jobs, run_lane
+    from mirror_core.state.ledger import write_ledger
     from spark_apps.backfill_job import prepare_targets
 
     plan = json.loads(Path(plan_path).read_text())
@@ -206,10 +206,10 @@ def single_process_child(plan_path: str, clusters_path: str, ledger: str) -> Non
 # -- the benchmark -----------------------------------------------------------------------------------------------
 
 def run(args) -> dict:
-    from mirror_core.backfill_command import spark_submit_command
-    from mirror_core.cli import sandbox_from_environ
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.ledger import STATUS_OK, read_ledger
+    from mirror_core.cli.backfill_command import spark_submit_command
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.state.ledger import STATUS_OK, read_ledger
 
     sandbox = sandbox_from_environ(os.environ)
     clusters_file = sandbox.write_clusters_file()

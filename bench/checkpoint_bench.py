@@ -29,10 +29,10 @@ import statistics
 import time
 from pathlib import Path
 
-from mirror_core.checkpoint import Checkpoint, CheckpointStore
-from mirror_core.cluster import ClusterConfig
-from mirror_core.map_segments import LaneMap
-from mirror_core.offset_map import OffsetMap, OffsetRun
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.model.map_segments import LaneMap
+from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.state.checkpoint import Checkpoint, CheckpointStore
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS_PER_ROUND = 20  # a commit interval of a lane with ~20 source transactions per second

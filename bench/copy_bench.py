@@ -3,14 +3,14 @@
 For each case the same generated data on the sandbox's source cluster is mirrored to fresh topics on the target
 cluster by three mirrors, each in its own process (so CPU time and peak RSS are per mirror):
 
-- ``shallow``: Shoal's :class:`~mirror_core.copier.RangeCopier` (raw Fetch → header rewrite → raw Produce).
+- ``shallow``: Shoal's :class:`~mirror_core.engine.copier.RangeCopier` (raw Fetch → header rewrite → raw Produce).
 - ``deep``: a MirrorMaker-1-style loop on confluent-kafka: Consumer (read_committed) → Producer (idempotent,
   acks=all) with the compression.type / batch.size / linger.ms / batch.num.messages the source was written with,
   flushed at the end. Every record is decompressed and re-compressed. The consumer keeps librdkafka's fetch and
   queue defaults (64 MiB pre-fetch queue): tighter queues (``--deep-consumer-conf``) made it latency-bound
   (``fetch.queue.backoff.ms``), which would flatter Shoal.
 - ``null``: the ceiling for producing raw batches: every batch is fetched and prepared into memory first, then only
-  producing them back with :class:`~mirror_core.writer.BatchWriter` is timed.
+  producing them back with :class:`~mirror_core.kafka.writer.BatchWriter` is timed.
 - ``shallow-sasl`` (not in the default set): ``shallow`` over SASL_SSL with SCRAM-SHA-512, fetch and produce both on
   the fast path's own TLS connections: the source through its secure listener, the target through its own secure
   listener when the sandbox target has one, else through the source broker's (recorded as ``secure_target``; the
@@ -21,7 +21,7 @@ cluster by three mirrors, each in its own process (so CPU time and peak RSS are 
   worktree of main at a branch point), so a change and its baseline are measured in one run on the same data;
   ``concurrent-alo-before`` likewise runs that checkout's ``concurrent-alo``.
 - ``concurrent-alo`` / ``concurrent-eos`` / ``concurrent-none`` (not in the default set): ``shoal copy``'s engine
-  (:class:`~mirror_core.concurrent_copy.ConcurrentCopy`, one lane per partition, every partition of the case) in
+  (:class:`~mirror_core.engine.concurrent_copy.ConcurrentCopy`, one lane per partition, every partition of the case) in
   at-least-once (checkpoints, the lanes' writes sharing Produce requests), exactly-once (a transaction per lane
   and commit: lanes never share a request) and ``none`` mode; ``concurrent-alo-alone`` is at-least-once with
   every lane writing alone (``combine_lanes=False``, how lanes wrote before). The single-partition mirrors above
@@ -164,8 +164,8 @@ def generate(case: Case, source_conf: dict, topic: str) -> None:
 def describe_source(source_conf: dict, topic: str, partitions: int = 1) -> dict:
     """Offsets and on-disk batch statistics of every partition, read with Shoal's raw fetcher (``start``/``end``:
     partition 0's, for the single-partition mirrors)."""
-    from mirror_core.fetcher import RawBatchFetcher, list_offsets
-    from mirror_core.kafka_wire import WireClient
+    from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+    from mirror_core.kafka.wire_client import WireClient
 
     starts, ends, sizes, records = [], [], [], 0
     with WireClient("source", source_conf) as client:
@@ -248,9 +248,9 @@ class _Phase:
 
 
 def child_shallow(spec: dict) -> dict:
-    from mirror_core.copier import CopyOptions, PartitionRange, RangeCopier
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.writer import BatchWriter
+    from mirror_core.engine.copier import CopyOptions, PartitionRange, RangeCopier
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.kafka.writer import BatchWriter
 
     fast = spec.get("fast_path", True)
     with WireClient("source", spec["source"], fast_path=fast) as source, \
@@ -312,10 +312,10 @@ def child_deep(spec: dict) -> dict:
 
 
 def child_null(spec: dict) -> dict:
-    from mirror_core.batch_codec import prepare_for_target
-    from mirror_core.fetcher import RawBatchFetcher
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.writer import BatchWriter, OutgoingBatch
+    from mirror_core.codec.batch_codec import prepare_for_target
+    from mirror_core.kafka.fetcher import RawBatchFetcher
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
 
     with WireClient("source", spec["source"]) as source, WireClient("target", spec["target"]) as target:
         batches = []
@@ -347,12 +347,13 @@ def child_concurrent(spec: dict) -> dict:
     delivery mode (checkpoints in the target's ``__shoal_checkpoints``, a pipeline of its own per run)."""
     from dataclasses import replace
 
-    from mirror_core.checkpoint import CheckpointStore
-    from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.concurrent_copy import ConcurrentCopy, lane_share_writer, plain_share_writer
-    from mirror_core.copier import CopyOptions, PartitionRange
-    from mirror_core.kafka_wire import WireClient
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.config.commit_policy import CommitPolicy
+    from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
+    from mirror_core.engine.concurrent_copy import ConcurrentCopy, lane_share_writer, plain_share_writer
+    from mirror_core.engine.copier import CopyOptions, PartitionRange
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.state.checkpoint import CheckpointStore
 
     mode, combine = CONCURRENT_MIRRORS[spec["mirror"]]
     options = CopyOptions(fetch_max_bytes=spec["fetch_max_bytes"], max_inflight_bytes=spec["max_inflight_bytes"],
@@ -418,8 +419,8 @@ def child_main(mirror: str) -> None:
 
 def target_records(target_conf: dict, topic: str, partitions: int) -> int:
     """Records on the target topic, read back (an exactly-once copy's transaction markers take offsets too)."""
-    from mirror_core.fetcher import RawBatchFetcher, list_offsets
-    from mirror_core.kafka_wire import WireClient
+    from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+    from mirror_core.kafka.wire_client import WireClient
 
     records = 0
     with WireClient("target", target_conf) as client:
@@ -430,9 +431,9 @@ def target_records(target_conf: dict, topic: str, partitions: int) -> int:
 
 
 def run(args) -> dict:
-    from mirror_core.cli import sandbox_from_environ
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.topics import TopicAdmin
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.kafka.topics import TopicAdmin
 
     sandbox = sandbox_from_environ(os.environ)
     source_conf, target_conf = sandbox.client_config("source"), sandbox.client_config("target")

@@ -54,7 +54,7 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "py
 
 
 def _sandbox():
-    from mirror_core.cli import sandbox_from_environ
+    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
 
     return sandbox_from_environ(os.environ)
 
@@ -112,9 +112,9 @@ class FarTarget:
     KAFKA_VERSION = "4.4.0"
 
     def __init__(self, home: Path, rtt_ms: float):
-        from mirror_core.sandbox import jars
-        from mirror_core.sandbox.broker import LOG_CONFIG
-        from mirror_core.sandbox.spec import FAST_TIMERS, SINGLE_NODE, ClusterSpec
+        from mirror_core.dev.sandbox import jars
+        from mirror_core.dev.sandbox.broker import LOG_CONFIG
+        from mirror_core.dev.sandbox.spec import FAST_TIMERS, SINGLE_NODE, ClusterSpec
 
         self.home, self.rtt_ms = home, rtt_ms
         self.port, self.proxy_port, self.controller = _free_port(), _free_port(), _free_port()
@@ -172,7 +172,7 @@ class FarTarget:
 
     def measured_rtt_ms(self) -> float:
         """The median of 5 Metadata round trips through the proxy."""
-        from mirror_core.kafka_wire import WireClient
+        from mirror_core.kafka.wire_client import WireClient
 
         with WireClient("far-target", {"bootstrap.servers": self.bootstrap}) as client:
             client.metadata([])  # connected
@@ -229,8 +229,8 @@ def run_latency(sandbox, workdir: Path, *, rate: int, seconds: float, warmup_s: 
                 record_bytes: int, commit_interval_ms: int) -> dict:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.topics import TopicAdmin
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.kafka.topics import TopicAdmin
 
     src = ClusterConfig("source", sandbox.client_config("source"))
     tgt = ClusterConfig("target", sandbox.client_config("target"))
@@ -298,8 +298,8 @@ def run_catchup(sandbox, workdir: Path, *, records: int, partitions: int, record
                 commit_interval_ms: int) -> dict:
     from confluent_kafka import Producer
 
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.topics import TopicAdmin
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.kafka.topics import TopicAdmin
 
     src = ClusterConfig("source", sandbox.client_config("source"))
     tgt = ClusterConfig("target", sandbox.client_config("target"))
@@ -366,8 +366,8 @@ def _produce_backlog(src, topic: str, records: int, record_bytes: int) -> None:
 def run_lanes(sandbox, workdir: Path, *, records: int, partitions: int, record_bytes: int, commit_workers: int,
               partition_fetch_bytes: int, far_target: FarTarget | None = None) -> dict:
     """Many lanes busy at once (see the module docstring): one catch-up, every round a share per lane."""
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.topics import TopicAdmin
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.kafka.topics import TopicAdmin
 
     src = ClusterConfig("source", sandbox.client_config("source"))
     target_settings = {"bootstrap.servers": far_target.bootstrap} if far_target else sandbox.client_config("target")

@@ -1,7 +1,7 @@
 """Daemon at scale (issue #18): one daemon process holding N partitions, mostly idle, two of them busy.
 
 For each ``--partitions`` N (e.g. ``200 2000``), on two **private** single-node brokers (source and target, started
-like the sandbox's — :class:`~mirror_core.sandbox.broker.SandboxBroker` on free ports, own directories, a modest
+like the sandbox's — :class:`~mirror_core.dev.sandbox.broker.SandboxBroker` on free ports, own directories, a modest
 heap — so thousands of partitions never land on the shared sandbox):
 
 1. N source partitions as ``N / --per-topic`` topics, ``--seed-records`` records in each; one daemon process
@@ -58,8 +58,8 @@ class PrivatePair:
     """Source and target: two private single-node brokers (the sandbox's launcher and settings, free ports)."""
 
     def __init__(self, home: Path, cache_dir: Path, heap: str):
-        from mirror_core.sandbox.broker import SandboxBroker
-        from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
+        from mirror_core.dev.sandbox.broker import SandboxBroker
+        from mirror_core.dev.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
 
         self.brokers = {name: SandboxBroker(ClusterSpec(f"scale-{name}", DEFAULT_KAFKA_VERSION, _free_port(),
                                                         _free_port(), heap=heap, extra=BROKER_EXTRA),
@@ -275,7 +275,7 @@ def measure_latency(pair: PrivatePair, daemon: Daemon, window_pair, busy: list[t
     """Produce ``rate`` records/s over the ``busy`` partitions for ``seconds``; latency on the target (see module)."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from mirror_core.cluster import ClusterConfig
+    from mirror_core.config.cluster import ClusterConfig
 
     src = ClusterConfig("source", pair.client_config("source"))
     tgt = ClusterConfig("target", pair.client_config("target"))
@@ -330,7 +330,7 @@ def measure_latency(pair: PrivatePair, daemon: Daemon, window_pair, busy: list[t
 def check_exact(pair: PrivatePair, topics: list[str]) -> int:
     """The target copies of ``topics`` hold exactly the source's records (key, value, timestamp, partition order);
     returns how many were compared."""
-    from mirror_core.cluster import ClusterConfig
+    from mirror_core.config.cluster import ClusterConfig
     from tests.kafka_helpers import KafkaTestCluster
 
     src = KafkaTestCluster(ClusterConfig("source", pair.client_config("source")))
@@ -351,7 +351,7 @@ def seed(pair: PrivatePair, topics: list[str], partitions: int, records: int) ->
     know yet, say — is an error here, not a silently idle partition)."""
     from confluent_kafka import Producer
 
-    from mirror_core.cluster import ClusterConfig
+    from mirror_core.config.cluster import ClusterConfig
 
     failed: list[str] = []
     acked = [0]
@@ -393,8 +393,8 @@ class _SkipWarm(Exception):
 # ---- one N --------------------------------------------------------------------------------------------------------
 def run_scale(pair: PrivatePair, workdir: Path, partitions: int, args, root: Path | None = None) -> dict:
     """One N on fresh topics and a fresh pipeline; the daemon runs from ``root`` (default: this tree)."""
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.topics import TopicAdmin
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.kafka.topics import TopicAdmin
 
     tag = uuid.uuid4().hex[:6]
     per_topic = min(args.per_topic, partitions)
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-warm", action="store_true", help="skip the warm start (second process)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from mirror_core.cli import sandbox_from_environ
+    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
 
     cache_dir = sandbox_from_environ(os.environ).cache_dir
     results = []

@@ -155,7 +155,7 @@ def link_down() -> None:
 
 def measured_rtt_ms(bootstrap: str) -> float:
     """A Kafka round trip through the proxy: the median of 5 Metadata requests on one connection."""
-    from mirror_core.kafka_wire import WireClient
+    from mirror_core.kafka.wire_client import WireClient
 
     with WireClient("far", {"bootstrap.servers": bootstrap}) as client:
         client.topic_metadata(_PROBE_TOPIC, refresh=True)  # connected
@@ -175,10 +175,10 @@ class FarBroker:
     def __init__(self, home: Path, send_buffer: int):
         import secrets
 
-        from mirror_core.sandbox import jars
-        from mirror_core.sandbox.broker import LOG_CONFIG
-        from mirror_core.sandbox.spec import FAST_TIMERS, SINGLE_NODE, ClusterSpec
-        from mirror_core.sandbox.tls import ensure_tls_material
+        from mirror_core.dev.sandbox import jars
+        from mirror_core.dev.sandbox.broker import LOG_CONFIG
+        from mirror_core.dev.sandbox.spec import FAST_TIMERS, SINGLE_NODE, ClusterSpec
+        from mirror_core.dev.sandbox.tls import ensure_tls_material
 
         self.home = home
         self.lib = jars.resolve_classpath(ClusterSpec("link", KAFKA_VERSION, PORT, CONTROLLER_PORT),
@@ -305,8 +305,8 @@ def generate(bootstrap: str, topic: str, records: int, partitions: int = PARTITI
 
 def source_facts(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict:
     """Records and on-disk batch bytes per partition (read once through Shoal's fetcher, before shaping)."""
-    from mirror_core.fetcher import RawBatchFetcher, list_offsets
-    from mirror_core.kafka_wire import WireClient
+    from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+    from mirror_core.kafka.wire_client import WireClient
 
     out = {"ends": {}, "records": 0, "bytes": 0}
     with WireClient("far", {"bootstrap.servers": bootstrap}) as client:
@@ -474,12 +474,13 @@ def steady_rate(samples: list[tuple[float, int]], expected: int, bytes_per_recor
 
 def child_backfill(spec: dict) -> None:
     """What a backfill task runs per unit: CheckpointedCopier.copy of each partition's range, one after another."""
-    from mirror_core.checkpoint import CheckpointStore
-    from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.copier import CopyOptions, PartitionRange
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.preflight import run_preflight
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.config.commit_policy import CommitPolicy
+    from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
+    from mirror_core.engine.copier import CopyOptions, PartitionRange
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.services.preflight import run_preflight
+    from mirror_core.state.checkpoint import CheckpointStore
 
     src = ClusterConfig("far", {"bootstrap.servers": spec["source"]})
     dst = ClusterConfig("target", spec["target"])
@@ -541,9 +542,9 @@ def _create_target(target_conf: dict, topic: str) -> None:
 
 
 def _checkpoints_done(target_conf: dict, pipeline: str, topic: str, ends: dict[int, int]):
-    from mirror_core.checkpoint import CheckpointStore
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.kafka_wire import WireClient
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.state.checkpoint import CheckpointStore
 
     cluster = ClusterConfig("target", target_conf)
     state = {"last": 0.0}
@@ -688,7 +689,7 @@ def mirror_command(mirror: str, ctx: dict, work: Path) -> tuple[list[str], str, 
 def run(args) -> dict:
     if os.geteuid() != 0:
         raise SystemExit("the link benchmark needs root (network namespace, tc)")
-    from mirror_core.sandbox import Sandbox
+    from mirror_core.dev.sandbox import Sandbox
 
     sandbox_dir = Path(os.environ.get("SHOAL_SANDBOX_DIR", ROOT / ".sandbox"))
     sandbox = Sandbox(sandbox_dir, Path.home() / ".cache" / "shoal")

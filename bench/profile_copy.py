@@ -2,7 +2,7 @@
 
 Source topics ``prof-<case>`` are generated once on the sandbox's source cluster (kept between runs; ``--regen``
 makes them afresh) with :func:`bench.copy_bench.generate`; each run copies a case to a fresh target topic with
-:class:`~mirror_core.copier.RangeCopier`, in this process, under cProfile (``--profiler cprofile``, default) or
+:class:`~mirror_core.engine.copier.RangeCopier`, in this process, under cProfile (``--profiler cprofile``, default) or
 pyinstrument (``--profiler pyinstrument``, if installed), with the brokers pinned like the benchmark does.
 
     .venv/bin/python -m bench.profile_copy --cases zstd-1KiB lz4-1-record-batches --profiler cprofile
@@ -19,9 +19,9 @@ from bench.copy_bench import MIRROR_CORE, _status_kib, default_cases, describe_s
 
 def _copy(source_conf: dict, target_conf: dict, src: str, dst: str, data: dict, fetch_max_bytes: int,
           max_inflight_bytes: int):
-    from mirror_core.copier import CopyOptions, PartitionRange, RangeCopier
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.writer import BatchWriter
+    from mirror_core.engine.copier import CopyOptions, PartitionRange, RangeCopier
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.kafka.writer import BatchWriter
 
     with WireClient("source", source_conf) as source, WireClient("target", target_conf) as target:
         writer = BatchWriter(target)
@@ -44,9 +44,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-pin", action="store_true")
     args = parser.parse_args(argv)
 
-    from mirror_core.cli import sandbox_from_environ
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.topics import TopicAdmin
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.kafka.topics import TopicAdmin
 
     sandbox = sandbox_from_environ(os.environ)
     source_conf, target_conf = sandbox.client_config("source"), sandbox.client_config("target")

@@ -4,7 +4,7 @@ Copies the benchmark's ``lz4-1-record-batches`` data (one partition, one record 
 ``prof-lz4-1-record-batches`` is generated once and kept, as :mod:`bench.profile_copy` does) to fresh target
 topics, each mirror in a child process pinned to core 1 like ``bench/copy_bench.py``:
 
-- ``shallow``: :class:`~mirror_core.copier.RangeCopier` with :mod:`mirror_core.request_trace` on;
+- ``shallow``: :class:`~mirror_core.engine.copier.RangeCopier` with :mod:`mirror_core.kafka.request_trace` on;
 - ``null``: the same batches fetched and prepared first, then only produced (trace on);
 - ``deep``: ``bench.copy_bench``'s confluent-kafka loop (no trace; context switches and CPU only);
 - ``concurrent-alo``: ``bench.copy_bench``'s ``shoal copy`` engine in at-least-once mode (trace on; its requests
@@ -43,7 +43,7 @@ def _usage() -> tuple[float, int, int]:
 
 
 def summarize(trace) -> dict:
-    """Figures of a :class:`~mirror_core.request_trace.RequestTrace` (see the module docstring)."""
+    """Figures of a :class:`~mirror_core.kafka.request_trace.RequestTrace` (see the module docstring)."""
     api = {(conn, cid): key for _, conn, key, cid, _, _ in trace.sends}
     produce_sends = [s for s in trace.sends if s[2] == API_PRODUCE]
     in_flight = [s[5] for s in produce_sends]
@@ -80,10 +80,10 @@ def summarize(trace) -> dict:
 def child(mirror: str, spec: dict) -> dict:
     if (os.cpu_count() or 1) >= 2 and spec.get("pin", True):
         os.sched_setaffinity(0, {MIRROR_CORE})
-    from mirror_core import request_trace
-    from mirror_core import writer as writer_module
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.writer import BatchWriter
+    from mirror_core.kafka import request_trace
+    from mirror_core.kafka import writer as writer_module
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.kafka.writer import BatchWriter
 
     if spec.get("keep_queued") is not None:  # an experiment: how many requests the pipeline keeps queued
         writer_module.KEEP_QUEUED = spec["keep_queued"]
@@ -105,14 +105,14 @@ def child(mirror: str, spec: dict) -> dict:
         writer = BatchWriter(target)
         writer.init_producer_id()
         if mirror == "shallow":
-            from mirror_core.copier import CopyOptions, PartitionRange, RangeCopier
+            from mirror_core.engine.copier import CopyOptions, PartitionRange, RangeCopier
             copier = RangeCopier(source, target, writer, CopyOptions())
             rng = PartitionRange(spec["src_topic"], 0, spec["start"], spec["end"], spec["dst_topic"], 0)
             work = lambda: copier.copy(rng)  # noqa: E731
         else:
-            from mirror_core.batch_codec import prepare_for_target
-            from mirror_core.fetcher import RawBatchFetcher
-            from mirror_core.writer import OutgoingBatch
+            from mirror_core.codec.batch_codec import prepare_for_target
+            from mirror_core.kafka.fetcher import RawBatchFetcher
+            from mirror_core.kafka.writer import OutgoingBatch
             batches = []
             for view in RawBatchFetcher(source, spec["src_topic"], 0, spec["start"], spec["end"]):
                 prepared = prepare_for_target(view)
@@ -151,9 +151,9 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(child(args.child, json.loads(sys.stdin.read()))))
         return
 
-    from mirror_core.cli import sandbox_from_environ
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.topics import TopicAdmin
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.kafka.topics import TopicAdmin
 
     sandbox = sandbox_from_environ(os.environ)
     source_conf, target_conf = sandbox.client_config("source"), sandbox.client_config("target")

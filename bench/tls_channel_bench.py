@@ -31,7 +31,7 @@ FRAME = 1 << 20
 
 
 def _material(home: Path) -> dict:
-    from mirror_core.sandbox.tls import pem_server_material
+    from mirror_core.dev.sandbox.tls import pem_server_material
 
     return pem_server_material(home)
 
@@ -60,7 +60,7 @@ class SocketTlsChannel:
 def _pair(material: dict | None, peer, ssl_socket: bool = False) -> tuple[object, threading.Thread]:
     """(client channel, peer thread running ``peer(server_socket)``); ``ssl_socket``: :class:`SocketTlsChannel`
     instead of the library's ``TlsChannel``."""
-    from mirror_core.wire_channel import PlainChannel, TlsChannel, tls_context
+    from mirror_core.kafka.wire_channel import PlainChannel, TlsChannel, tls_context
 
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]

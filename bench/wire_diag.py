@@ -3,7 +3,7 @@ aid, not a test).
 
     python -m bench.wire_diag --out diag.json [--profile prof.out] -- copy --source ... --target ...
 
-Counted, per process, by wrapping :mod:`mirror_core.wire_channel` from outside (the library itself is untouched):
+Counted, per process, by wrapping :mod:`mirror_core.kafka.wire_channel` from outside (the library itself is untouched):
 ``recv`` — kernel reads (``socket.recv_into``: the plain channel's, the TLS channel's ciphertext reads) with their
 bytes; ``tls_read`` — ``TlsChannel.recv_into`` calls (each one or more ``SSLObject.read``); ``tls_want_read`` —
 ``SSLObject.read`` raising ``SSLWantReadError`` (no whole TLS record buffered); ``bio_write`` — ciphertext fed to the
@@ -99,8 +99,7 @@ def _count_records(data) -> None:
 
 
 def install() -> None:
-    from mirror_core import wire_channel
-
+    from mirror_core.kafka import wire_channel
     plain_init, tls_init, tls_recv = (wire_channel.PlainChannel.__init__, wire_channel.TlsChannel.__init__,
                                       wire_channel.TlsChannel.recv_into)
 
@@ -122,8 +121,7 @@ def install() -> None:
         _COUNTS["tls_read_bytes"] += n
         return n
 
-    from mirror_core import wire_fastpath
-
+    from mirror_core.kafka import wire_fastpath
     receive_frame = wire_fastpath.FastConnection._receive_frame
 
     def frame(self, *args, **kwargs):
@@ -184,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     threading.Thread(target=_sample, args=(series, stop), daemon=True, name="wire-diag").start()
     atexit.register(dump)
-    from mirror_core import cli
-
+    from mirror_core.cli.main import main as cli
     if profiler is not None:
         profiler.enable()
     return cli.main(argv[split + 1:])

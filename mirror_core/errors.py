@@ -14,7 +14,7 @@ class MirrorError(Exception):
     """Root of every error Shoal raises on purpose.
 
     ``retriable``: a retry may succeed without anyone acting. ``lane_reason``: the bounded reason a daemon lane
-    reports for it (:data:`mirror_core.lane_status.REASONS`); a lane halts on a non-retriable error.
+    reports for it (:data:`mirror_core.model.lane_status.REASONS`); a lane halts on a non-retriable error.
     """
 
     retriable: bool = False

@@ -62,8 +62,8 @@ class DaemonAtHandoff:
         return self
 
     def _run(self) -> None:
-        from mirror_core.checkpoint import CheckpointStore
-        from mirror_core.kafka_wire import WireClient
+        from mirror_core.kafka.wire_client import WireClient
+        from mirror_core.state.checkpoint import CheckpointStore
 
         while not self._stop.wait(1.0):
             try:
@@ -93,11 +93,11 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from mirror_core.cli import sandbox_from_environ
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.demo import produce_demo_data, produce_demo_transactions
-    from mirror_core.topics import TopicAdmin
-    from mirror_core.verify import compare_topics
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.dev.demo_data import produce_demo_data, produce_demo_transactions
+    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.kafka.topics import TopicAdmin
+    from mirror_core.kafka.verify import compare_topics
 
     console = Console()
     sandbox = sandbox_from_environ(os.environ)

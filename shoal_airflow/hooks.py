@@ -1,5 +1,5 @@
 """``ShoalKafkaHook``: an Airflow ``kafka`` connection (librdkafka settings in its extras, the format of
-apache-airflow-providers-apache-kafka) turned into Shoal's validated :class:`~mirror_core.cluster.ClusterConfig`.
+apache-airflow-providers-apache-kafka) turned into Shoal's validated :class:`~mirror_core.config.cluster.ClusterConfig`.
 
 The cluster is named after the connection id, so plans and ledgers name clusters, never settings. Every secret in
 the extras is registered with Airflow's secrets masker before anything can log it; ``ClusterConfig`` masks them in
@@ -24,7 +24,7 @@ IGNORED_EXTRAS = frozenset({"group.id", "auto.offset.reset", "enable.auto.commit
 
 def mask_cluster_secrets(settings: Mapping[str, Any]) -> None:
     """Register every secret value of ``settings`` with Airflow's secrets masker (logs, XCom, rendered fields)."""
-    from mirror_core.cluster import SECRET_KEYS
+    from mirror_core.config.cluster import SECRET_KEYS
 
     try:
         from airflow.sdk.log import mask_secret
@@ -64,14 +64,14 @@ class ShoalKafkaHook(KafkaBaseHook):
         return {str(k): str(v) for k, v in extras.items() if k not in IGNORED_EXTRAS}
 
     def get_cluster(self):
-        """The validated :class:`~mirror_core.cluster.ClusterConfig`, named after the connection id."""
-        from mirror_core.cluster import ClusterConfig
+        """The validated :class:`~mirror_core.config.cluster.ClusterConfig`, named after the connection id."""
+        from mirror_core.config.cluster import ClusterConfig
 
         return ClusterConfig(self.kafka_config_id, self.get_settings())
 
     def test_connection(self) -> tuple[bool, str]:
         try:
-            from mirror_core.topics import TopicAdmin
+            from mirror_core.kafka.topics import TopicAdmin
 
             topics = TopicAdmin(self.get_cluster(), timeout_s=10).list_topics()
         except Exception as exc:  # noqa: BLE001 - the UI shows the reason

@@ -1,7 +1,7 @@
 """How far a pipeline's checkpoints trail the source: per selected partition, last stable offset − checkpoint
 position (a partition without a checkpoint trails by everything retained). Kafka I/O composed from mirror_core; used
 by the catch-up trigger and the handoff DAG. :func:`retention_policy` turns the Airflow side's ``retention`` mapping and
-threshold into the one :class:`~mirror_core.retention_policy.RetentionPolicy` every verdict uses."""
+threshold into the one :class:`~mirror_core.model.retention_policy.RetentionPolicy` every verdict uses."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ class PipelineLag:
 
 
 def selected_partitions(source, pipeline: str, include: str, exclude: str | None = None) -> list[tuple[str, int]]:
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.plan_inputs import list_topics
-    from mirror_core.planner import PlanRequest, select_topics
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.model.planner import PlanRequest, select_topics
+    from mirror_core.services.plan_inputs import list_topics
 
     request = PlanRequest.parse(pipeline=pipeline, source_cluster=source.name, target_cluster=source.name,
                                 include=include, exclude=exclude)
@@ -36,8 +36,9 @@ def selected_partitions(source, pipeline: str, include: str, exclude: str | None
 
 def stored_positions(target, pipeline: str) -> dict[tuple[str, int], int]:
     """The pipeline's checkpoint positions on the target (empty when it has none)."""
-    from mirror_core.checkpoint import CHECKPOINT_TOPIC, CheckpointStore
-    from mirror_core.kafka_wire import WireClient
+    from mirror_core.config.names import CHECKPOINT_TOPIC
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.state.checkpoint import CheckpointStore
 
     with WireClient.for_cluster(target) as client:
         meta = client.metadata([CHECKPOINT_TOPIC]).get(CHECKPOINT_TOPIC)
@@ -48,7 +49,7 @@ def stored_positions(target, pipeline: str) -> dict[tuple[str, int], int]:
 
 
 def checkpoint_positions(source, target, pipeline: str, include: str, exclude: str | None = None):
-    """``(topics, positions)`` for :func:`mirror_core.retention_inputs.gather_inputs`: every selected partition at
+    """``(topics, positions)`` for :func:`mirror_core.kafka.retention_inputs.gather_inputs`: every selected partition at
     its checkpoint (a partition without one is absent, i.e. taken as not mirrored at all)."""
     parts = selected_partitions(source, pipeline, include, exclude)
     stored = stored_positions(target, pipeline)
@@ -59,8 +60,8 @@ def checkpoint_positions(source, target, pipeline: str, include: str, exclude: s
 
 
 def measure_lag(source, target, pipeline: str, include: str, exclude: str | None = None) -> PipelineLag:
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.plan_inputs import lookup_offsets
+    from mirror_core.kafka.list_offsets import lookup_offsets
+    from mirror_core.kafka.wire_client import WireClient
 
     parts = selected_partitions(source, pipeline, include, exclude)
     with WireClient.for_cluster(source) as client:
@@ -74,7 +75,7 @@ def measure_lag(source, target, pipeline: str, include: str, exclude: str | None
 def retention_policy(retention=None, at_risk_below_s=None):
     """The pipeline's retention policy (a ``retention`` mapping with the pipeline file's keys; None: the defaults),
     with an explicit ``at_risk_below_s`` on top (None, "" or "None": keep the policy's)."""
-    from mirror_core.retention_policy import RetentionPolicy
+    from mirror_core.model.retention_policy import RetentionPolicy
 
     threshold = None if at_risk_below_s in (None, "", "None") else float(at_risk_below_s)
     return RetentionPolicy.from_mapping(retention or None).overridden(at_risk_below_s=threshold)

@@ -26,7 +26,14 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from mirror_core.spark_env import ARCHIVE_ALIAS, EXECUTOR_PYTHON, code_zip, default_cache_dir, is_local_master, ship
+from mirror_core.services.spark_env import (
+    ARCHIVE_ALIAS,
+    EXECUTOR_PYTHON,
+    code_zip,
+    default_cache_dir,
+    is_local_master,
+    ship,
+)
 from shoal_airflow.errors import airflow_errors
 from shoal_airflow.hooks import ShoalKafkaHook, clusters_of, write_clusters_file
 
@@ -43,7 +50,7 @@ def run_dir(work_dir: str, context) -> Path:
 
 
 def load_plan(plan_path: str):
-    from mirror_core.planner import Plan
+    from mirror_core.model.planner import Plan
 
     with airflow_errors():
         return Plan.from_json(Path(plan_path).read_text())
@@ -66,10 +73,10 @@ class ShoalPreflightOperator(BaseOperator):
         self.create_missing = create_missing
 
     def execute(self, context) -> dict:
-        from mirror_core.kafka_wire import WireClient
-        from mirror_core.plan_inputs import list_topics
-        from mirror_core.planner import PlanRequest, select_topics
-        from mirror_core.preflight import run_preflight
+        from mirror_core.kafka.wire_client import WireClient
+        from mirror_core.model.planner import PlanRequest, select_topics
+        from mirror_core.services.plan_inputs import list_topics
+        from mirror_core.services.preflight import run_preflight
 
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
@@ -96,8 +103,8 @@ class ShoalPreflightOperator(BaseOperator):
 
 def check_only(source, target, topic: str, target_topic: str):
     """Preflight without creating the target topic (dry runs write nothing)."""
-    from mirror_core.preflight import describe_topic, observe_data
-    from mirror_core.preflight_rules import DataFacts, decide
+    from mirror_core.model.preflight_rules import DataFacts, decide
+    from mirror_core.services.preflight import describe_topic, observe_data
 
     src = describe_topic(source, topic)
     facts = observe_data(source, topic, src.partitions) if src is not None else None
@@ -130,9 +137,8 @@ class ShoalPlanOperator(BaseOperator):
         self.use_deadlines, self.work_dir = use_deadlines, work_dir
 
     def execute(self, context) -> dict:
-        from mirror_core.plan_command import retention_deadlines
-        from mirror_core.plan_inputs import build_plan
-        from mirror_core.planner import PlanRequest
+        from mirror_core.model.planner import PlanRequest
+        from mirror_core.services.plan_inputs import build_plan, retention_deadlines
 
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
@@ -178,11 +184,11 @@ class ShoalRetentionCheckOperator(BaseOperator):
         self.source_conn_id, self.target_conn_id, self.plan_path = source_conn_id, target_conn_id, plan_path
         self.pipeline, self.include, self.exclude = pipeline, include, exclude
         self.fail_on, self.accept_loss, self.at_risk_below_s = tuple(fail_on), accept_loss, at_risk_below_s
-        self.retention = retention  # the pipeline's retention policy keys (mirror_core.retention_policy)
+        self.retention = retention  # the pipeline's retention policy keys (mirror_core.model.retention_policy)
 
     def execute(self, context) -> dict:
-        from mirror_core.retention import guard_plan
-        from mirror_core.retention_inputs import assess_positions
+        from mirror_core.kafka.retention_inputs import assess_positions
+        from mirror_core.model.retention import guard_plan
         from shoal_airflow.lag import retention_policy
 
         with airflow_errors():
@@ -241,7 +247,7 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
     The clusters file (the connections' settings, secrets included) is written 0600 under the run's work dir and
     deleted when the job ends: credentials never reach the spark-submit command line, XCom or rendered fields.
     With a non-local master the executors get Shoal the way any remote cluster needs it: mirror_core and spark_apps
-    as a zip in ``py_files`` and a packed environment in ``archives`` (:mod:`mirror_core.spark_env`), run by
+    as a zip in ``py_files`` and a packed environment in ``archives`` (:mod:`mirror_core.services.spark_env`), run by
     ``./environment/bin/python`` — never this worker's interpreter path.
     XCom: the run id, ledger dir and per-status unit counts."""
 
@@ -293,7 +299,7 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
             master = str(self._hook._connection.get("master", ""))
             if is_local_master(master):  # tasks run in this interpreter
                 self.env_vars = {"PYSPARK_PYTHON": sys.executable, **self.env_vars}
-            else:  # executors on other machines: ship the code and a packed environment (mirror_core.spark_env)
+            else:  # executors on other machines: ship the code and a packed environment (services.spark_env)
                 shipment = ship(default_cache_dir(os.environ), workdir)
                 self._archives = f"{shipment.environment}#{ARCHIVE_ALIAS}"
                 self.py_files = str(shipment.code)
@@ -330,7 +336,7 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
         return code_zip(workdir)
 
     def _ledger_summary(self, run_id: str) -> dict:
-        from mirror_core.ledger import read_ledger
+        from mirror_core.state.ledger import read_ledger
 
         rows = read_ledger(Path(self.ledger_dir), run_id)
         counts: dict[str, int] = {}
@@ -340,7 +346,7 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
                 "records": sum(r.records for r in rows)}
 
     def _log_failed_units(self, run_id: str) -> None:
-        from mirror_core.ledger import STATUS_FAILED, read_ledger
+        from mirror_core.state.ledger import STATUS_FAILED, read_ledger
 
         for r in read_ledger(Path(self.ledger_dir), run_id):
             if r.status == STATUS_FAILED:
@@ -363,8 +369,8 @@ class ShoalVerifyOperator(BaseOperator):
         self.compare_records, self.check_offset_maps = compare_records, check_offset_maps
 
     def execute(self, context) -> dict:
-        from mirror_core.ledger import STATUS_FAILED, read_ledger
-        from mirror_core.verify import compare_ranges
+        from mirror_core.kafka.verify import compare_ranges
+        from mirror_core.state.ledger import STATUS_FAILED, read_ledger
 
         plan = load_plan(self.plan_path)
         rows = {r.unit_id: r for r in read_ledger(Path(self.ledger_dir), self.shoal_run_id)}
@@ -411,8 +417,8 @@ class ShoalVerifyOperator(BaseOperator):
 def check_offset_maps(target, pipeline: str, rows) -> tuple[list[str], int]:
     """Each copied unit's stored offset map translates its first and next source offsets to the target offsets the
     ledger recorded, and its checkpoint reached the copied end."""
-    from mirror_core.checkpoint import CheckpointStore
-    from mirror_core.kafka_wire import WireClient
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.state.checkpoint import CheckpointStore
 
     problems, checked = [], 0
     with WireClient.for_cluster(target) as client:
@@ -452,8 +458,8 @@ class ShoalHandoffOperator(BaseOperator):
         self.wait_for_daemon_s, self.verify, self.deferrable = wait_for_daemon_s, verify, deferrable
 
     def execute(self, context) -> dict:
-        from mirror_core.checkpointed import default_lane
-        from mirror_core.handoff import hand_off
+        from mirror_core.config.names import default_lane
+        from mirror_core.services.handoff import hand_off
 
         wanted = dict(self.partitions or {})
         if self.plan_path:
@@ -503,7 +509,7 @@ class ShoalHandoffOperator(BaseOperator):
         return self._verify(event["handed"])
 
     def _verify(self, out: dict[str, dict]) -> dict:
-        from mirror_core.handoff import verify_seam
+        from mirror_core.services.handoff import verify_seam
 
         if self.verify:
             with airflow_errors():
@@ -536,7 +542,7 @@ class ShoalDropTopicsOperator(BaseOperator):
         self.target_conn_id, self.plan_path, self.required_prefix = target_conn_id, plan_path, required_prefix
 
     def execute(self, context) -> list[str]:
-        from mirror_core.topics import TopicAdmin
+        from mirror_core.kafka.topics import TopicAdmin
 
         if len(self.required_prefix or "") < 3:
             raise AirflowFailException(f"refusing to drop topics with prefix {self.required_prefix!r}: too broad")

@@ -1,6 +1,6 @@
 """The backfill form: Airflow Params (JSON Schema, checked when the run is triggered), the cross-field checks
 the schema cannot express (run by the first task of the DAG, which never retries), and the one-active-backfill-per-
-pipeline claim (:func:`claim_pipeline`, :mod:`mirror_core.run_claims`) that the backfill DAG and the retention
+pipeline claim (:func:`claim_pipeline`, :mod:`mirror_core.state.run_claims`) that the backfill DAG and the retention
 guard take."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def validate_backfill_request(params: dict[str, Any]) -> dict[str, Any]:
     from airflow.sdk.exceptions import AirflowFailException
 
     from mirror_core.errors import MirrorError
-    from mirror_core.planner import BoundSpec, PlanRequest
+    from mirror_core.model.planner import BoundSpec, PlanRequest
     from shoal_airflow.hooks import ShoalKafkaHook
 
     problems: list[str] = []
@@ -113,7 +113,7 @@ def claims_dir(work_dir: str | None = None):
 def claim_pipeline(pipeline: str, run_id: str, ti, *, by: str, work_dir: str | None = None):
     """Claim ``pipeline`` for the ``shoal_backfill`` run ``run_id``; returns the holder (``run_id``'s claim, or the
     queued/running backfill run that already holds the pipeline)."""
-    from mirror_core.run_claims import PipelineClaims
+    from mirror_core.state.run_claims import PipelineClaims
 
     def active(holder_run_id: str) -> bool:
         return ti.get_dr_count(dag_id=BACKFILL_DAG_ID, run_ids=[holder_run_id], states=ACTIVE_STATES) > 0
@@ -122,6 +122,6 @@ def claim_pipeline(pipeline: str, run_id: str, ti, *, by: str, work_dir: str | N
 
 
 def release_pipeline(pipeline: str, run_id: str, *, work_dir: str | None = None) -> bool:
-    from mirror_core.run_claims import PipelineClaims
+    from mirror_core.state.run_claims import PipelineClaims
 
     return PipelineClaims(claims_dir(work_dir)).release(pipeline, run_id)

@@ -66,7 +66,7 @@ class PipelineSpec:
     target_conn_id: str
     topics: tuple[str, ...] = ()
     at_risk_below_s: float | None = None   # None: the policy's threshold
-    retention: Mapping | None = None       # the pipeline's retention policy keys (mirror_core.retention_policy)
+    retention: Mapping | None = None       # the pipeline's retention policy keys (mirror_core.model.retention_policy)
     pipeline_file: str | None = None       # the daemon's pipeline file: clusters, stall_after_s, retention policy
     origin: str = "variable"               # where the page found it: variable, pipeline file, DAG runs
 
@@ -81,7 +81,7 @@ class PipelineSpec:
     def config(self):
         from pathlib import Path
 
-        from mirror_core.daemon_config import load_pipeline_config
+        from mirror_core.config.pipeline_file import load_pipeline_config
 
         return load_pipeline_config(Path(self.pipeline_file))
 
@@ -100,8 +100,8 @@ class PipelineSpec:
 
     @classmethod
     def parse(cls, entry: Any) -> PipelineSpec:
-        from mirror_core.deadlines_command import parse_duration
         from mirror_core.errors import ConfigError
+        from mirror_core.model.retention_policy import parse_duration
 
         where = f"Variable {PIPELINES_VARIABLE}"
         if not isinstance(entry, Mapping):
@@ -152,7 +152,7 @@ def pipelines_from_files(globs: str) -> list[PipelineSpec]:
     """One spec per daemon pipeline file matching the comma-separated ``globs`` (an unreadable file still shows)."""
     import glob
 
-    from mirror_core.daemon_config import load_pipeline_config
+    from mirror_core.config.pipeline_file import load_pipeline_config
 
     out = []
     for pattern in (g.strip() for g in globs.split(",") if g.strip()):
@@ -246,10 +246,11 @@ class PipelineView:
 def read_target_state(target, pipeline: str):
     """``(checkpoints, leases, health records)`` of one pipeline on the target; all empty when there is no
     checkpoint topic."""
-    from mirror_core.checkpoint import CHECKPOINT_TOPIC, CheckpointStore
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.lane_health_records import read_all_health_records
-    from mirror_core.leases import LeaseStore
+    from mirror_core.config.names import CHECKPOINT_TOPIC
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.state.checkpoint import CheckpointStore
+    from mirror_core.state.lane_health_records import read_all_health_records
+    from mirror_core.state.leases import LeaseStore
 
     with WireClient.for_cluster(target) as client:
         meta = client.metadata([CHECKPOINT_TOPIC]).get(CHECKPOINT_TOPIC)
@@ -262,7 +263,7 @@ def read_target_state(target, pipeline: str):
 
 def read_daemon_group(source, pipeline: str):
     """``(group description, None)`` or ``(None, why it could not be read)`` (the source's group coordinator)."""
-    from mirror_core.mirror_status import describe_group_or_error
+    from mirror_core.services.mirror_status import describe_group_or_error
 
     return describe_group_or_error(source, pipeline, timeout_s=GROUP_TIMEOUT_S)
 
@@ -274,8 +275,8 @@ def _clock(ms) -> str:
 def lane_rows(checkpoints: Mapping, holders, parts: Sequence[tuple[str, int]], last_stable: Mapping,
               log_start: Mapping, pipeline: str) -> list[LaneRow]:
     """Join checkpoints, who holds each lane and its live health (``holders``: a
-    :class:`~mirror_core.lane_holders.LaneHolders`) and source offsets per selected partition."""
-    from mirror_core.checkpointed import default_lane
+    :class:`~mirror_core.model.lane_holders.LaneHolders`) and source offsets per selected partition."""
+    from mirror_core.config.names import default_lane
 
     rows = []
     for topic, p in parts:
@@ -301,13 +302,13 @@ def lane_rows(checkpoints: Mapping, holders, parts: Sequence[tuple[str, int]], l
 
 def collect_pipeline(spec: PipelineSpec, *, ledger_dir: str | None = None, now_ms: int | None = None) -> PipelineView:
     """Everything the page shows about one pipeline; an error is reported in the view, not raised."""
-    from mirror_core.copy_command import topic_metadata_or_error
-    from mirror_core.deadlines_report import status_to_dict
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.lane_holders import LaneHolders, daemon_health
-    from mirror_core.ledger import run_summaries
-    from mirror_core.plan_inputs import lookup_offsets
-    from mirror_core.retention_inputs import assess_positions
+    from mirror_core.kafka.list_offsets import lookup_offsets
+    from mirror_core.kafka.retention_inputs import assess_positions
+    from mirror_core.kafka.topics import topic_metadata_or_error
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.model.lane_holders import LaneHolders, daemon_health
+    from mirror_core.services.deadlines_report import status_to_dict
+    from mirror_core.state.ledger import run_summaries
 
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     view = PipelineView(spec, read_ms=now_ms)
@@ -342,10 +343,10 @@ def collect_pipeline(spec: PipelineSpec, *, ledger_dir: str | None = None, now_m
 
 def with_lag_and_state(rows: Sequence[LaneRow], verdict, now_ms: int, stall_after_s: float) -> list[LaneRow]:
     """Lag in bytes and seconds from the retention inputs, and each lane's state as seen from outside the daemon
-    (:func:`mirror_core.lane_status.observed_state`)."""
+    (:func:`mirror_core.model.lane_status.observed_state`)."""
     import dataclasses
 
-    from mirror_core.lane_status import observed_state
+    from mirror_core.model.lane_status import observed_state
 
     snaps = {(s.topic, s.partition): s for s in verdict.inputs.snapshots}
     out = []
@@ -368,8 +369,8 @@ def with_lag_and_state(rows: Sequence[LaneRow], verdict, now_ms: int, stall_afte
 
 
 def chart_svg(statuses, at_risk_below_s: float) -> str:
-    """The deadline chart as an inline ``<svg>`` (:func:`mirror_core.deadlines_report.render_chart_svg`)."""
-    from mirror_core.deadlines_report import render_chart_svg
+    """The deadline chart as an inline ``<svg>`` (:func:`mirror_core.services.deadlines_report.render_chart_svg`)."""
+    from mirror_core.services.deadlines_report import render_chart_svg
 
     return render_chart_svg(statuses, at_risk_below_s=at_risk_below_s)
 
@@ -439,7 +440,7 @@ def _state_text(row: LaneRow) -> str | None:
 
 
 def _seconds(value: float | None) -> str:
-    from mirror_core.deadlines_report import format_duration
+    from mirror_core.services.deadlines_report import format_duration
 
     return "never" if value is None else format_duration(value)
 
@@ -560,9 +561,9 @@ def _spec_key(spec: PipelineSpec) -> tuple:
 
 
 def cached_views(specs: Sequence[PipelineSpec], *, read=collect_pipeline, cache=None) -> list[PipelineView]:
-    """Each spec's view through the page's :class:`~mirror_core.read_cache.ReadCache` (``CACHE_TTL_S``,
+    """Each spec's view through the page's :class:`~mirror_core.services.read_cache.ReadCache` (``CACHE_TTL_S``,
     ``READ_DEADLINE_S``): past the deadline the last reading is shown with its age, or "still reading"."""
-    from mirror_core.read_cache import ReadCache
+    from mirror_core.services.read_cache import ReadCache
 
     if cache is None:
         if not _reads:

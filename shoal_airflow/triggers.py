@@ -127,7 +127,7 @@ class ShoalDaemonHoldsTrigger(ShoalPollTrigger):
                  "poll_interval_s": self.poll_interval_s, "timeout_s": self.timeout_s, "handed": self.handed})
 
     def check(self) -> dict | None:
-        from mirror_core.handoff import daemon_missing_lanes
+        from mirror_core.services.handoff import daemon_missing_lanes
         from shoal_airflow.hooks import ShoalKafkaHook
 
         lanes = {lane: (topic, int(part)) for lane, (topic, part) in zip(self.lanes, self.partitions, strict=True)}

@@ -10,7 +10,8 @@ the Airflow task log and the Shoal page show a run in flight. The Spark UI stays
         [--link-mbps R]
 
 With a link rate (the plan's ``link_mb_s``, or ``--link-mbps``) the driver measures each source broker's round trip
-once and sizes the lanes' fetches for the link (:mod:`mirror_core.backfill_link`); the figures are printed and kept
+once and sizes the lanes' fetches for the link (:mod:`mirror_core.services.backfill_link`); the figures are printed and
+kept
 in the run's manifest (``_run.json``: ``link``), and each task's log line names the fetch size it runs with.
 
 ``--plan`` is a plan file or the plan's JSON itself; ``--clusters`` a YAML/JSON file mapping cluster names to
@@ -65,9 +66,9 @@ def load_inputs(args: argparse.Namespace) -> tuple[dict, dict]:
 
 def prepare_targets(plan: dict, jobs) -> None:
     """Driver side, before any task: preflight every target topic (create or refuse) and the checkpoint topic."""
-    from mirror_core.checkpoint import CheckpointStore
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.preflight import run_preflight
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.services.preflight import run_preflight
+    from mirror_core.state.checkpoint import CheckpointStore
 
     if not jobs:
         return
@@ -88,7 +89,7 @@ def run_lane_task(job) -> list:
 
     from pyspark import TaskContext
 
-    from mirror_core.backfill import lane_copy_options, run_lane
+    from mirror_core.engine.backfill import lane_copy_options, run_lane
 
     ctx = TaskContext.get()
     print(f"shoal task: lane {job.units[0]['lane']} unit {job.units[0]['unit_id']} ({len(job.units)} units) "
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from mirror_core.errors import MirrorError
-    from mirror_core.ledger import RunManifest, loss_rows, write_ledger
+    from mirror_core.state.ledger import RunManifest, loss_rows, write_ledger
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -151,13 +152,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def plan_lanes(plan: dict, clusters: dict, run_id: str, parallelism: int, *, link_mb_s: float | None = None):
     """The run's lane jobs, their fetches sized for the link when the plan (or ``--link-mbps``) declares its rate:
-    each source broker's round trip is measured once here, on the driver (:mod:`mirror_core.backfill_link`)."""
-    from mirror_core.backfill import cluster_from_settings, lane_jobs, lane_throttle, lanes_at_once, unsized_fetch_bytes
+    each source broker's round trip is measured once here, on the driver (:mod:`mirror_core.services.backfill_link`)."""
+    from mirror_core.engine.backfill import (
+        cluster_from_settings,
+        lane_jobs,
+        lane_throttle,
+        lanes_at_once,
+        unsized_fetch_bytes,
+    )
 
     link = link_mb_s or plan.get("link_mb_s")
     if not link or not plan["units"]:
         return lane_jobs(plan, clusters, run_id, parallelism=parallelism), None
-    from mirror_core.backfill_link import measure_backfill_link
+    from mirror_core.services.backfill_link import measure_backfill_link
 
     throttle = lane_throttle(plan, parallelism)
     sizing, findings = measure_backfill_link(
@@ -203,14 +210,15 @@ def jvm_alive(sc) -> bool:
 
 def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_interval_s: float) -> list:
     """Each lane from its own driver thread, in urgency order (as many at once as the cluster has task slots),
-    one Spark job per unit (:func:`mirror_core.backfill.drive_lane`): each unit's ledger row is written the moment
+    one Spark job per unit (:func:`mirror_core.engine.backfill.drive_lane`): each unit's ledger row is written the
+    moment
     the unit ends, and a progress thread prints every lane's position from the checkpoints meanwhile."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from mirror_core.backfill import drive_lane
-    from mirror_core.backfill_progress import BackfillProgress, ProgressReporter, checkpoint_reader
-    from mirror_core.ledger import write_ledger
+    from mirror_core.engine.backfill import drive_lane
+    from mirror_core.services.backfill_progress import BackfillProgress, ProgressReporter, checkpoint_reader
+    from mirror_core.state.ledger import write_ledger
 
     sc = spark.sparkContext
     printing = threading.Lock()  # lane threads and the progress thread print whole lines, never interleaved
@@ -256,7 +264,7 @@ def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_in
 
 
 def report(run_id: str, rows: list, ledger: Path) -> int:
-    from mirror_core.backfill import failed_units
+    from mirror_core.engine.backfill import failed_units
 
     failed = failed_units(rows)
     copied = sum(r.records for r in rows)

@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mirror_core.batch_codec import walk_batches
-from mirror_core.copier import CopyOptions, CopyResult, PartitionRange, RangeCopier
-from mirror_core.fetcher import RawBatchFetcher, list_offsets
-from mirror_core.kafka_wire import WireClient
-from mirror_core.preflight import run_preflight
+from mirror_core.codec.batch_codec import walk_batches
+from mirror_core.engine.copier import CopyOptions, CopyResult, PartitionRange, RangeCopier
+from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.services.preflight import run_preflight
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,8 +10,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mirror_core.cluster import ClusterConfig
-from mirror_core.topics import TopicAdmin
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.kafka.topics import TopicAdmin
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class KafkaTestCluster:
 
 class PrivateKafkaCluster(KafkaTestCluster):
     """A :class:`KafkaTestCluster` of a private broker (:func:`private_broker`), which a test may stop and start
-    again (``broker``: its :class:`~mirror_core.sandbox.broker.SandboxBroker`; same ports and data on restart)."""
+    again (``broker``: its :class:`~mirror_core.dev.sandbox.broker.SandboxBroker`; same ports and data on restart)."""
 
     def __init__(self, config: ClusterConfig, broker):
         super().__init__(config)
@@ -129,9 +129,9 @@ def private_broker(name: str, tmp_path_factory, *, extra_properties: str = ""):
     import contextlib
     import os
 
-    from mirror_core.cli import sandbox_from_environ
-    from mirror_core.sandbox.broker import SandboxBroker
-    from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
+    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.dev.sandbox.broker import SandboxBroker
+    from mirror_core.dev.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
     from tests.integration.test_daemon import free_port
 
     class _Broker(SandboxBroker):

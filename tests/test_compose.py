@@ -20,8 +20,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from mirror_core.daemon_config import load_pipeline_config
-from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION
+from mirror_core.config.pipeline_file import load_pipeline_config
+from mirror_core.dev.sandbox.spec import DEFAULT_KAFKA_VERSION
 from tests.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror_core.ledger import read_ledger
+from mirror_core.state.ledger import read_ledger
 
 RECORDS = 120
 
@@ -198,8 +198,8 @@ def test_a_job_that_refuses_its_input_fails_the_spark_task_without_retries(airfl
 
     from airflow.sdk.exceptions import AirflowFailException
 
-    from mirror_core.plan_inputs import build_plan
-    from mirror_core.planner import PlanRequest
+    from mirror_core.model.planner import PlanRequest
+    from mirror_core.services.plan_inputs import build_plan
     from shoal_airflow.hooks import ShoalKafkaHook
     from shoal_airflow.operators import ShoalSparkBackfillOperator
 

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from mirror_core.ledger import read_ledger, read_runs
+from mirror_core.state.ledger import read_ledger, read_runs
 from tests.airflow.test_backfill_dag import task_states, xcom_of
 
 pytestmark = pytest.mark.timeout(300)

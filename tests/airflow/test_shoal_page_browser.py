@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mirror_core.checkpoint import Checkpoint, CheckpointStore
-from mirror_core.kafka_wire import WireClient
-from mirror_core.lane_control import persist_lane_state
-from mirror_core.lane_status import HALTED, PersistedLaneState
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.lane_status import HALTED, PersistedLaneState
+from mirror_core.state.checkpoint import Checkpoint, CheckpointStore
+from mirror_core.state.lane_control import persist_lane_state
 from tests.browser_cdp import HeadlessChromium, chromium_binary
 from tests.conftest import unavailable
 

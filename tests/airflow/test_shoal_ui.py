@@ -74,10 +74,10 @@ def pipeline(airflow_connections, sandbox, source_cluster, target_cluster):
     """A two-partition topic copied exactly once by ``shoal copy``, a member of the pipeline's daemon group holding
     both partitions (a GroupMembership, as a daemon joins), a live lease of an older daemon on lane 0, then more
     data on partition 0 (lag 5 there, 0 on partition 1); the ``shoal_pipelines`` Variable names it."""
-    from mirror_core.checkpoint import CheckpointStore
-    from mirror_core.daemon_membership import GroupMembership
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.leases import Lease, LeaseStore, now_ms
+    from mirror_core.daemon.membership import GroupMembership
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.state.checkpoint import CheckpointStore
+    from mirror_core.state.leases import Lease, LeaseStore, now_ms
 
     name = f"ui-{uuid.uuid4().hex[:8]}"
     topic = f"shoal-test.ui.{name}"
@@ -165,9 +165,9 @@ def test_without_valid_credentials_the_page_is_refused(client, path):
 def test_a_halted_lane_shows_its_state_reason_and_offsets_on_the_page():
     """Unit level: a checkpoint carrying a persisted halt renders as a halted row with the reason, the offsets and
     the way out; a healthy lane renders as copying."""
-    from mirror_core.checkpoint import Checkpoint
-    from mirror_core.lane_holders import LaneHolders
-    from mirror_core.lane_status import PersistedLaneState
+    from mirror_core.model.lane_holders import LaneHolders
+    from mirror_core.model.lane_status import PersistedLaneState
+    from mirror_core.state.checkpoint import Checkpoint
     from shoal_airflow.shoal_ui import PipelineSpec, PipelineView, lane_rows, render_pipeline
 
     halt = PersistedLaneState("halted", "batch_rejected", "cluster 'target' rejected the batch for dr.t-0 copied "

@@ -13,8 +13,8 @@ import pytest
 
 
 def _plan_file(work_dir, source_cluster, unique_name) -> str:
-    from mirror_core.plan_inputs import build_plan
-    from mirror_core.planner import PlanRequest
+    from mirror_core.model.planner import PlanRequest
+    from mirror_core.services.plan_inputs import build_plan
     from shoal_airflow.hooks import ShoalKafkaHook
 
     topic = source_cluster.create_topic(unique_name("submit"))

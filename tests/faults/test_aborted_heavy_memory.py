@@ -17,12 +17,13 @@ import tracemalloc
 
 import pytest
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
-from mirror_core.copier import CopyOptions
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
-from mirror_core.preflight import run_preflight
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
+from mirror_core.engine.copier import CopyOptions
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.services.preflight import run_preflight
+from mirror_core.state.checkpoint import CheckpointStore
 
 FETCH_MAX = 128 * 1024
 WINDOW = 1024 * 1024

@@ -10,10 +10,11 @@ import logging
 
 import pytest
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
-from mirror_core.copier import CopyOptions, PartitionRange
-from mirror_core.kafka_wire import WireClient
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
+from mirror_core.engine.copier import CopyOptions, PartitionRange
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.state.checkpoint import CheckpointStore
 
 RECORDS = 200
 
@@ -58,7 +59,7 @@ def test_an_at_least_once_first_run_stopped_before_its_first_commit_leaves_only_
 
         # the restarted process: a new writer of the lane (fencing the first), resuming from what is stored
         session = _copier(source, target, store, pipeline).open_lane(topic, 0, target_topic, 0)
-        with caplog.at_level(logging.WARNING, logger="mirror_core.checkpointed"):
+        with caplog.at_level(logging.WARNING, logger="mirror_core.engine.checkpointed"):
             result = session.copy(start, RECORDS)
     assert result.source_end == RECORDS
     values = [r.value for r in target_cluster.read_all(target_topic)]

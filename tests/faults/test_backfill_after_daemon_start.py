@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DaemonOwnsLaneError
-from mirror_core.copier import PartitionRange
-from mirror_core.handoff import DAEMON_OWNER, hand_off
-from mirror_core.kafka_wire import WireClient
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.config.names import DAEMON_OWNER
+from mirror_core.engine.checkpointed import CheckpointedCopier, DaemonOwnsLaneError
+from mirror_core.engine.copier import PartitionRange
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.services.handoff import hand_off
+from mirror_core.state.checkpoint import CheckpointStore
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     checkpoints,
     daemon_factory,

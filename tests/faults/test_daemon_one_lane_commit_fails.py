@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.topics import TopicAdmin
+from mirror_core.kafka.topics import TopicAdmin
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     assert_exact,
     checkpoints,

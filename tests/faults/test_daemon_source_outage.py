@@ -1,6 +1,6 @@
 """The source cluster down for longer than the daemon group's session timeout, under live load.
 
-The daemons' consumer group lives on the SOURCE cluster (mirror_core/daemon_membership.py), so a source outage takes
+The daemons' consumer group lives on the SOURCE cluster (mirror_core/daemon/membership.py), so a source outage takes
 away both what they copy and their group coordinator. The source here is a private single-node broker of this module
 (the shared sandbox brokers are never stopped), with the sandbox's lowered KIP-848 minimums; the pipeline lowers its
 group's session timeout. Two daemon processes share a live topic; the broker is stopped for several session
@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from mirror_core.daemon_membership import describe_group
 from mirror_core.errors import MirrorError
+from mirror_core.kafka.daemon_group import describe_group
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     LoadProducer,
     assert_exact,

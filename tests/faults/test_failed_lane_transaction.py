@@ -16,8 +16,8 @@ import time
 
 from confluent_kafka import Producer
 
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.wire_client import WireClient
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     daemon_factory,
     include_prefix,

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from mirror_core.fetcher import RawBatchFetcher
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.wire_client import WireClient
 
 LONG_POLL_MS = 2000      # the broker holds each (empty) fetch this long
 REQUEST_TIMEOUT_MS = 500  # a fetch's timeout is this plus the long poll: 2.5 s
@@ -49,7 +49,7 @@ def test_prefetched_fetches_read_after_a_long_write_are_not_timed_out(source_clu
 
 
 def _values(fetcher: RawBatchFetcher) -> list[bytes]:
-    from mirror_core.batch_deep import decode_record_tail, read_records
+    from mirror_core.codec.batch_deep import decode_record_tail, read_records
 
     fetcher.max_wait_ms = 100
     out = []

@@ -12,15 +12,17 @@ from __future__ import annotations
 import threading
 import time
 
-import mirror_core.handoff as handoff
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, default_lane, lane_transactional_id
-from mirror_core.copier import CopyOptions, PartitionRange
+import mirror_core.services.handoff as handoff
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.config.names import default_lane, lane_transactional_id
+from mirror_core.engine.checkpointed import CheckpointedCopier
+from mirror_core.engine.copier import CopyOptions, PartitionRange
 from mirror_core.errors import ProducerFencedError
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
-from mirror_core.preflight import run_preflight
-from mirror_core.writer import BatchWriter
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.kafka.writer import BatchWriter
+from mirror_core.services.preflight import run_preflight
+from mirror_core.state.checkpoint import CheckpointStore
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     assert_exact,
     checkpoints,

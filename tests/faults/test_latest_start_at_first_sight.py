@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.kafka_wire import WireClient
-from mirror_core.leases import Lease, LeaseStore
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.state.checkpoint import CheckpointStore
+from mirror_core.state.leases import Lease, LeaseStore
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     contents,
     daemon_factory,

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier
-from mirror_core.cli import sandbox_from_environ
-from mirror_core.cluster import ClusterConfig
-from mirror_core.copier import CopyOptions, PartitionRange
-from mirror_core.kafka_wire import WireClient
-from mirror_core.preflight import run_preflight
-from mirror_core.sandbox import CLUSTERS
-from mirror_core.sandbox.broker import LOG_CONFIG
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.dev.sandbox import CLUSTERS
+from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+from mirror_core.dev.sandbox.broker import LOG_CONFIG
+from mirror_core.engine.checkpointed import CheckpointedCopier
+from mirror_core.engine.copier import CopyOptions, PartitionRange
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.services.preflight import run_preflight
+from mirror_core.state.checkpoint import CheckpointStore
 from tests.conftest import unavailable
 from tests.copy_helpers import copy_topic, raw_batches
 from tests.integration.test_daemon import free_port

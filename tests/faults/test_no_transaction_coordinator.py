@@ -14,10 +14,11 @@ import logging
 
 import pytest
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
 from mirror_core.errors import CoordinatorUnavailableError
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.state.checkpoint import CheckpointStore
 
 POLICY = CommitPolicy(write_retry_s=3.0)  # how long a lane open waits for the coordinator before deciding
 
@@ -36,7 +37,7 @@ def test_at_least_once_copies_to_a_target_whose_transaction_coordinator_never_an
         store.ensure_topic()
         copier = CheckpointedCopier(source, target, store, pipeline=f"p.{topic}", policy=POLICY,
                                     mode=DeliveryMode.AT_LEAST_ONCE)
-        with caplog.at_level(logging.WARNING, logger="mirror_core.checkpointed"):
+        with caplog.at_level(logging.WARNING, logger="mirror_core.engine.checkpointed"):
             session = copier.open_lane(topic, 0, target_topic, 0)
         assert not session.fenced_by_broker
         assert "no transaction coordinator answered" in caplog.text and "best effort" in caplog.text

@@ -17,13 +17,14 @@ import random
 
 import pytest
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
-from mirror_core.copier import CopyOptions, PartitionRange
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
+from mirror_core.engine.copier import CopyOptions, PartitionRange
 from mirror_core.errors import BatchRejectedError
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
-from mirror_core.preflight import run_preflight
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.services.preflight import run_preflight
+from mirror_core.state.checkpoint import CheckpointStore
 from tests.integration.test_topic_config_sync_kafka import alter
 
 TARGET_LIMIT = 20_000
@@ -60,7 +61,7 @@ def test_a_write_failing_while_the_next_fetch_is_outstanding_skips_and_duplicate
     big_at = next(i for i, r in enumerate(source) if r[0] == b"big")
 
     pipeline = f"ov-{topic.rsplit('.', 1)[-1]}"
-    with caplog.at_level(logging.INFO, logger="mirror_core.fetcher"), pytest.raises(BatchRejectedError) as failed:
+    with caplog.at_level(logging.INFO, logger="mirror_core.kafka.fetcher"), pytest.raises(BatchRejectedError) as failed:
         _copy(source_cluster, target_cluster, topic, target_topic, pipeline)
     assert "MESSAGE_SIZE_TOO_LARGE" in str(failed.value) or "MessageSizeTooLarge" in str(failed.value)
     assert "dropping the fetch outstanding at offset" in caplog.text, \
@@ -83,7 +84,7 @@ def test_one_partition_failing_while_the_next_round_is_in_flight_leaves_every_pa
         source_cluster, target_cluster, unique_name, caplog):
     """Concurrent copy of 4 partitions: partition 2's big record is rejected while the next multi-partition fetch
     round is in flight; every partition's target is an exact prefix of its source, and a rerun ends exact."""
-    from mirror_core.concurrent_copy import ConcurrentCopy, lane_share_writer
+    from mirror_core.engine.concurrent_copy import ConcurrentCopy, lane_share_writer
 
     topic = unique_name()
     target_topic = f"ovc.{topic}"
@@ -114,7 +115,7 @@ def test_one_partition_failing_while_the_next_round_is_in_flight_leaves_every_pa
             writers = [lane_share_writer(copier.open_lane(topic, p, target_topic, p), r) for p, r in enumerate(ranges)]
             return ConcurrentCopy(src, options, writers, ranges).run()
 
-    with caplog.at_level(logging.INFO, logger="mirror_core.concurrent_copy"), \
+    with caplog.at_level(logging.INFO, logger="mirror_core.engine.concurrent_copy"), \
             pytest.raises(BatchRejectedError, match=r"-2 "):
         copy_all()
     assert "dropping the fetch round in flight unread" in caplog.text, "no round was in flight: the test drives nothing"

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DaemonOwnsLaneError, DeliveryMode
-from mirror_core.copier import PartitionRange
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.config.names import DAEMON_OWNER
+from mirror_core.engine.checkpointed import CheckpointedCopier, DaemonOwnsLaneError, DeliveryMode
+from mirror_core.engine.copier import PartitionRange
 from mirror_core.errors import ForeignWriteError, ProducerFencedError
-from mirror_core.handoff import DAEMON_OWNER
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.state.checkpoint import CheckpointStore
 
 
 class Crash(Exception):

@@ -7,9 +7,9 @@ from __future__ import annotations
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.groups import translation_refusal
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.group_translation import translation_refusal
+from mirror_core.state.checkpoint import CheckpointStore
 from tests.copy_helpers import shoal
 
 

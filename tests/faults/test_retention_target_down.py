@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.cluster import ClusterConfig
-from mirror_core.daemon_metrics import DaemonMetrics
-from mirror_core.daemon_retention import RetentionWatch
-from mirror_core.retention import Status
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.daemon.metrics import DaemonMetrics
+from mirror_core.daemon.retention_watch import RetentionWatch
+from mirror_core.model.retention import Status
 from tests.integration.test_daemon import free_port
 
 RETENTION_MS = 600_000  # 10 minutes: far below the watch's default at-risk threshold (1 h)

@@ -19,8 +19,8 @@ import time
 import pytest
 import yaml
 
-from mirror_core.checkpoint import Checkpoint, CheckpointStore, checkpoint_partition
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.state.checkpoint import Checkpoint, CheckpointStore, checkpoint_partition
 from tests.integration.test_daemon import daemon_factory, free_port, wait_for  # noqa: F401 - daemon_factory: fixture
 
 RETENTION_MS = 600_000

@@ -20,14 +20,14 @@ import pytest
 from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, DeliveryMode
-from mirror_core.cluster import ClusterConfig
-from mirror_core.epochs import epoch_end_offset, epoch_ends_many, validate_position
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
 from mirror_core.errors import SourceTruncatedError
-from mirror_core.groups import translation_refusal
-from mirror_core.groups_command import diverged_ranges
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.epochs import epoch_end_offset, epoch_ends_many, validate_position
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.group_translation import translation_refusal
+from mirror_core.services.group_sync import diverged_ranges
+from mirror_core.state.checkpoint import CheckpointStore
 from tests.copy_helpers import shoal
 from tests.kafka_helpers import KafkaTestCluster
 

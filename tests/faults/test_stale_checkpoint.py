@@ -9,8 +9,9 @@ import uuid
 
 from confluent_kafka import Producer
 
-from mirror_core.checkpoint import CHECKPOINT_TOPIC, CheckpointStore, checkpoint_key, checkpoint_partition
-from mirror_core.kafka_wire import WireClient
+from mirror_core.config.names import CHECKPOINT_TOPIC
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.state.checkpoint import CheckpointStore, checkpoint_key, checkpoint_partition
 from tests.copy_helpers import shoal
 
 

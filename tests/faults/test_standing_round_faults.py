@@ -1,4 +1,5 @@
-"""Review attacks on the daemon's standing fetch round (mirror_core.standing_round) on the real sandbox brokers, both
+"""Review attacks on the daemon's standing fetch round (mirror_core.daemon.standing_round) on the real sandbox brokers,
+both
 request routes: what a real broker's incremental fetch session does when the lane's own position moves while the
 broker has nothing new to say, and when retention deletes past a lagging lane.
 
@@ -18,10 +19,10 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from mirror_core.broker_fetch import RoundSessions, RoundStats
+from mirror_core.daemon.standing_round import StandingRound
 from mirror_core.errors import DataLossError, TopicRecreatedError
-from mirror_core.fetcher import RawBatchFetcher
-from mirror_core.standing_round import StandingRound
+from mirror_core.kafka.broker_fetch import RoundSessions, RoundStats
+from mirror_core.kafka.fetcher import RawBatchFetcher
 from tests.integration.test_fetch_sessions import clients, route  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

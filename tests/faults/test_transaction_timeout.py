@@ -20,13 +20,14 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 
-from mirror_core.batch_codec import prepare_for_target
-from mirror_core.checkpoint import CHECKPOINT_PARTITIONS, CHECKPOINT_TOPIC
-from mirror_core.cluster import ClusterConfig
+from mirror_core.codec.batch_codec import prepare_for_target
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.config.names import CHECKPOINT_TOPIC
 from mirror_core.errors import ProducerFencedError, TransactionTimedOutError
-from mirror_core.fetcher import RawBatchFetcher
-from mirror_core.kafka_wire import WireClient
-from mirror_core.writer import BatchWriter, OutgoingBatch
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
+from mirror_core.state.checkpoint import CHECKPOINT_PARTITIONS
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     assert_exact,
     daemon_factory,
@@ -106,8 +107,8 @@ def test_a_write_retried_past_the_transaction_timeout_ends_true_and_exact(
 
 
 def _health_record(target_cluster, pipeline: str, lane: str):
-    from mirror_core.checkpoint import CheckpointStore
-    from mirror_core.lane_health_records import read_health_records
+    from mirror_core.state.checkpoint import CheckpointStore
+    from mirror_core.state.lane_health_records import read_health_records
 
     with WireClient.for_cluster(target_cluster.config) as client:
         return read_health_records(CheckpointStore(target_cluster.config, client), pipeline).get(lane)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
 from mirror_core.errors import ProducerFencedError
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.state.checkpoint import CheckpointStore
 
 
 def test_renewed_fences_keep_an_at_least_once_lane_exact_and_fence_a_former_holder(

@@ -13,16 +13,16 @@ import json
 import threading
 import time
 
-from mirror_core.checkpoint import (
+from mirror_core.kafka.group_admin import ConsumerGroupAdmin
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.group_translation import CommittedOffset, SyncStatus, plan_group_sync, translation_refusal
+from mirror_core.state.checkpoint import (
     CHECKPOINT_PARTITIONS,
     CHECKPOINT_TOPIC_CONFIG,
     CheckpointStore,
     checkpoint_key,
     checkpoint_partition,
 )
-from mirror_core.groups import CommittedOffset, SyncStatus, plan_group_sync, translation_refusal
-from mirror_core.groups_command import ConsumerGroupAdmin
-from mirror_core.kafka_wire import WireClient
 from tests.integration.test_daemon import daemon_factory, include_prefix, source_ends, write_pipeline  # noqa: F401
 
 TRANSACTIONS = 30_000

@@ -6,11 +6,11 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from mirror_core.batch_deep import decode_record_tail, read_records
-from mirror_core.broker_fetch import RoundStats, fetch_round
+from mirror_core.codec.batch_deep import decode_record_tail, read_records
 from mirror_core.errors import DataLossError, TopicRecreatedError
-from mirror_core.fetcher import RawBatchFetcher
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.broker_fetch import RoundStats, fetch_round
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.wire_client import WireClient
 
 
 @pytest.fixture(params=["fast", "kafka-python"])

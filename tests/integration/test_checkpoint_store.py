@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from mirror_core.checkpoint import CHECKPOINT_TOPIC_CONFIG, Checkpoint, CheckpointStore, checkpoint_partition
 from mirror_core.errors import ConfigError, MirrorError
-from mirror_core.kafka_wire import WireClient
-from mirror_core.lane_health_records import LaneHealthWriter, read_health_records
-from mirror_core.leases import MEMBER_PREFIX, Lease, LeaseStore, lease_key
-from mirror_core.writer import BatchWriter
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.kafka.writer import BatchWriter
+from mirror_core.state.checkpoint import CHECKPOINT_TOPIC_CONFIG, Checkpoint, CheckpointStore, checkpoint_partition
+from mirror_core.state.lane_health_records import LaneHealthWriter, read_health_records
+from mirror_core.state.leases import MEMBER_PREFIX, Lease, LeaseStore, lease_key
 
 PARTITIONS = 3
 
@@ -302,8 +302,8 @@ def test_leases_and_health_records_read_through_the_same_cache(target_cluster, w
 def _lane_commits(store: CheckpointStore, rounds: int, *, floor_at: int | None = None):
     """A lane's commits of a growing map (sealed every 8 runs), as (checkpoint, batches) per round; the whole map
     (one list of runs) is returned alongside, as the oracle."""
-    from mirror_core.map_segments import LaneMap
-    from mirror_core.offset_map import OffsetMap, OffsetRun
+    from mirror_core.model.map_segments import LaneMap
+    from mirror_core.model.offset_map import OffsetMap, OffsetRun
 
     lane_map, whole = LaneMap(tail_start=0, segment_runs=8), OffsetMap(0, 0)
     out = []
@@ -383,9 +383,9 @@ def test_a_daemon_with_its_own_checkpoint_topic_refuses_checkpoints_left_in_the_
                                                                                       wire, unique_name):
     import threading
 
-    from mirror_core.checkpoint import CHECKPOINT_TOPIC
-    from mirror_core.daemon import ShallowMirrorDaemon
-    from mirror_core.daemon_config import pipeline_config_from_mapping
+    from mirror_core.config.names import CHECKPOINT_TOPIC
+    from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+    from mirror_core.daemon.loop import ShallowMirrorDaemon
     from mirror_core.errors import ConfigError
 
     name = unique_name("cp-elsewhere")
@@ -461,7 +461,7 @@ def test_one_unreadable_checkpoint_fails_only_its_own_lane_in_a_daemons_batched_
     import json
     from types import SimpleNamespace
 
-    from mirror_core.daemon import ShallowMirrorDaemon
+    from mirror_core.daemon.loop import ShallowMirrorDaemon
 
     cps = [_cp("p", n, 10 + n) for n in range(8)]
     poisoned = json.loads(cps[5].to_value())

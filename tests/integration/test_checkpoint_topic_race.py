@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-import mirror_core.topics as topics
-from mirror_core.checkpoint import CHECKPOINT_TOPIC_CONFIG, CheckpointStore
+import mirror_core.kafka.topics as topics
+from mirror_core.state.checkpoint import CHECKPOINT_TOPIC_CONFIG, CheckpointStore
 
 PARTITIONS = 3
 ROUNDS = 3

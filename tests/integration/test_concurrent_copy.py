@@ -9,13 +9,14 @@ import time
 
 import pytest
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
-from mirror_core.concurrent_copy import ConcurrentCopy, lane_share_writer, plain_share_writer
-from mirror_core.copier import CopyOptions, PartitionRange
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
-from mirror_core.preflight import run_preflight
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
+from mirror_core.engine.concurrent_copy import ConcurrentCopy, lane_share_writer, plain_share_writer
+from mirror_core.engine.copier import CopyOptions, PartitionRange
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.services.preflight import run_preflight
+from mirror_core.state.checkpoint import CheckpointStore
 from tests.copy_helpers import shoal
 
 PARTITIONS = 4
@@ -135,7 +136,7 @@ def test_a_round_of_many_partitions_stays_under_the_round_cap(source_cluster, ta
 
 
 def _views(client, rng: PartitionRange):
-    from mirror_core.fetcher import RawBatchFetcher
+    from mirror_core.kafka.fetcher import RawBatchFetcher
 
     return list(RawBatchFetcher(client, rng.topic, rng.partition, rng.start, rng.end))
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from mirror_core.batch_codec import BatchKind
+from mirror_core.codec.batch_codec import BatchKind
 from tests.copy_helpers import copy_topic, raw_batches
 
 CLEANER_DEADLINE_S = 90.0

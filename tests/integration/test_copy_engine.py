@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from mirror_core.batch_codec import RECORDS_OFFSET
-from mirror_core.copier import CopyOptions
+from mirror_core.codec.batch_codec import RECORDS_OFFSET
+from mirror_core.engine.copier import CopyOptions
 from mirror_core.errors import DataLossError
 from tests.copy_helpers import copy_topic, raw_batches
 
@@ -152,8 +152,7 @@ def test_copy_never_decompresses_when_every_decompressor_raises(monkeypatch, sou
                                                                   unique_name):
     import kafka.codec
 
-    from mirror_core import batch_deep
-
+    from mirror_core.codec import batch_deep
     def forbidden(*_args, **_kwargs):
         raise AssertionError("the shallow path decompressed a batch")
 
@@ -191,8 +190,8 @@ def test_writes_to_a_topic_created_a_moment_ago_land_once_and_in_order(target_cl
     producer id accepts any sequence: with batches pipelined behind a refused first one, later batches landed first
     and a re-initialised producer id wrote everything again (the target held batches 2, 3, 4, 0, 1, 2, ...). The race
     is timing-dependent (about 1 partition in 10 on the sandbox before the fix), so several fresh topics are tried."""
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.writer import BatchWriter, OutgoingBatch
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
 
     for attempt in range(8):
         topic = unique_name(f"fresh{attempt}")

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mirror_core.checkpoint import Checkpoint, CheckpointStore
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.state.checkpoint import Checkpoint, CheckpointStore
 from tests.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -290,8 +290,8 @@ def wait_caught_up(source_cluster, target_cluster, pipeline: str, topics: dict[s
 def held_lanes(source_cluster, pipeline: str, naming_prefix: str = "dr.") -> dict[str, str] | None:
     """Lane → the worker its source partition is assigned to in the pipeline's daemon group (as `shoal mirror
     status` reads it); None while the group cannot be described or a partition has more than one assignee."""
-    from mirror_core.daemon_membership import describe_group
     from mirror_core.errors import MirrorError
+    from mirror_core.kafka.daemon_group import describe_group
 
     try:
         group = describe_group(source_cluster.config, pipeline)
@@ -493,10 +493,12 @@ def test_backfill_then_handoff_under_load_seam_is_clean(sandbox, source_cluster,
     its lanes alone until ``shoal handoff``; then it resumes at exactly X: ``verify_seam`` (and ``shoal verify seam``)
     pass for every partition and the whole target equals the source. A late backfill of a handed-off lane is
     refused (OwnershipError) and the daemon, whose writer it fenced on the way, recovers by itself."""
-    from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, OwnershipError
-    from mirror_core.copier import PartitionRange
-    from mirror_core.handoff import DAEMON_OWNER, verify_seam
-    from mirror_core.preflight import run_preflight
+    from mirror_core.config.commit_policy import CommitPolicy
+    from mirror_core.config.names import DAEMON_OWNER
+    from mirror_core.engine.checkpointed import CheckpointedCopier, OwnershipError
+    from mirror_core.engine.copier import PartitionRange
+    from mirror_core.services.handoff import verify_seam
+    from mirror_core.services.preflight import run_preflight
 
     prefix = unique_name()
     topic = f"{prefix}.t"
@@ -573,9 +575,9 @@ def test_seam_check_detects_duplicate_and_gap(source_cluster, target_cluster, un
     record duplicated / one missing right after the handoff position X; the checkpoint claims a dense copy (offset
     map source [0, N) → target [0, N)) handed off at X. The clean control passes; each injected fault fails and is
     named."""
-    from mirror_core.handoff import verify_seam
-    from mirror_core.offset_map import OffsetMap, OffsetRun
-    from mirror_core.writer import BatchWriter
+    from mirror_core.kafka.writer import BatchWriter
+    from mirror_core.model.offset_map import OffsetMap, OffsetRun
+    from mirror_core.services.handoff import verify_seam
 
     n, x = 300, 120
     topic = source_cluster.create_topic(unique_name(), partitions=1)

@@ -1,4 +1,4 @@
-"""Daemon membership through the pipeline's consumer group (mirror_core/daemon_membership.py), on real brokers.
+"""Daemon membership through the pipeline's consumer group (mirror_core/daemon/membership.py), on real brokers.
 
 - Three daemon processes share a pipeline through a KIP-848 group; one is SIGKILLed, one added later: every source
   partition is held by exactly one live process within the lowered session timeout, and the target stays exact
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from mirror_core.daemon_membership import describe_group
 from mirror_core.errors import MirrorError
-from mirror_core.leases import now_ms
+from mirror_core.kafka.daemon_group import describe_group
+from mirror_core.state.leases import now_ms
 from tests.conftest import unavailable
 from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     ROOT,
@@ -65,9 +65,9 @@ def group_source(session_sandbox, tmp_path_factory):
 def lease_reader(group_source, target_cluster):
     """Reads lease records through one open checkpoint store (its cache refreshes with only new records: the
     shared target's checkpoint topic holds every test's records)."""
-    from mirror_core.checkpoint import CheckpointStore
-    from mirror_core.kafka_wire import WireClient
-    from mirror_core.leases import LeaseStore
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.state.checkpoint import CheckpointStore
+    from mirror_core.state.leases import LeaseStore
 
     with WireClient.for_cluster(target_cluster.config) as client:
         yield LeaseStore(CheckpointStore(target_cluster.config, client), target_cluster.config.confluent())
@@ -406,7 +406,7 @@ def test_classic_membership_assigns_new_partitions_within_the_refresh_interval(l
     """Classic protocol: partitions added to a subscribed topic are assigned once the group leader's librdkafka
     refreshes the topic's metadata — every 5 minutes by default. The membership consumer refreshes it at the rescan
     interval the daemon passes (2 s here), so the new partitions become lanes within seconds."""
-    from mirror_core.daemon_membership import GroupMembership
+    from mirror_core.daemon.membership import GroupMembership
 
     prefix = unique_name()
     topic = f"{prefix}.t"

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mirror_core.demo import DEMO_TOPIC
-from mirror_core.demo_job import DR_TOPIC
+from mirror_core.dev.demo_data import DEMO_TOPIC
+from mirror_core.dev.demo_job import DR_TOPIC
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from mirror_core.broker_fetch import send_round
-from mirror_core.fetcher import RawBatchFetcher
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.broker_fetch import send_round
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.wire_client import WireClient
 
 LONG_POLL_MS = 6000
 

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
-from mirror_core.copier import CopyOptions, PartitionRange
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
+from mirror_core.engine.copier import CopyOptions, PartitionRange
 from mirror_core.errors import ProducerFencedError
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
-from mirror_core.preflight import run_preflight
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.services.preflight import run_preflight
+from mirror_core.state.checkpoint import CheckpointStore
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD_BYTES = 400
@@ -181,9 +182,9 @@ def test_second_writer_fences_the_first(source_cluster, target_cluster, unique_n
 
 
 def test_fenced_writer_raises_producer_fenced(target_cluster, unique_name):
-    from mirror_core.batch_codec import Codec
-    from mirror_core.batch_deep import SourceRecord, encode_batch, encode_record_tail
-    from mirror_core.writer import BatchWriter, OutgoingBatch
+    from mirror_core.codec.batch_codec import Codec
+    from mirror_core.codec.batch_deep import SourceRecord, encode_batch, encode_record_tail
+    from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
 
     topic = target_cluster.create_topic(unique_name())
 

@@ -19,16 +19,16 @@ import time
 import kafka.errors as Errors
 import pytest
 
-from mirror_core.batch_codec import RECORDS_OFFSET
-from mirror_core.cluster import ClusterConfig
-from mirror_core.copier import CopyOptions, PartitionRange, RangeCopier
+from mirror_core.codec.batch_codec import RECORDS_OFFSET
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.dev.sandbox.broker import SandboxBroker
+from mirror_core.dev.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
+from mirror_core.engine.copier import CopyOptions, PartitionRange, RangeCopier
 from mirror_core.errors import ClusterUnavailableError
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
-from mirror_core.sandbox.broker import SandboxBroker
-from mirror_core.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
-from mirror_core.wire_channel import FastSecurity
-from mirror_core.wire_fastpath import FastConnection, FetchPartitionSpec, FetchTopicSpec
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.wire_channel import FastSecurity
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.kafka.wire_fastpath import FastConnection, FetchPartitionSpec, FetchTopicSpec
 from tests.conftest import unavailable
 from tests.copy_helpers import raw_batches
 from tests.integration.test_daemon import free_port

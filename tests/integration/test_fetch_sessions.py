@@ -14,14 +14,14 @@ import time
 
 import pytest
 
-from mirror_core.batch_deep import decode_record_tail, read_records
-from mirror_core.broker_fetch import RoundSessions, RoundStats, fetch_round, round_sessions
-from mirror_core.concurrent_copy import plain_share_writer
-from mirror_core.copier import CopyOptions, FetchedOnce, PartitionRange
-from mirror_core.fetch_session import FETCH_SESSION_ID_NOT_FOUND, next_epoch
-from mirror_core.fetcher import RawBatchFetcher
-from mirror_core.kafka_wire import WireClient
-from mirror_core.wire_fastpath import FastConnection
+from mirror_core.codec.batch_deep import decode_record_tail, read_records
+from mirror_core.engine.concurrent_copy import plain_share_writer
+from mirror_core.engine.copier import CopyOptions, FetchedOnce, PartitionRange
+from mirror_core.kafka.broker_fetch import RoundSessions, RoundStats, fetch_round, round_sessions
+from mirror_core.kafka.fetch_session import FETCH_SESSION_ID_NOT_FOUND, next_epoch
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.kafka.wire_fastpath import FastConnection
 from tests.kafka_helpers import private_broker
 
 pytestmark = pytest.mark.integration
@@ -255,7 +255,7 @@ def test_sessions_work_over_the_sasl_ssl_fast_path(secure_source_cluster, source
 
 @pytest.mark.timeout(60)
 def test_a_broker_dealt_over_several_connections_keeps_one_session_per_connection(source_cluster, unique_name):
-    from mirror_core.broker_fetch import send_round
+    from mirror_core.kafka.broker_fetch import send_round
 
     topic = unique_name()
     source_cluster.create_topic(topic, partitions=4)
@@ -327,7 +327,7 @@ def test_a_session_with_a_long_poll_still_unanswered_is_closed_too(source_cluste
     """What a stopping daemon leaves: the round it sent ahead, a long poll nobody will read, still on the session's
     connection. The goodbye must not queue behind it (the broker answers a connection's requests in order, and the
     poll here lasts 20 s against a goodbye of at most a second): it goes out on a fresh connection."""
-    from mirror_core.broker_fetch import send_round
+    from mirror_core.kafka.broker_fetch import send_round
 
     topic = unique_name()
     source_cluster.create_topic(topic, partitions=2)

@@ -17,8 +17,8 @@ import uuid
 
 import pytest
 
-from mirror_core.cli import main as shoal_main
-from mirror_core.groups_command import EXIT_INCOMPLETE, add_parser, run
+from mirror_core.cli.groups_command import EXIT_INCOMPLETE, add_parser, run
+from mirror_core.cli.main import main as shoal_main
 from tests.kafka_helpers import Record
 
 PARTITIONS = 2

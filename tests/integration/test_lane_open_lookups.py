@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.epochs import epoch_end_offset, epoch_ends_many
-from mirror_core.kafka_wire import WireClient
-from mirror_core.writer import BatchWriter
+from mirror_core.kafka.epochs import epoch_end_offset, epoch_ends_many
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.kafka.writer import BatchWriter
 
 
 def _counting(client: WireClient) -> list[str]:

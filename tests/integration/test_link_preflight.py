@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.preflight import link_findings
+from mirror_core.services.preflight import link_findings
 from tests.copy_helpers import shoal
 
 
@@ -39,7 +39,7 @@ def test_a_tls_listener_is_measured_too(secure_source_cluster):
     """Over SASL_SSL the probe speaks TLS (ApiVersions comes before SASL): before, it sent plaintext to the TLS
     listener, every broker was left out, and a copy over SASL_SSL declared for a link silently kept its 4 MiB
     fetches (76-78 % of a 200 ms link where PLAINTEXT reached 93 %)."""
-    from mirror_core.preflight import measure_links
+    from mirror_core.kafka.round_trips import measure_links
 
     links = measure_links(secure_source_cluster.config, timeout_s=20)
     assert links and all(link.rtt_s is not None and 0 < link.rtt_s < 5 for link in links), links

@@ -1,5 +1,5 @@
-"""Backfill planning against real brokers: what :func:`mirror_core.plan_inputs.build_plan` makes of the source's
-offsets (log start, last stable offset with an open transaction, timestamps, deleted records), the pipeline's
+"""Backfill planning against real brokers: what :func:`mirror_core.services.plan_inputs.build_plan` makes of the
+source's offsets (log start, last stable offset with an open transaction, timestamps, deleted records), the pipeline's
 checkpoints on the target, partition sizes, and the topics it refuses or leaves out."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from mirror_core.checkpoint import Checkpoint, CheckpointStore
 from mirror_core.errors import ConfigError
-from mirror_core.kafka_wire import WireClient
-from mirror_core.plan_inputs import build_plan, dry_run, list_topics
-from mirror_core.planner import Plan, PlanDataLossError, PlanRequest, select_topics
-from mirror_core.writer import BatchWriter
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.kafka.writer import BatchWriter
+from mirror_core.model.planner import Plan, PlanDataLossError, PlanRequest, select_topics
+from mirror_core.services.plan_inputs import build_plan, dry_run, list_topics
+from mirror_core.state.checkpoint import Checkpoint, CheckpointStore
 
 pytestmark = pytest.mark.integration
 

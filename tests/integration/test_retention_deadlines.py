@@ -13,10 +13,10 @@ import time
 from PIL import Image
 from rich.console import Console
 
-from mirror_core import deadlines_command
-from mirror_core.deadlines_report import CHART_WIDTH_PX, COLOURS, chart_height_px
-from mirror_core.retention import CopyCapacity, LossCause, Status, assess_partitions
-from mirror_core.retention_inputs import gather_inputs
+from mirror_core.cli import deadlines_command
+from mirror_core.kafka.retention_inputs import gather_inputs
+from mirror_core.model.retention import CopyCapacity, LossCause, Status, assess_partitions
+from mirror_core.services.deadlines_report import CHART_WIDTH_PX, COLOURS, chart_height_px
 from tests.unit.test_retention_report import _runs as colour_runs
 
 RETENTION_MS = 12_000

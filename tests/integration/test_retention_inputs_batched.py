@@ -11,9 +11,9 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
-from mirror_core.retention_inputs import OldestTimestamps, gather_inputs, newest_timestamp
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.retention_inputs import OldestTimestamps, gather_inputs, newest_timestamp
+from mirror_core.kafka.wire_client import WireClient
 
 
 @pytest.mark.timeout(90)
@@ -76,7 +76,7 @@ def test_batched_inputs_match_per_partition_lookups_and_the_oldest_probe_is_kept
 
 @pytest.mark.timeout(60)
 def test_prune_floors_from_batched_log_starts_match_per_partition_lookups(source_cluster, unique_name):
-    from mirror_core.prune_inputs import gather_prune_floors
+    from mirror_core.kafka.prune_inputs import gather_prune_floors
 
     topic = source_cluster.create_topic(unique_name(), 3)
     for p in range(2):

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from mirror_core.dev.sandbox import SandboxBroker
+from mirror_core.dev.sandbox.spec import CLUSTERS, ClusterSpec
 from mirror_core.errors import SandboxError
-from mirror_core.sandbox import SandboxBroker
-from mirror_core.sandbox.spec import CLUSTERS, ClusterSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

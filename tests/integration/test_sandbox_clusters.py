@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from mirror_core.cluster import ClusterConfig
+from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import ClusterUnavailableError
-from mirror_core.probe import probe_cluster
+from mirror_core.kafka.probe import probe_cluster
 
 # Recent timestamps: the sandbox checks retention every second, so week-old records would vanish mid-test.
 NOW = int(time.time() * 1000)

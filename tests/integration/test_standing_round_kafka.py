@@ -1,4 +1,5 @@
-"""The daemon's standing fetch round (mirror_core.standing_round) on the real sandbox brokers, on both request routes.
+"""The daemon's standing fetch round (mirror_core.daemon.standing_round) on the real sandbox brokers, on both request
+routes.
 
 What a user notices: after the first round, a round hands back only the partitions with news — the busy one — and
 its request names only the partition whose position moved; idle partitions cost nothing, on the wire or in the
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.broker_fetch import RoundSessions, RoundStats
-from mirror_core.concurrent_copy import plain_share_writer
-from mirror_core.copier import CopyOptions, FetchedOnce, PartitionRange
-from mirror_core.fetcher import RawBatchFetcher
-from mirror_core.standing_round import StandingRound
+from mirror_core.daemon.standing_round import StandingRound
+from mirror_core.engine.concurrent_copy import plain_share_writer
+from mirror_core.engine.copier import CopyOptions, FetchedOnce, PartitionRange
+from mirror_core.kafka.broker_fetch import RoundSessions, RoundStats
+from mirror_core.kafka.fetcher import RawBatchFetcher
 from tests.integration.test_fetch_sessions import (  # noqa: F401 - clients and route are fixtures
     _by_partition,
     _meddle,

@@ -7,8 +7,13 @@ import time
 
 import pytest
 
-from mirror_core.preflight import run_preflight
-from mirror_core.topic_config_sync import ConfigOp, TopicConfigSyncError, sync_many_topic_configs, sync_topic_configs
+from mirror_core.kafka.topic_config_sync import (
+    ConfigOp,
+    TopicConfigSyncError,
+    sync_many_topic_configs,
+    sync_topic_configs,
+)
+from mirror_core.services.preflight import run_preflight
 
 DAY = 86_400_000
 

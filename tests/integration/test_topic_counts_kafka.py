@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 from kafka.protocol.metadata import MetadataResponse
 
-from mirror_core import topic_counts as tc
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka import topic_counts as tc
+from mirror_core.kafka.wire_client import WireClient
 
 
 def _every_version_decodes_like_kafka_python(cluster) -> list[int]:

@@ -18,13 +18,14 @@ import uuid
 
 import pytest
 
-from mirror_core.batch_codec import BatchKind
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.checkpointed import CheckpointedCopier, CommitPolicy, DeliveryMode
-from mirror_core.copier import PartitionRange
-from mirror_core.fetcher import list_offsets
-from mirror_core.kafka_wire import WireClient
-from mirror_core.preflight import run_preflight
+from mirror_core.codec.batch_codec import BatchKind
+from mirror_core.config.commit_policy import CommitPolicy
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
+from mirror_core.engine.copier import PartitionRange
+from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.services.preflight import run_preflight
+from mirror_core.state.checkpoint import CheckpointStore
 from tests.copy_helpers import raw_batches
 
 CLEANER_DEADLINE_S = 90.0

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from mirror_core.backfill import unsized_fetch_bytes
-from mirror_core.backfill_link import MAX_ROUND_BYTES
-from mirror_core.ledger import STATUS_OK, read_ledger, read_runs, run_dir
+from mirror_core.engine.backfill import unsized_fetch_bytes
+from mirror_core.services.backfill_link import MAX_ROUND_BYTES
+from mirror_core.state.ledger import STATUS_OK, read_ledger, read_runs, run_dir
 from tests.spark.test_backfill_spark import ROOT, by_partition, job_command, plan, submit_env
 
 TASK_FETCH = re.compile(r"^shoal task: lane \S+ unit (\S+) .* fetch (\d+) bytes ", re.MULTILINE)

@@ -22,11 +22,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mirror_core.backfill_command import spark_submit_command
-from mirror_core.batch_codec import BatchKind
-from mirror_core.fetcher import RawBatchFetcher, list_offsets
-from mirror_core.kafka_wire import WireClient
-from mirror_core.ledger import STATUS_OK, read_ledger, read_runs
+from mirror_core.cli.backfill_command import spark_submit_command
+from mirror_core.codec.batch_codec import BatchKind
+from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.state.ledger import STATUS_OK, read_ledger, read_runs
 from tests.copy_helpers import raw_batches
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror_core.ledger import STATUS_OK, read_ledger
+from mirror_core.state.ledger import STATUS_OK, read_ledger
 from tests.spark.standalone import StandaloneCluster
 from tests.spark.test_backfill_spark import ROOT, SMALL_BATCHES, by_partition, plan, rand_values
 

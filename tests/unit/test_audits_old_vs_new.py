@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mirror_core import lane_openings as LO
-from mirror_core.standing_round import StandingRound, _Member
-from mirror_core.wire_fastpath import FetchPartitionSpec
+from mirror_core.daemon import lane_openings as LO
+from mirror_core.daemon.standing_round import StandingRound, _Member
+from mirror_core.kafka.wire_fastpath import FetchPartitionSpec
 from tests.unit.test_standing_round import _round, _setup
 
 pytestmark = pytest.mark.timeout(120)
 
 
-# -- the old StandingRound.audit (a071f86^:mirror_core/standing_round.py), verbatim but for ``self`` ----------------
+# -- the old StandingRound.audit (f8c7409:mirror_core/standing_round.py), verbatim but for ``self`` ----------------
 
 def _old_round_audit(self: StandingRound) -> list[str]:
     self._no_round_outstanding()
@@ -52,7 +52,7 @@ def _old_round_audit(self: StandingRound) -> list[str]:
     return found
 
 
-# -- the old lane_openings.audit (a071f86^:mirror_core/lane_openings.py) ---------------------------------------------
+# -- the old lane_openings.audit (f8c7409:mirror_core/lane_openings.py) ---------------------------------------------
 
 def _old_openings_audit(openings, held, lanes, now):
     held = set(held)

@@ -1,17 +1,17 @@
-"""How the backfill driver runs a lane (mirror_core.backfill.drive_lane) and sizes its fetches for the link
-(mirror_core.backfill_link): pure, no Spark, no brokers."""
+"""How the backfill driver runs a lane (mirror_core.engine.backfill.drive_lane) and sizes its fetches for the link
+(mirror_core.services.backfill_link): pure, no Spark, no brokers."""
 
 from __future__ import annotations
 
 import pytest
 
-from mirror_core.backfill import LaneJob, drive_lane, lane_copy_options, lane_jobs, unsized_fetch_bytes
-from mirror_core.backfill_link import MAX_ROUND_BYTES, size_lanes_for_link
-from mirror_core.cluster import ClusterConfig
-from mirror_core.copier import CopyOptions
-from mirror_core.ledger import STATUS_FAILED, STATUS_OK, LedgerRow
-from mirror_core.planner import Plan
-from mirror_core.retention import estimate_copy_throughput
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.engine.backfill import LaneJob, drive_lane, lane_copy_options, lane_jobs, unsized_fetch_bytes
+from mirror_core.engine.copier import CopyOptions
+from mirror_core.model.planner import Plan
+from mirror_core.model.retention import estimate_copy_throughput
+from mirror_core.services.backfill_link import MAX_ROUND_BYTES, size_lanes_for_link
+from mirror_core.state.ledger import STATUS_FAILED, STATUS_OK, LedgerRow
 
 MiB = 1024 * 1024
 UNITS = tuple({"unit_id": f"t-0#{i}", "lane": "dr.t-0", "topic": "t", "partition": 0, "start": i * 100,

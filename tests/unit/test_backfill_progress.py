@@ -1,11 +1,12 @@
-"""Progress of a running backfill from the lanes' checkpoints (mirror_core.backfill_progress), and a ledger that
-shows a run in flight (mirror_core.ledger)."""
+"""Progress of a running backfill from the lanes' checkpoints (mirror_core.services.backfill_progress), and a ledger
+that
+shows a run in flight (mirror_core.state.ledger)."""
 
 from __future__ import annotations
 
-from mirror_core.backfill_command import run_lines
-from mirror_core.backfill_progress import BackfillProgress, ProgressReporter
-from mirror_core.ledger import STATUS_OK, LedgerRow, RunManifest, read_ledger, read_runs, write_ledger
+from mirror_core.cli.backfill_command import run_lines
+from mirror_core.services.backfill_progress import BackfillProgress, ProgressReporter
+from mirror_core.state.ledger import STATUS_OK, LedgerRow, RunManifest, read_ledger, read_runs, write_ledger
 
 UNITS = [{"unit_id": "t-0", "lane": "dr.t-0", "topic": "t", "partition": 0, "start": 100, "end": 1100,
           "bytes_estimate": 100_000_000},

@@ -16,8 +16,8 @@ from kafka import codec as kcodec
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from mirror_core import batch_deep
-from mirror_core.batch_codec import (
+from mirror_core.codec import batch_deep
+from mirror_core.codec.batch_codec import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
     BatchKind,
@@ -661,7 +661,7 @@ def test_a_corrupt_batch_is_refused_before_anything_is_written_in_place():
 
 def test_stamping_an_in_place_batch_through_the_writer_buffer_type():
     """The writer stamps what the copier hands it; a view into the frame is stamped in the frame."""
-    from mirror_core.writer import OutgoingBatch
+    from mirror_core.kafka.writer import OutgoingBatch
 
     frame = bytearray(build(base_offset=40))
     prepared = prepare_for_target(parse_batch(frame), in_place=True)

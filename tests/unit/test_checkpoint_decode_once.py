@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-import mirror_core.checkpoint as C
-from mirror_core.checkpoint import Checkpoint, CheckpointStore, _PartitionCache, checkpoint_partition
-from mirror_core.cluster import ClusterConfig
-from mirror_core.offset_map import OffsetMap, OffsetRun
+import mirror_core.state.checkpoint as C
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.state.checkpoint import Checkpoint, CheckpointStore, _PartitionCache, checkpoint_partition
 
 
 def _checkpoint(partition: int, position: int) -> Checkpoint:

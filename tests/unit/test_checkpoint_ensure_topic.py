@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-import mirror_core.topics as topics
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.cluster import ClusterConfig
+import mirror_core.kafka.topics as topics
+from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import ConfigError, MirrorError
+from mirror_core.state.checkpoint import CheckpointStore
 
 TOPIC = "_shoal_checkpoints"
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from mirror_core.checkpoint import CHECKPOINT_TOPIC_CONFIG, FORMAT_VERSION, Checkpoint, checkpoint_topic_problems
 from mirror_core.errors import MirrorError
-from mirror_core.lane_status import PersistedLaneState
-from mirror_core.map_segments import SegmentChain
-from mirror_core.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.lane_status import PersistedLaneState
+from mirror_core.model.map_segments import SegmentChain
+from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.state.checkpoint import CHECKPOINT_TOPIC_CONFIG, FORMAT_VERSION, Checkpoint, checkpoint_topic_problems
 
 
 def _checkpoint(**overrides) -> Checkpoint:
@@ -114,7 +114,7 @@ def test_min_insync_replicas_above_the_replication_factor_is_named():
 
 @pytest.mark.parametrize(("brokers", "replicas", "min_isr"), [(1, 1, "1"), (2, 2, "1"), (3, 3, "2"), (9, 3, "2")])
 def test_a_new_checkpoint_topic_follows_the_cluster(brokers, replicas, min_isr):
-    from mirror_core.checkpoint import checkpoint_topic_settings
+    from mirror_core.state.checkpoint import checkpoint_topic_settings
 
     rf, config = checkpoint_topic_settings(brokers)
     assert (rf, config["min.insync.replicas"]) == (replicas, min_isr)
@@ -127,9 +127,9 @@ def test_the_settings_shoal_creates_the_topic_with_are_fine_and_its_records_fit_
     # a checkpoint with the largest open tail the segmenting allows stays below LARGEST_RECORD_BYTES
     import random
 
-    from mirror_core.checkpoint import CheckpointStore
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.map_segments import SEGMENT_RUNS, LaneMap
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.model.map_segments import SEGMENT_RUNS, LaneMap
+    from mirror_core.state.checkpoint import CheckpointStore
 
     rnd, lane_map, position, target = random.Random(3), LaneMap(tail_start=0), 0, 0
     store = CheckpointStore(ClusterConfig("target", {"bootstrap.servers": "x:9092"}), None)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import mirror_core.checkpoint as checkpoint_module
-from mirror_core.checkpoint import CheckpointStore
-from mirror_core.cluster import ClusterConfig
+import mirror_core.state.checkpoint as checkpoint_module
+from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import CheckpointReadStalledError
-from mirror_core.fetcher import FetchResult
+from mirror_core.kafka.fetcher import FetchResult
+from mirror_core.state.checkpoint import CheckpointStore
 
 
 class _TruncatedLog:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.cluster import ClusterConfig, kafka_python_kwargs
+from mirror_core.config.cluster import ClusterConfig, kafka_python_kwargs
 from mirror_core.errors import ConfigError
 
 SCRAM = {"bootstrap.servers": "a:9093,b:9093", "security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-512",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mirror_core.concurrent_copy import _Lane, plan_round, request_max_bytes
-from mirror_core.copier import CopyResult, PartitionRange
+from mirror_core.engine.concurrent_copy import _Lane, plan_round, request_max_bytes
+from mirror_core.engine.copier import CopyResult, PartitionRange
 
 
 class _Position:
@@ -51,7 +51,7 @@ def test_a_tiny_cap_still_asks_for_something():
 
 
 def test_connections_for_link_spread_a_small_send_buffer_over_several_connections():
-    from mirror_core.concurrent_copy import connections_for_link
+    from mirror_core.engine.concurrent_copy import connections_for_link
 
     # 100 kB send buffer at 200 ms: 0.5 MB/s per connection; a 1.5 MB/s link needs 3
     assert connections_for_link(window_bytes=100_000, rtt_s=0.2, link_bytes_per_s=1.5e6, partitions=8) == 3
@@ -69,9 +69,9 @@ def test_every_failed_lanes_error_is_logged_and_a_data_loss_is_raised_before_a_r
 
     import pytest
 
-    from mirror_core.concurrent_copy import ConcurrentCopy
+    from mirror_core.engine.concurrent_copy import ConcurrentCopy
     from mirror_core.errors import DataLossError, PartitionUnavailableError
-    from mirror_core.shared_produce import SharedProduce
+    from mirror_core.kafka.shared_produce import SharedProduce
 
     copy = ConcurrentCopy.__new__(ConcurrentCopy)
     copy.shared = SharedProduce()
@@ -85,7 +85,7 @@ def test_every_failed_lanes_error_is_logged_and_a_data_loss_is_raised_before_a_r
     copy._write_share = write_share
     shares = [((_lane(p), 0), None) for p in range(3)]
     progressed = []
-    with caplog.at_level(logging.ERROR, logger="mirror_core.concurrent_copy"), \
+    with caplog.at_level(logging.ERROR, logger="mirror_core.engine.concurrent_copy"), \
             pytest.raises(DataLossError):
         copy._write_round(shares, lambda rng, result: progressed.append(rng.partition))
     copy.shared.close()
@@ -96,7 +96,7 @@ def test_every_failed_lanes_error_is_logged_and_a_data_loss_is_raised_before_a_r
 
 
 def test_most_severe_puts_an_interrupt_first_then_what_no_retry_cures():
-    from mirror_core.concurrent_copy import most_severe
+    from mirror_core.engine.concurrent_copy import most_severe
     from mirror_core.errors import DataLossError, PartitionUnavailableError
 
     retriable = PartitionUnavailableError("src", "t", 0, "x")
@@ -117,13 +117,13 @@ class _LedFetcher:
         return 1 + self.partition % self.brokers, 0
 
     def spec(self, epoch):
-        from mirror_core.wire_fastpath import FetchPartitionSpec
+        from mirror_core.kafka.wire_fastpath import FetchPartitionSpec
         return FetchPartitionSpec(self.partition, epoch, 0, 1)
 
 
 def _sent_requests(monkeypatch, fetchers, connections, rotation):
-    import mirror_core.broker_fetch as broker_fetch
-    from mirror_core.broker_fetch import RoundSessions
+    import mirror_core.kafka.broker_fetch as broker_fetch
+    from mirror_core.kafka.broker_fetch import RoundSessions
 
     sent = []
     def send_fetch(client, leader, topics, **kw):
@@ -153,8 +153,8 @@ def test_round_robin_leaders_fill_every_connection_and_keep_each_partition_on_it
 def test_a_rounds_request_size_comes_from_the_shares_send_round_builds(monkeypatch):
     """Before the fix the concurrent copy sized each request for ceil(partitions / connections) while send_round
     put all of a broker's partitions on one connection: each request asked for half of what its partitions need."""
-    from mirror_core.broker_fetch import deal_to_connections
-    from mirror_core.concurrent_copy import round_shape
+    from mirror_core.engine.concurrent_copy import round_shape
+    from mirror_core.kafka.broker_fetch import deal_to_connections
 
     fetchers = [_LedFetcher(p, brokers=3) for p in range(11)]
     by_leader: dict[int, list] = {}

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from mirror_core.batch_codec import parse_batch, prepare_for_target, records_digest, walk_batches
-from mirror_core.copier import CopyOptions, FetchedOnce, PartitionRange, RangeCopier
-from mirror_core.fetcher import FetchResult, RawBatchFetcher
+from mirror_core.codec.batch_codec import parse_batch, prepare_for_target, records_digest, walk_batches
+from mirror_core.engine.copier import CopyOptions, FetchedOnce, PartitionRange, RangeCopier
+from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 

@@ -1,11 +1,11 @@
-"""Where each partition of a failed ``shoal copy --mode none`` got (mirror_core.copy_stopped): pure."""
+"""Where each partition of a failed ``shoal copy --mode none`` got (mirror_core.engine.copy_stopped): pure."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from mirror_core.copier import CopyResult, PartitionRange
-from mirror_core.copy_stopped import landed_position, lane_rows
+from mirror_core.engine.copier import CopyResult, PartitionRange
+from mirror_core.engine.copy_stopped import landed_position, lane_rows
 
 
 def lane(partition: int, start: int, end: int, reached: int, next_target: int | None, records: int = 0):

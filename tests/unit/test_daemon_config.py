@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror_core.daemon_config import load_pipeline_config, pipeline_config_from_mapping
+from mirror_core.config.pipeline_file import load_pipeline_config, pipeline_config_from_mapping
 from mirror_core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,10 +18,10 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-import mirror_core.daemon as D
-from mirror_core.daemon_config import pipeline_config_from_mapping
-from mirror_core.daemon_config_sync import ConfigSyncWatch
-from mirror_core.daemon_metrics import DaemonMetrics
+import mirror_core.daemon.loop as D
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon.config_sync import ConfigSyncWatch
+from mirror_core.daemon.metrics import DaemonMetrics
 from mirror_core.errors import BatchRejectedError
 from tests.unit.test_daemon_rescan import BASE
 from tests.unit.test_topic_config_sync_many import BASE as CONFIGS

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from mirror_core.daemon_config_sync import ConfigSyncWatch
-from mirror_core.daemon_metrics import DaemonMetrics
+from mirror_core.daemon.config_sync import ConfigSyncWatch
+from mirror_core.daemon.metrics import DaemonMetrics
 from mirror_core.errors import MirrorError
 from tests.unit.test_daemon_rescan import Source, rescan_daemon
 
@@ -35,7 +35,7 @@ class SlowSync:
 
 
 def _watch(sync) -> ConfigSyncWatch:
-    from mirror_core.daemon_config import pipeline_config_from_mapping
+    from mirror_core.config.pipeline_file import pipeline_config_from_mapping
     from tests.unit.test_daemon_rescan import BASE
 
     cfg = pipeline_config_from_mapping(BASE)
@@ -51,7 +51,7 @@ def test_the_rescan_does_not_wait_for_a_slow_config_sync(monkeypatch):
     monkeypatch.setattr(daemon, "_prepare_targets", lambda unprepared: (list(unprepared), None))
     slow = SlowSync()
     daemon.config_sync = _watch(slow)
-    monkeypatch.setattr("mirror_core.topic_config_sync.sync_many_topic_configs", slow)  # whoever calls it
+    monkeypatch.setattr("mirror_core.kafka.topic_config_sync.sync_many_topic_configs", slow)  # whoever calls it
     daemon._next_config_sync = float("inf")
     daemon._rescan()  # the topic gets its lanes
     daemon._next_config_sync = 0.0  # the sync comes due

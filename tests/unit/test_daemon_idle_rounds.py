@@ -7,12 +7,12 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-import mirror_core.daemon as D
-from mirror_core.broker_fetch import PartitionOutcome
-from mirror_core.daemon_config import pipeline_config_from_mapping
-from mirror_core.fetcher import FetchResult
-from mirror_core.lane_health_records import HEALTH_REFRESH_S
-from mirror_core.lane_status import COPYING, RETRYING, STALLED
+import mirror_core.daemon.loop as D
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.kafka.broker_fetch import PartitionOutcome
+from mirror_core.kafka.fetcher import FetchResult
+from mirror_core.model.lane_status import COPYING, RETRYING, STALLED
+from mirror_core.state.lane_health_records import HEALTH_REFRESH_S
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
         "include": "orders.*"}
@@ -258,7 +258,7 @@ def test_a_lane_turns_stalled_while_another_lanes_commit_hangs(daemon, monkeypat
     batch to end (up to write_retry_s, 25 s by default, or longer)."""
     import threading
 
-    from mirror_core.lane_workers import LaneWorkerPool
+    from mirror_core.daemon.lane_workers import LaneWorkerPool
 
     daemon._publish_round_states([])
     clock = {"ms": D.now_ms()}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-import mirror_core.daemon as D
-from mirror_core.lane_status import COPYING, STALLED
+import mirror_core.daemon.loop as D
+from mirror_core.model.lane_status import COPYING, STALLED
 from tests.unit.test_daemon_idle_rounds import _lane_states, held_daemon
 
 LANES = 20

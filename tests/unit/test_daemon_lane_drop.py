@@ -13,11 +13,11 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-import mirror_core.daemon as D
-from mirror_core.daemon_config import pipeline_config_from_mapping
+import mirror_core.daemon.loop as D
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon.lane_workers import LaneClients, LaneWorkerPool
 from mirror_core.errors import MirrorError
-from mirror_core.lane_status import COPYING
-from mirror_core.lane_workers import LaneClients, LaneWorkerPool
+from mirror_core.model.lane_status import COPYING
 from tests.unit.test_daemon_membership import StubMembership
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},

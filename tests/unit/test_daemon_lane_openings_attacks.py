@@ -8,10 +8,10 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-import mirror_core.daemon as D
-from mirror_core.daemon_config import pipeline_config_from_mapping
-from mirror_core.lane_status import HALTED, PersistedLaneState
-from mirror_core.lane_workers import TaskOutcome
+import mirror_core.daemon.loop as D
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon.lane_workers import TaskOutcome
+from mirror_core.model.lane_status import HALTED, PersistedLaneState
 from tests.unit.test_daemon_lane_openings import Clock, FakeStore, FenceSession, opening_daemon
 
 HOURLY = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},

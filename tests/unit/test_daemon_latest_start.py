@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-import mirror_core.daemon as D
-import mirror_core.plan_inputs as plan_inputs
-from mirror_core.daemon_config import pipeline_config_from_mapping
+import mirror_core.daemon.loop as D
+import mirror_core.kafka.list_offsets as list_offsets
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
 from tests.unit.test_daemon_idle_rounds import BASE
 
 
@@ -21,7 +21,7 @@ def _states(daemon, n):
 @pytest.mark.timeout(10)
 def test_starts_are_fixed_in_one_lookup_and_a_chosen_start_is_kept(monkeypatch):
     asked = []
-    monkeypatch.setattr(plan_inputs, "lookup_offsets",
+    monkeypatch.setattr(list_offsets, "lookup_offsets",
                         lambda client, tps, which: asked.append((list(tps), which)) or {tp: 100 + tp[1] for tp in tps})
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, "new_partitions": "latest"}), worker_id="me")
     states = _states(daemon, 3)
@@ -36,7 +36,7 @@ def test_a_failed_lookup_leaves_the_start_to_the_open_and_says_so(monkeypatch, c
     def fail(*_a):
         raise ConnectionError("source down")
 
-    monkeypatch.setattr(plan_inputs, "lookup_offsets", fail)
+    monkeypatch.setattr(list_offsets, "lookup_offsets", fail)
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, "new_partitions": "latest"}), worker_id="me")
     states = _states(daemon, 2)
     with caplog.at_level(logging.WARNING, logger="shoal.daemon"):

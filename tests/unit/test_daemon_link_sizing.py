@@ -8,11 +8,11 @@ import logging
 
 import pytest
 
-from mirror_core import daemon as daemon_module
-from mirror_core.daemon import ShallowMirrorDaemon
-from mirror_core.daemon_config import pipeline_config_from_mapping
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon import loop as daemon_module
+from mirror_core.daemon.loop import ShallowMirrorDaemon
 from mirror_core.errors import ClusterUnavailableError, ConfigError
-from mirror_core.preflight_rules import LINK_ROUND_CAP, SourceLink, round_bytes_for_link
+from mirror_core.model.preflight_rules import LINK_ROUND_CAP, SourceLink, round_bytes_for_link
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "s:9092"}, "target": {"bootstrap.servers": "t:9092"},
         "include": "orders", "metrics_port": 0}
@@ -35,14 +35,14 @@ def test_link_mbps_is_optional_and_checked():
 
 
 def _daemon(monkeypatch, links, **extra) -> ShallowMirrorDaemon:
-    import mirror_core.preflight as preflight
+    import mirror_core.kafka.round_trips as round_trips
 
     def measure(source, *, timeout_s):
         if isinstance(links, Exception):
             raise links
         return links
 
-    monkeypatch.setattr(preflight, "measure_links", measure)
+    monkeypatch.setattr(round_trips, "measure_links", measure)
     daemon = ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, **extra}), worker_id="w")
     daemon._size_for_link()
     return daemon
@@ -63,9 +63,9 @@ def test_unmeasured_links_keep_the_configured_sizes(monkeypatch, caplog):
 
 
 def test_without_a_declared_link_nothing_is_measured(monkeypatch):
-    import mirror_core.preflight as preflight
+    import mirror_core.kafka.round_trips as round_trips
 
-    monkeypatch.setattr(preflight, "measure_links", lambda *a, **k: pytest.fail("measured without link_mbps"))
+    monkeypatch.setattr(round_trips, "measure_links", lambda *a, **k: pytest.fail("measured without link_mbps"))
     daemon = ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="w")
     daemon._size_for_link()
     assert daemon._fetch_sizes == (16 << 20, 4 << 20)

@@ -10,11 +10,12 @@ import time
 import pytest
 from confluent_kafka import TopicPartition
 
-from mirror_core.cluster import ClusterConfig
-from mirror_core.daemon_config import pipeline_config_from_mapping
-from mirror_core.daemon_membership import GroupMembership, choose_protocol, consumer_settings, group_id
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.config.names import daemon_group_id as group_id
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon.membership import GroupMembership, choose_protocol, consumer_settings
 from mirror_core.errors import ConfigError
-from mirror_core.leases import Lease
+from mirror_core.state.leases import Lease
 
 SOURCE = ClusterConfig("source", {"bootstrap.servers": "127.0.0.1:1"})
 
@@ -134,7 +135,7 @@ def test_pipeline_membership_settings_are_validated():
 def test_a_pipeline_file_still_saying_membership_leases_is_refused_with_the_upgrade(tmp_path):
     """The lease-based mode is gone: its pipeline file gets an error naming the file and the pipeline, saying the
     mode was removed and how to upgrade — not a daemon that silently runs something else."""
-    from mirror_core.daemon_config import load_pipeline_config
+    from mirror_core.config.pipeline_file import load_pipeline_config
 
     path = tmp_path / "orders.yaml"
     path.write_text("pipeline: orders-dr\nsource: {bootstrap.servers: 'a:1'}\ntarget: {bootstrap.servers: 'b:1'}\n"
@@ -173,7 +174,7 @@ class StubMembership:
         self.released_calls.append((set(parts), as_of))
 
     def view(self):
-        from mirror_core.daemon_membership import MembershipView
+        from mirror_core.daemon.membership import MembershipView
         return MembershipView(self.protocol, self.group, self.joined, frozenset(self.full),
                               frozenset(self.revoking_now), 0.0)
 
@@ -205,7 +206,7 @@ class RecordingLeases:
 
 
 def group_daemon(lanes=("t-0", "t-1"), **overrides):
-    from mirror_core.daemon import LaneState, ShallowMirrorDaemon
+    from mirror_core.daemon.loop import LaneState, ShallowMirrorDaemon
 
     cfg = pipeline_config_from_mapping({"pipeline": "p", "source": {"bootstrap.servers": "a:1"},
                                         "target": {"bootstrap.servers": "b:1"}, "include": "t", "metrics_port": 0,
@@ -328,7 +329,7 @@ def test_auto_compat_writes_lease_records_only_while_a_lease_based_daemon_is_see
     """lease_compat: auto (the default). No lease-based daemon in the records: nothing is written per held lane.
     One appears (its membership heartbeat, before it holds any lane; or a live lease without the group mark): our
     lanes' records are written, in one batch, so it keeps off them. It goes (its records expire): writing stops."""
-    from mirror_core.leases import now_ms
+    from mirror_core.state.leases import now_ms
 
     daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(20)))
     daemon._maintain_group()
@@ -392,7 +393,7 @@ def test_lease_records_are_released_before_the_revocation_completes_and_only_whi
     group daemon has written the lane's record yet); a lane the group already moved (lost) keeps its record until
     it expires — a release then could erase the next holder's. Before: released() came first, then a read-then-
     write release of whatever record said us."""
-    from mirror_core.leases import now_ms
+    from mirror_core.state.leases import now_ms
 
     daemon = group_daemon(lanes=("t-0", "t-1"), lease_compat="always")
     daemon._maintain_group()
@@ -412,7 +413,7 @@ def test_lease_records_are_released_before_the_revocation_completes_and_only_whi
 def test_deleted_topics_are_confirmed_once_for_all_their_revoked_lanes(monkeypatch):
     """Revoked lanes of a deleted source topic: one confirmation wait for the topic, not DELETION_CONFIRM_S per
     lane (the revocation callback is waiting meanwhile)."""
-    import mirror_core.daemon as daemon_module
+    import mirror_core.daemon.loop as daemon_module
 
     daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(6)), lease_compat=False)
     daemon._maintain_group()

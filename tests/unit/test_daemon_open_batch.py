@@ -2,7 +2,8 @@
 
 The daemon opens every lane it holds in three steps, each for all of them at once: one checkpoint read
 (``read_own_many``), InitProducerIds side by side, one more read. These tests attack that batching with a checkpoint
-store stand-in that behaves like :class:`~mirror_core.checkpoint.CheckpointStore` where it matters here: it decodes
+store stand-in that behaves like :class:`~mirror_core.state.checkpoint.CheckpointStore` where it matters here: it
+decodes
 each lane's stored value with the real :meth:`Checkpoint.from_value`, and a checkpoint partition without a leader
 fails every read that touches it.
 """
@@ -14,12 +15,12 @@ import threading
 import kafka.errors as Errors
 import pytest
 
-import mirror_core.daemon as D
-from mirror_core.checkpoint import Checkpoint, checkpoint_key, checkpoint_partition
-from mirror_core.daemon_config import pipeline_config_from_mapping
-from mirror_core.handoff import DAEMON_OWNER
-from mirror_core.lane_status import HALTED
-from mirror_core.lane_workers import LaneClients, LaneWorkerPool
+import mirror_core.daemon.loop as D
+from mirror_core.config.names import DAEMON_OWNER
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon.lane_workers import LaneClients, LaneWorkerPool
+from mirror_core.model.lane_status import HALTED
+from mirror_core.state.checkpoint import Checkpoint, checkpoint_key, checkpoint_partition
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
         "include": "orders.*"}

@@ -9,10 +9,10 @@ import time
 import kafka.errors as Errors
 import pytest
 
-from mirror_core.checkpoint import Checkpoint
-from mirror_core.handoff import DAEMON_OWNER
-from mirror_core.kafka_wire import WireClient
-from mirror_core.lane_workers import LaneClients, LaneWorkerPool
+from mirror_core.config.names import DAEMON_OWNER
+from mirror_core.daemon.lane_workers import LaneClients, LaneWorkerPool
+from mirror_core.kafka.wire_client import WireClient
+from mirror_core.state.checkpoint import Checkpoint
 from tests.unit.test_daemon_open_batch import LANES, Store, _daemon
 
 REQUEST_TIMEOUT_MS = 8_000  # the wire client's request timeout (30 s by default): a silent broker holds send so long

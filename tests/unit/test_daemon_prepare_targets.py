@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-import mirror_core.daemon as D
-from mirror_core.daemon_config import pipeline_config_from_mapping
+import mirror_core.daemon.loop as D
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
 from mirror_core.errors import MirrorError
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
@@ -26,7 +26,7 @@ class Admin:
 def test_every_topic_whose_preflight_failed_unexpectedly_is_named_not_only_the_first(monkeypatch, caplog):
     """Two topics fail with errors that are not refusals (the cluster, not the topic): the rescan fails with the
     first, as before, and each is logged with its own topic — before, the second was never told anywhere."""
-    import mirror_core.topics as topics
+    import mirror_core.kafka.topics as topics
 
     monkeypatch.setattr(topics, "TopicAdmin", Admin)
     failures = {"orders.a": ConnectionError("target gone for orders.a"),

@@ -1,6 +1,6 @@
 """The prune watch's hand-over between the copy loop and its thread (no I/O: gathering is not called here)."""
 
-from mirror_core.daemon_prune import PruneWatch
+from mirror_core.daemon.prune_watch import PruneWatch
 
 
 class _Metrics:

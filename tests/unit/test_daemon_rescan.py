@@ -19,9 +19,9 @@ import pytest
 from kafka.future import Future
 from kafka.protocol.metadata import MetadataResponse
 
-import mirror_core.daemon as D
-from mirror_core.daemon_config import pipeline_config_from_mapping
-from mirror_core.source_reachability import UNREACHABLE_AFTER_S
+import mirror_core.daemon.loop as D
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.kafka.source_reachability import UNREACHABLE_AFTER_S
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
         "include": "orders.*", "naming": "prefix:dr."}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core import wire_fastpath as fp
+from mirror_core.kafka import wire_fastpath as fp
 from tests.unit.test_wire_fastpath import _Broker, listener  # noqa: F401 - fixture
 
 

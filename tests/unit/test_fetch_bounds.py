@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.batch_codec import Codec, walk_batches
-from mirror_core.copier import CopyOptions, FetchedOnce, PartitionRange, RangeCopier
-from mirror_core.fetcher import FetchResult, batches_reaching_below
+from mirror_core.codec.batch_codec import Codec, walk_batches
+from mirror_core.engine.copier import CopyOptions, FetchedOnce, PartitionRange, RangeCopier
+from mirror_core.kafka.fetcher import FetchResult, batches_reaching_below
 from tests.unit.test_batch_codec import RECORDS, build, decoded, legacy
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Fetch sessions (KIP-227, mirror_core.fetch_session): the pure state machine against a model broker.
+"""Fetch sessions (KIP-227, mirror_core.kafka.fetch_session): the pure state machine against a model broker.
 
 The model broker below follows Kafka's FetchSession.scala (full / incremental contexts, the "must respond" rule of
 CachedPartition, session errors 70/71, eviction); random sequences of position changes, partitions joining and
@@ -18,8 +18,8 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mirror_core import wire_fastpath as fp
-from mirror_core.fetch_session import (
+from mirror_core.kafka import wire_fastpath as fp
+from mirror_core.kafka.fetch_session import (
     FETCH_SESSION_ID_NOT_FOUND,
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -29,8 +29,8 @@ from mirror_core.fetch_session import (
     PartitionKey,
     next_epoch,
 )
-from mirror_core.fetcher import kafka_python_fetch_request
-from mirror_core.wire_fastpath import FetchPartitionSpec, FetchTopicSpec
+from mirror_core.kafka.fetcher import kafka_python_fetch_request
+from mirror_core.kafka.wire_fastpath import FetchPartitionSpec, FetchTopicSpec
 
 TOPIC_ID = uuid.UUID(int=7)
 
@@ -287,7 +287,7 @@ def test_an_incremental_answer_naming_a_partition_we_never_asked_for_drops_the_s
 
 
 def test_a_partition_whose_leader_moves_leaves_the_old_brokers_session_and_joins_the_new_ones():
-    from mirror_core.broker_fetch import RoundSessions
+    from mirror_core.kafka.broker_fetch import RoundSessions
 
     logs = {key: _Log(high_watermark=4) for key in KEYS}
     brokers = {1: ModelBroker(logs), 2: ModelBroker(logs)}
@@ -437,7 +437,7 @@ def test_closing_a_clients_sessions_never_raises_when_the_broker_cannot_be_reach
     outage) costs the goodbye, never the close."""
     import kafka.errors as Errors
 
-    from mirror_core.broker_fetch import RoundSessions
+    from mirror_core.kafka.broker_fetch import RoundSessions
 
     class _Unreachable:
         request_timeout_ms = 1000

@@ -17,8 +17,8 @@ import json
 
 import pytest
 
-from mirror_core.lane_health_records import LaneHealthWriter, parse_health_records
-from mirror_core.leases import now_ms
+from mirror_core.state.lane_health_records import LaneHealthWriter, parse_health_records
+from mirror_core.state.leases import now_ms
 from tests.unit.test_daemon_membership import group_daemon
 
 
@@ -114,12 +114,12 @@ def test_the_handoff_wait_does_not_count_a_halted_lane_as_held(monkeypatch):
     """A daemon never takes a lane halted in its checkpoint (_eligible skips stopped lanes), but the group still
     assigns its partition: lanes_without_daemon must not report it held. Before issue 18 (lease-based wait) no
     lease was ever written for such a lane and the wait timed out naming it."""
-    import mirror_core.handoff as handoff
-    import mirror_core.mirror_status as mirror_status
-    from mirror_core.checkpoint import Checkpoint
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.lane_holders import LaneHolders
-    from mirror_core.lane_status import HALTED, PersistedLaneState
+    import mirror_core.services.handoff as handoff
+    import mirror_core.services.mirror_status as mirror_status
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.model.lane_holders import LaneHolders
+    from mirror_core.model.lane_status import HALTED, PersistedLaneState
+    from mirror_core.state.checkpoint import Checkpoint
 
     halted = Checkpoint("p", "t", 0, 10, "dr.t", 0, 10, "daemon", 2,
                         lane_state=PersistedLaneState(HALTED, "data_loss", "records deleted before copied",
@@ -151,8 +151,8 @@ def test_a_health_record_of_a_worker_that_no_longer_holds_the_lane_is_not_shown(
     """A holder killed (SIGKILL) or cut off from the source while its lane retried leaves a live record (90 s); the
     group has since given the partition to B, which copies fine. Readers (Shoal page, lanes status) still show
     A's 'retrying' for the lane, reported by A, though the group they read in the same look says B holds it."""
-    from mirror_core.lane_health_records import HealthRecord
-    from mirror_core.lane_holders import LaneHolders
+    from mirror_core.model.lane_holders import LaneHolders
+    from mirror_core.state.lane_health_records import HealthRecord
 
     now = now_ms()
     stale = HealthRecord("dr.t-0", "A", "retrying", "unavailable", "source unreachable", 7, now - 60_000,
@@ -175,7 +175,7 @@ def test_an_old_daemon_started_late_can_count_the_group_daemons_again():
     daemon._maintain_group()
     assert len(daemon.held) == 4 and daemon.leases.writes == []
     later = now_ms() + 15_000
-    from mirror_core.leases import Lease
+    from mirror_core.state.leases import Lease
     daemon.leases.records = {lane: Lease("p", lane, "old-1", later) for lane in daemon.lanes}  # it leased them all
     daemon.leases.members = {"old-1": Lease("p", "__member__:old-1", "old-1", later)}
     daemon._maintain_group()
@@ -191,7 +191,7 @@ def test_the_compat_heartbeat_counts_for_an_old_daemon_not_for_group_daemons_and
     (``__member__:<worker>``), so the old daemon's fair share (18af6cc _maintain_leases: holders of live leases and
     heartbeats other than itself) counts it; it is marked ``group``, so another group daemon does not take it for an
     old daemon (which would keep compat writing on for good); once no old daemon is seen it is tombstoned."""
-    from mirror_core.leases import MEMBER_PREFIX, Lease, lease_based_daemon_seen
+    from mirror_core.state.leases import MEMBER_PREFIX, Lease, lease_based_daemon_seen
 
     daemon = group_daemon(lanes=("t-0", "t-1", "t-2", "t-3"))
     later = now_ms() + 15_000
@@ -217,8 +217,8 @@ def test_a_lost_assignment_with_the_source_unreachable_does_not_say_others_got_t
     with the source down the coordinator is down too, so nobody was given the partitions."""
     import time
 
-    from mirror_core.daemon_membership import lost_note
-    from mirror_core.source_reachability import SourceReachability
+    from mirror_core.daemon.membership import lost_note
+    from mirror_core.kafka.source_reachability import SourceReachability
 
     reachability = SourceReachability("source")
     assert "may have given them to others" in lost_note(reachability)

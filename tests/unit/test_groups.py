@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from mirror_core.checkpoint import Checkpoint
+from mirror_core.cli.groups_command import add_parser, compile_group_pattern, result_to_dict
 from mirror_core.errors import ConfigError
-from mirror_core.groups import (
+from mirror_core.model.group_translation import (
     CommittedOffset,
     SyncStatus,
     TargetGroup,
@@ -17,8 +17,9 @@ from mirror_core.groups import (
     select_groups,
     translation_refusal,
 )
-from mirror_core.groups_command import GroupSyncResult, add_parser, compile_group_pattern, result_to_dict
-from mirror_core.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.services.group_sync import GroupSyncResult
+from mirror_core.state.checkpoint import Checkpoint
 
 # Source orders-0: records 0-9 → target 0-9, commit marker at 10, records 11-20 → target 11-20 (the mirror's own
 # marker took target 10), aborted data 21-25 and its marker 26, records 27-29 → target 22-24; copy position 30,
@@ -167,7 +168,7 @@ def test_cli_arguments_and_json_shape():
 def test_kafka_errors_read_as_one_line():
     from confluent_kafka import KafkaError, KafkaException
 
-    from mirror_core.groups_command import describe_kafka_error
+    from mirror_core.kafka.group_admin import describe_kafka_error
 
     err = KafkaError(KafkaError.UNKNOWN_MEMBER_ID)
     assert describe_kafka_error(err).startswith("UNKNOWN_MEMBER_ID: ")
@@ -177,7 +178,7 @@ def test_kafka_errors_read_as_one_line():
 
 
 def test_an_offset_leading_into_an_accepted_loss_is_refused_with_the_lost_range():
-    from mirror_core.groups import translation_refusal
+    from mirror_core.model.group_translation import translation_refusal
 
     cp = Checkpoint(pipeline="p", topic="t", partition=0, position=40, target_topic="dr.t", target_partition=0,
                     target_next=20, owner="copy", owner_epoch=0, updated_ms=0, lost_ranges=((10, 30),),

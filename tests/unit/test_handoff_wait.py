@@ -1,12 +1,12 @@
-"""The handoff's wait for a daemon (mirror_core.handoff._wait_for_daemon): it reads the daemon group, and a group
-that cannot be described is "unknown" — retried, and named when the wait times out — never "no daemon"."""
+"""The handoff's wait for a daemon (mirror_core.services.handoff._wait_for_daemon): it reads the daemon group, and a
+group that cannot be described is "unknown" — retried, and named when the wait times out — never "no daemon"."""
 
 from __future__ import annotations
 
 import pytest
 
-import mirror_core.handoff as handoff
-from mirror_core.cluster import ClusterConfig
+import mirror_core.services.handoff as handoff
+from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import ConfigError, MirrorError
 
 SOURCE = ClusterConfig("source", {"bootstrap.servers": "a:1"})
@@ -57,8 +57,8 @@ def test_the_wait_ends_once_every_lane_is_held(monkeypatch):
 
 @pytest.mark.timeout(20)
 def test_a_lane_halted_in_its_checkpoint_times_out_naming_the_halt(monkeypatch):
-    from mirror_core.checkpoint import Checkpoint
-    from mirror_core.lane_status import HALTED, PersistedLaneState
+    from mirror_core.model.lane_status import HALTED, PersistedLaneState
+    from mirror_core.state.checkpoint import Checkpoint
 
     halted = Checkpoint("p", "t", 1, 10, "dr.t", 1, 10, "daemon", 2,
                         lane_state=PersistedLaneState(HALTED, "data_loss", "records deleted before copied", 1, 10, 20))

@@ -12,11 +12,11 @@ import pytest
 from kafka.protocol.producer import InitProducerIdRequest
 from kafka.record.default_records import DefaultRecordBatch
 
-from mirror_core.batch_codec import parse_batch, walk_batches
+from mirror_core.codec.batch_codec import parse_batch, walk_batches
 from mirror_core.errors import ConfigError, CorruptBatchError
-from mirror_core.fetcher import AbortedTransaction, RawBatchFetcher, select_committed
-from mirror_core.kafka_wire import kafka_python_kwargs
-from mirror_core.writer import (
+from mirror_core.kafka.fetcher import AbortedTransaction, RawBatchFetcher, select_committed
+from mirror_core.kafka.wire_client import kafka_python_kwargs
+from mirror_core.kafka.writer import (
     AmbiguousWriteError,
     BatchRejectedError,
     BatchWriter,

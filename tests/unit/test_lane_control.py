@@ -1,12 +1,12 @@
-"""Accepting a named loss on a halted lane (mirror_core/lane_control.py): the checkpoint moves past the range,
+"""Accepting a named loss on a halted lane (mirror_core/state/lane_control.py): the checkpoint moves past the range,
 records it as lost (translation declines inside it) and a deleted topic's lane is retired; the ledger row says so."""
 
 from __future__ import annotations
 
-from mirror_core.checkpoint import Checkpoint
-from mirror_core.lane_control import _ledger_row, _with_loss
-from mirror_core.lane_status import PersistedLaneState
-from mirror_core.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.lane_status import PersistedLaneState
+from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.state.checkpoint import Checkpoint
+from mirror_core.state.lane_control import _ledger_row, _with_loss
 
 
 def _halted(reason: str, end: int | None) -> tuple[Checkpoint, PersistedLaneState]:

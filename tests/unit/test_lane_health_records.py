@@ -1,4 +1,5 @@
-"""When a daemon writes a lane's health record (mirror_core.lane_health_records.plan_health_writes) and how readers
+"""When a daemon writes a lane's health record (mirror_core.state.lane_health_records.plan_health_writes) and how
+readers
 take it: on a change at once, while it lasts at most every refresh, cleared when it ends, left by a dead holder only
 until it expires."""
 
@@ -6,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from mirror_core.lane_health_records import (
+from mirror_core.model.lane_status import LaneHealth
+from mirror_core.state.lane_health_records import (
     HealthRecord,
     health_key,
     live_health,
@@ -15,7 +17,6 @@ from mirror_core.lane_health_records import (
     plan_health_writes,
     record_body,
 )
-from mirror_core.lane_status import LaneHealth
 
 RETRYING = {"state": "retrying", "reason": "unavailable", "message": "down", "attempts": 1, "since_ms": 1}
 
@@ -80,7 +81,7 @@ def test_a_record_outlives_the_round_that_refreshes_it_whatever_lease_ttl_s():
     a record expired after 90 s, so a ``lease_ttl_s`` above 270 s let every record lapse between two rounds of a
     holder that was alive: its failing lane read as healthy to the Shoal page and ``shoal mirror status``. The
     refresh, and so the expiry, follow the round when it is longer."""
-    from mirror_core.lane_health_records import LaneHealthWriter, health_refresh_s
+    from mirror_core.state.lane_health_records import LaneHealthWriter, health_refresh_s
 
     class Producer:
         def __init__(self):

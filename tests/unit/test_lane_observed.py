@@ -1,5 +1,6 @@
 """A lane's state and its holders as readers outside the daemon see them (the Shoal page, the handoff's wait,
-``shoal lanes status``): mirror_core.lane_status.observed_state and mirror_core.lane_holders — the daemon group's
+``shoal lanes status``): mirror_core.model.lane_status.observed_state and mirror_core.model.lane_holders — the daemon
+group's
 assignment, live leases of lease-based daemons during an upgrade, health records; a group that could not be read is
 "unknown", never "no daemon"."""
 
@@ -7,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.daemon_membership import GroupDescription, GroupMember
-from mirror_core.lane_health_records import HealthRecord
-from mirror_core.lane_holders import LaneHolders, daemon_health, lanes_without_daemon
-from mirror_core.lane_status import observed_state
-from mirror_core.leases import Lease
+from mirror_core.kafka.daemon_group import GroupDescription, GroupMember
+from mirror_core.model.lane_holders import LaneHolders, daemon_health, lanes_without_daemon
+from mirror_core.model.lane_status import observed_state
+from mirror_core.state.lane_health_records import HealthRecord
+from mirror_core.state.leases import Lease
 
 NOW = 1_000_000
 

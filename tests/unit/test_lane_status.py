@@ -1,4 +1,4 @@
-"""Lane states and the one classification of lane errors (mirror_core/lane_status.py), and how the daemon's HTTP
+"""Lane states and the one classification of lane errors (mirror_core/model/lane_status.py), and how the daemon's HTTP
 endpoint shows them: /readyz is 503 while a lane is halted or stalled, /healthz stays liveness."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import uuid
 import kafka.errors as Errors
 import pytest
 
-from mirror_core.daemon_metrics import DaemonMetrics, serve_metrics
+from mirror_core.daemon.metrics import DaemonMetrics, serve_metrics
 from mirror_core.errors import (
     AmbiguousWriteError,
     BatchRejectedError,
@@ -27,7 +27,7 @@ from mirror_core.errors import (
     SourceTruncatedError,
     TopicRecreatedError,
 )
-from mirror_core.lane_status import REASONS, LaneHealth, PersistedLaneState, classify_failure
+from mirror_core.model.lane_status import REASONS, LaneHealth, PersistedLaneState, classify_failure
 
 
 @pytest.mark.parametrize(("error", "expected"), [
@@ -144,7 +144,7 @@ def test_readyz_is_503_while_a_lane_is_halted_or_stalled_and_healthz_stays_200()
 
 
 def test_a_long_halt_message_is_cut_so_the_checkpoint_record_stays_small():
-    from mirror_core.lane_status import MAX_MESSAGE_CHARS, PersistedLaneState
+    from mirror_core.model.lane_status import MAX_MESSAGE_CHARS, PersistedLaneState
 
     state = PersistedLaneState("halted", "batch_rejected", "x" * 50_000, 1, 0, None)
     assert len(state.message) == MAX_MESSAGE_CHARS and state.message.endswith("…")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mirror_core.lane_workers import LaneClients, LaneWorkerPool
+from mirror_core.daemon.lane_workers import LaneClients, LaneWorkerPool
 
 
 def _pool(size: int, made: list) -> LaneWorkerPool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.preflight_rules import Severity, SourceLink, check_link_buffers, connection_cap_bytes_per_s
+from mirror_core.model.preflight_rules import Severity, SourceLink, check_link_buffers, connection_cap_bytes_per_s
 
 LINK = 20e6  # 20 MB/s
 
@@ -45,7 +45,7 @@ def test_one_window_per_round_trip():
 
 
 def test_fetches_are_sized_to_keep_the_link_busy_at_the_round_trip():
-    from mirror_core.preflight_rules import fetch_bytes_for_link
+    from mirror_core.model.preflight_rules import fetch_bytes_for_link
 
     sized = dict(link_bytes_per_s=20e6, rtt_s=0.2, floor=4_000_000, cap=64_000_000)
     # 80 %: 4 x bandwidth x RTT = 16 MB per round, shared by the round's partitions

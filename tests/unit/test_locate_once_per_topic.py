@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from mirror_core.errors import TopicRecreatedError
-from mirror_core.fetcher import RawBatchFetcher
-from mirror_core.kafka_wire import WireClient
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.wire_client import WireClient
 
 pytestmark = pytest.mark.timeout(30)
 

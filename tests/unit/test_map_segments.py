@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mirror_core.checkpoint import Checkpoint
-from mirror_core.map_segments import (
+from mirror_core.model.map_segments import (
     LaneMap,
     SegmentChain,
     assemble_map,
@@ -24,7 +23,8 @@ from mirror_core.map_segments import (
     segment_key_prefix,
     split_for_records,
 )
-from mirror_core.offset_map import OffsetMap, OffsetRun, OffsetRuns
+from mirror_core.model.offset_map import OffsetMap, OffsetRun, OffsetRuns
+from mirror_core.state.checkpoint import Checkpoint
 
 # a step: ("records", source gap, length, target gap) appends a run; ("commit", floor fraction or None)
 _records = st.tuples(st.just("records"), st.integers(0, 3), st.integers(1, 5), st.integers(0, 2))

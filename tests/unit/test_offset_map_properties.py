@@ -11,8 +11,8 @@ from bisect import bisect_right
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mirror_core.batch_codec import PreparedBatch
-from mirror_core.offset_map import OffsetMap, OffsetRuns
+from mirror_core.codec.batch_codec import PreparedBatch
+from mirror_core.model.offset_map import OffsetMap, OffsetRuns
 
 # one step of a copy: ("batch", source gap before it, kept-mask of its span, target gap before it)
 #                  or ("advance", source gap, target gap): markers / aborted data with nothing to copy

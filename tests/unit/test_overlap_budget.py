@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.copier import CopyOptions, may_prefetch
+from mirror_core.engine.copier import CopyOptions, may_prefetch
 from mirror_core.errors import ConfigError
 
 

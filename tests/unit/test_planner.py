@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from mirror_core.errors import ConfigError, DataLossError, MirrorError
-from mirror_core.planner import (
+from mirror_core.model.planner import (
     BoundSpec,
     CheckpointPosition,
     NamingPolicy,
@@ -435,7 +435,7 @@ def test_dry_run_table_lists_units_in_order_and_the_losses():
 
 
 def test_accepted_losses_become_ledger_rows(tmp_path):
-    from mirror_core.ledger import STATUS_LOST, loss_rows, read_ledger, write_ledger
+    from mirror_core.state.ledger import STATUS_LOST, loss_rows, read_ledger, write_ledger
 
     rows = loss_rows("r1", "p", [{"topic": "orders", "partition": 3, "lost_start": 0, "lost_end": 100}])
     write_ledger(tmp_path, "r1", rows)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from mirror_core.config.positions import PositionSpec, parse_partitions, parse_position
 from mirror_core.errors import ConfigError
-from mirror_core.positions import PositionSpec, parse_partitions, parse_position
 
 
 @pytest.mark.parametrize("text, expected", [

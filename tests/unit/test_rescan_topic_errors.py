@@ -21,7 +21,7 @@ import pytest
 from kafka.future import Future
 from kafka.protocol.metadata import MetadataResponse
 
-import mirror_core.daemon as D
+import mirror_core.daemon.loop as D
 from tests.unit.test_daemon_rescan import _lanes, rescan_daemon
 
 T = MetadataResponse.MetadataResponseTopic

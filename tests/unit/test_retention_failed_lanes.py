@@ -9,9 +9,9 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-import mirror_core.daemon as D
-from mirror_core.daemon_config import pipeline_config_from_mapping
-from mirror_core.held_positions import HeldPositions
+import mirror_core.daemon.loop as D
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.model.held_positions import HeldPositions
 from tests.unit.test_daemon_idle_rounds import BASE
 
 TP = ("orders", 3)

@@ -1,4 +1,4 @@
-"""The retention ETA uses the copy's link figures (mirror_core.retention_policy.RetentionPolicy.capacity): the
+"""The retention ETA uses the copy's link figures (mirror_core.model.retention_policy.RetentionPolicy.capacity): the
 declared link rate, the measured round trip and the fetch size the copy sizes for them. Pure."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from mirror_core.deadlines_report import report_to_dict
-from mirror_core.retention_policy import DEFAULT_FETCH_BYTES, RetentionPolicy
+from mirror_core.model.retention_policy import DEFAULT_FETCH_BYTES, RetentionPolicy
+from mirror_core.services.deadlines_report import report_to_dict
 
 MiB = 1024 * 1024
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mirror_core.errors import ConfigError
-from mirror_core.retention import (
+from mirror_core.model.retention import (
     INF,
     CopyCapacity,
     LossCause,

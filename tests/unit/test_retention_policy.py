@@ -1,13 +1,14 @@
-"""The one retention verdict's settings (mirror_core.retention_policy) and the truthful cause of a LOST partition."""
+"""The one retention verdict's settings (mirror_core.model.retention_policy) and the truthful cause of a LOST
+partition."""
 
 from __future__ import annotations
 
 import pytest
 
-from mirror_core.daemon_config import pipeline_config_from_mapping
+from mirror_core.config.pipeline_file import pipeline_config_from_mapping
 from mirror_core.errors import ConfigError
-from mirror_core.retention import LossCause, Status, TopicRetention
-from mirror_core.retention_policy import RetentionPolicy
+from mirror_core.model.retention import LossCause, Status, TopicRetention
+from mirror_core.model.retention_policy import RetentionPolicy
 from tests.unit.test_retention_model import DELETE_1H, MB, assess, snap
 
 

@@ -13,8 +13,11 @@ from PIL import Image
 from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 
-from mirror_core.deadlines_command import load_positions, parse_duration
-from mirror_core.deadlines_report import (
+from mirror_core.cli.deadlines_command import load_positions
+from mirror_core.errors import ConfigError
+from mirror_core.model.retention import Status
+from mirror_core.model.retention_policy import parse_duration
+from mirror_core.services.deadlines_report import (
     CHART_WIDTH_PX,
     COLOURS,
     ETA_COLOUR,
@@ -25,9 +28,11 @@ from mirror_core.deadlines_report import (
     render_table,
     report_to_dict,
 )
-from mirror_core.errors import ConfigError
-from mirror_core.metrics import register_retention_gauges, unregister_retention_gauges, update_retention_gauges
-from mirror_core.retention import Status
+from mirror_core.services.retention_metrics import (
+    register_retention_gauges,
+    unregister_retention_gauges,
+    update_retention_gauges,
+)
 from tests.unit.test_retention_model import MB, assess, snap
 
 

@@ -10,12 +10,12 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-import mirror_core.metrics as metrics_module
-import mirror_core.retention_inputs as retention_inputs
-from mirror_core.cluster import ClusterConfig
-from mirror_core.daemon_metrics import DaemonMetrics
-from mirror_core.daemon_retention import RetentionWatch
-from mirror_core.retention import Status
+import mirror_core.kafka.retention_inputs as retention_inputs
+import mirror_core.services.retention_metrics as metrics_module
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.daemon.metrics import DaemonMetrics
+from mirror_core.daemon.retention_watch import RetentionWatch
+from mirror_core.model.retention import Status
 
 LANES = 100
 
@@ -129,7 +129,7 @@ def test_publish_of_a_whole_map_assesses_every_lane_of_it(watch):
 
 @pytest.mark.timeout(10)
 def test_a_lane_is_caught_up_only_at_a_known_high_watermark():
-    from mirror_core.held_positions import HeldPositions
+    from mirror_core.model.held_positions import HeldPositions
 
     positions = HeldPositions()
     positions.caught_up(("t", 0), 5, None)   # no high watermark known (an answer without one)

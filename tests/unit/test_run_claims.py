@@ -1,4 +1,4 @@
-"""One active backfill per pipeline (mirror_core.run_claims)."""
+"""One active backfill per pipeline (mirror_core.state.run_claims)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from mirror_core.errors import ConfigError
-from mirror_core.run_claims import PipelineClaims
+from mirror_core.state.run_claims import PipelineClaims
 
 
 def test_a_second_run_is_refused_while_the_first_is_active(tmp_path):

@@ -1,4 +1,4 @@
-"""The open-file limit a sandbox broker's JVM gets (mirror_core.sandbox.broker): the choice is pure; raising it is
+"""The open-file limit a sandbox broker's JVM gets (mirror_core.dev.sandbox.broker): the choice is pure; raising it is
 checked on a real child process (prlimit), the way the launcher applies it to the broker."""
 
 from __future__ import annotations
@@ -9,7 +9,12 @@ import sys
 
 import pytest
 
-from mirror_core.sandbox.broker import NOFILE_WHEN_UNLIMITED, broker_open_files, process_open_files, raise_open_files
+from mirror_core.dev.sandbox.broker import (
+    NOFILE_WHEN_UNLIMITED,
+    broker_open_files,
+    process_open_files,
+    raise_open_files,
+)
 
 
 @pytest.mark.parametrize(("soft", "hard", "wanted"), [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.sandbox.spec import (
+from mirror_core.dev.sandbox.spec import (
     CLUSTERS,
     FAST_TIMERS,
     QUORUM_CLUSTERS,
@@ -97,7 +97,7 @@ def test_a_replicated_cluster_is_a_controller_only_node_and_brokers_that_keep_wr
 
 def test_a_new_cluster_id_never_starts_with_a_dash():
     """``kafka-storage format -t -xUu…`` reads such an id as an option and fails: seen on a private test broker."""
-    from mirror_core.sandbox.broker import new_cluster_id
+    from mirror_core.dev.sandbox.broker import new_cluster_id
 
     draws = iter([b"\xfb" + bytes(15), b"\x00" * 16])  # the first encodes to "-w…", the second to "AAAA…"
     assert new_cluster_id(lambda: next(draws)) == "AAAAAAAAAAAAAAAAAAAAAA"

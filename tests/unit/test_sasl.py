@@ -1,4 +1,4 @@
-"""SASL client exchanges (mirror_core.sasl): the RFC 7677 SCRAM-SHA-256 example, PLAIN's one message, and a server
+"""SASL client exchanges (mirror_core.codec.sasl): the RFC 7677 SCRAM-SHA-256 example, PLAIN's one message, and a server
 that cannot prove it knows the credential is refused. Plus the SaslHandshake / SaslAuthenticate requests and
 responses of the fast connection are byte-identical to kafka-python's."""
 
@@ -16,8 +16,8 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from mirror_core import wire_fastpath as fp
-from mirror_core.sasl import PlainExchange, SaslExchangeError, ScramExchange, new_exchange
+from mirror_core.codec.sasl import PlainExchange, SaslExchangeError, ScramExchange, new_exchange
+from mirror_core.kafka import wire_fastpath as fp
 
 # RFC 7677 §3: user "user", password "pencil"
 RFC_NONCE = "rOprNGfwEbeRWgbNEkqO"

@@ -8,10 +8,10 @@ import threading
 import kafka.errors as Errors
 import pytest
 
-from mirror_core.batch_codec import parse_batch
+from mirror_core.codec.batch_codec import parse_batch
 from mirror_core.errors import BatchRejectedError, MirrorError
-from mirror_core.shared_produce import SharedProduce
-from mirror_core.writer import BatchWriter, OutgoingBatch, ProduceStats, write_together
+from mirror_core.kafka.shared_produce import SharedProduce
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, ProduceStats, write_together
 from tests.unit.test_kafka_wire_pure import PipelinedBroker, ScriptedTarget, make_batch
 
 
@@ -140,11 +140,11 @@ class _FakeLaneWriter:
 
 def _interrupt_at_line(k: int, lanes: int = 2, writes: int = 3) -> tuple[str, list, int, int]:
     """Run a SharedProduce round in a thread whose hub gets a KeyboardInterrupt at its ``k``-th line executed in
-    mirror_core/shared_produce.py (a signal lands between two bytecodes; the trace function stands in for it).
+    mirror_core/kafka/shared_produce.py (a signal lands between two bytecodes; the trace function stands in for it).
     Returns (how run() ended, the tasks' outcomes, lanes begun, the hub's lines executed)."""
     import sys
 
-    import mirror_core.shared_produce as sp
+    import mirror_core.kafka.shared_produce as sp
 
     shared = SharedProduce()
     begun = [0]
@@ -221,7 +221,7 @@ def test_tasks_that_never_started_end_with_the_hubs_error_without_running():
             return writer.write([object()])
         return run
 
-    import mirror_core.shared_produce as sp
+    import mirror_core.kafka.shared_produce as sp
     original = sp.SharedProduce._resume
     calls = [0]
 
@@ -270,7 +270,7 @@ def test_lane_threads_live_for_the_copy_not_one_per_lane_per_round():
     """Before the fix every round started a new thread per lane (0.5-1 s per round at 1000 lanes)."""
     shared = SharedProduce()
     writers = [_FakeLaneWriter(shared) for _ in range(4)]
-    import mirror_core.shared_produce as sp
+    import mirror_core.kafka.shared_produce as sp
     original = sp.write_together
     sp.write_together = lambda writes, stats=None: [[0] * len(b) for _, b, _ in writes]
     names = set()
@@ -294,7 +294,7 @@ def test_a_writer_of_several_partitions_never_resends_another_partitions_unanswe
     under the new producer id, which the broker cannot dedupe: t-0 held records 2 and 3 twice (the reviewer's fuzz,
     seed 98). Now the write halts with AmbiguousWriteError naming t-0, and nothing is written twice."""
     from mirror_core.errors import AmbiguousWriteError
-    from mirror_core.kafka_wire import Backoff
+    from mirror_core.kafka.wire_client import Backoff
 
     monkeypatch.setattr(Backoff, "wait", lambda self: True)
     broker = PipelinedBroker(script={("t", 0): [0, 0, "drop", 0, Errors.UnknownProducerIdError.errno],

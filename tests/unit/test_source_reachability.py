@@ -1,4 +1,4 @@
-"""mirror_core.source_reachability: when the daemon says the source cluster is unreachable, and when it takes it
+"""mirror_core.kafka.source_reachability: when the daemon says the source cluster is unreachable, and when it takes it
 back (pure: the clock is passed in)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import kafka.errors as Errors
 
 from mirror_core.errors import ClusterUnavailableError
-from mirror_core.source_reachability import SourceReachability, is_transport_failure
+from mirror_core.kafka.source_reachability import SourceReachability, is_transport_failure
 
 REFUSED = Errors.KafkaConnectionError("connecting to 127.0.0.1:9092: Connection refused")
 
@@ -65,8 +65,8 @@ def test_the_group_consumers_repeated_connection_errors_are_logged_once_and_all_
 
     from confluent_kafka import KafkaError
 
-    from mirror_core.cluster import ClusterConfig
-    from mirror_core.daemon_membership import GroupMembership
+    from mirror_core.config.cluster import ClusterConfig
+    from mirror_core.daemon.membership import GroupMembership
 
     seen = SourceReachability("source", after_s=5)
     member = GroupMembership(ClusterConfig("source", {"bootstrap.servers": "127.0.0.1:1"}), "p1", "w1",
@@ -109,7 +109,7 @@ def test_a_round_with_the_source_down_looks_leaders_up_once_not_once_per_partiti
     """Each leader look-up of a cluster that is down waits for a re-bootstrap (seconds): a round over 2,000 lanes
     that asked for each would keep the daemon loop away for hours. One look-up fails the round's other unlocated
     partitions with the same error; partitions whose leader is known are still sent."""
-    from mirror_core.broker_fetch import RoundSessions, send_round
+    from mirror_core.kafka.broker_fetch import RoundSessions, send_round
 
     class _Client:
         request_timeout_ms = 1000

@@ -1,4 +1,5 @@
-"""What a remote Spark submit ships (mirror_core/spark_env.py): the right distributions, a venv layout executors
+"""What a remote Spark submit ships (mirror_core/services/spark_env.py): the right distributions, a venv layout
+executors
 can run, and no remote submit without it."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mirror_core.backfill_command import spark_submit_command
+from mirror_core.cli.backfill_command import spark_submit_command
 from mirror_core.errors import ConfigError
-from mirror_core.spark_env import (
+from mirror_core.services.spark_env import (
     EXECUTOR_DISTRIBUTIONS,
     EXECUTOR_PYTHON,
     code_zip,
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_packed_distributions_cover_everything_a_backfill_task_imports():
     probe = ("import sys, json, importlib.metadata as md; before = set(sys.modules)\n"
-             "import mirror_core.backfill, kafka.codec\n"
+             "import mirror_core.engine.backfill, kafka.codec\n"
              "tops = {m.split('.')[0] for m in set(sys.modules) - before}\n"
              "pd = md.packages_distributions()\n"
              "print(json.dumps(sorted({d for m in tops for d in pd.get(m, [])})))")
@@ -75,7 +76,7 @@ def test_the_submit_ships_archive_code_and_the_executor_python(tmp_path):
     import zipfile
 
     names = zipfile.ZipFile(cmd[cmd.index("--py-files") + 1]).namelist()
-    assert "mirror_core/backfill.py" in names and "spark_apps/backfill_job.py" in names
+    assert "mirror_core/engine/backfill.py" in names and "spark_apps/backfill_job.py" in names
     assert not any("__pycache__" in n for n in names)
     assert code_zip(tmp_path / "staging") == shipment.code
 

@@ -1,4 +1,5 @@
-"""The daemon's standing fetch round (mirror_core.standing_round): a round hands back only the news — partitions the
+"""The daemon's standing fetch round (mirror_core.daemon.standing_round): a round hands back only the news — partitions
+the
 broker's answer named, lanes whose own state changed, failures — and an incremental request names only what changed;
 a lost session is asked again in full; no partition's data is ever left unfetched.
 
@@ -17,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.future import Future
 
-from mirror_core.broker_fetch import RoundStats
-from mirror_core.fetch_session import PartitionKey
-from mirror_core.fetcher import FetchResult
-from mirror_core.standing_round import StandingRound
-from mirror_core.wire_fastpath import FetchPartitionSpec
+from mirror_core.daemon.standing_round import StandingRound
+from mirror_core.kafka.broker_fetch import RoundStats
+from mirror_core.kafka.fetch_session import PartitionKey
+from mirror_core.kafka.fetcher import FetchResult
+from mirror_core.kafka.wire_fastpath import FetchPartitionSpec
 from tests.unit.test_fetch_session import ModelBroker, _Log
 
 pytestmark = pytest.mark.timeout(60)
@@ -117,7 +118,7 @@ def _setup(n: int, *, leaders=(1, 2), hw: int = 0):
 
 
 def _sessions():
-    from mirror_core.broker_fetch import RoundSessions
+    from mirror_core.kafka.broker_fetch import RoundSessions
     return RoundSessions()
 
 

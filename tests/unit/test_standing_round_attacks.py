@@ -1,4 +1,4 @@
-"""Review attacks on the standing fetch round (mirror_core.standing_round, issue #18 follow-up): leader moves and
+"""Review attacks on the standing fetch round (mirror_core.daemon.standing_round, issue #18 follow-up): leader moves and
 moves back, epoch fencing, transient partition errors that clear without the lane's entry changing, a broker whose
 session is never told a partition left, the audit on corrupted books. Played against the model broker of
 test_standing_round extended with what a real Kafka broker does that the model leaves out (FetchSession.scala,
@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mirror_core.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, PartitionKey, next_epoch
-from mirror_core.standing_round import StandingRound
+from mirror_core.daemon.standing_round import StandingRound
+from mirror_core.kafka.fetch_session import FINAL_EPOCH, INITIAL_EPOCH, PartitionKey, next_epoch
 from tests.unit.test_fetch_session import _BrokerSession, _Log
 from tests.unit.test_standing_round import _Broker, _Client, _Fetcher, _keys, _sessions
 

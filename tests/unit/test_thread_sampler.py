@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mirror_core.thread_sampler import ThreadSampler, kind_of
+from mirror_core.daemon.thread_sampler import ThreadSampler, kind_of
 
 
 def _spin(stop: threading.Event) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.throttle import Throttle
+from mirror_core.model.throttle import Throttle
 
 
 class FakeClock:

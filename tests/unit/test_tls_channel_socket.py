@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from mirror_core.wire_channel import TlsChannel, tls_context
+from mirror_core.kafka.wire_channel import TlsChannel, tls_context
 from tests.unit.test_wire_channel_records import material  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.timeout(60)

@@ -5,15 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mirror_core.errors import MirrorError
-from mirror_core.preflight_rules import (
-    MIRRORED_CONFIGS,
-    UNBOUNDED_MS,
-    WIDENED_CONFIGS,
-    DataFacts,
-    TopicState,
-    plan_target_configs,
-)
-from mirror_core.topic_config_sync import (
+from mirror_core.kafka.topic_config_sync import (
     SYNCED_CONFIGS,
     ConfigChange,
     ConfigOp,
@@ -21,6 +13,14 @@ from mirror_core.topic_config_sync import (
     TopicConfigs,
     TopicConfigSyncError,
     plan_config_sync,
+)
+from mirror_core.model.preflight_rules import (
+    MIRRORED_CONFIGS,
+    UNBOUNDED_MS,
+    WIDENED_CONFIGS,
+    DataFacts,
+    TopicState,
+    plan_target_configs,
 )
 
 DAY = 86_400_000

@@ -10,8 +10,8 @@ from types import SimpleNamespace as NS
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-import mirror_core.topic_config_sync as tcs
-from mirror_core.preflight_rules import DataFacts, TopicState, plan_target_configs
+import mirror_core.kafka.topic_config_sync as tcs
+from mirror_core.model.preflight_rules import DataFacts, TopicState, plan_target_configs
 
 BASE = {"cleanup.policy": "delete", "retention.ms": "604800000", "retention.bytes": "-1",
         "compression.type": "producer", "max.message.bytes": "1048588", "delete.retention.ms": "86400000",

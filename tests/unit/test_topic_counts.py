@@ -1,4 +1,4 @@
-"""The rescan's Metadata decoder (mirror_core.topic_counts) reads what kafka-python's full decoder reads.
+"""The rescan's Metadata decoder (mirror_core.kafka.topic_counts) reads what kafka-python's full decoder reads.
 
 kafka-python encodes a generated MetadataResponse of every version we speak (brokers, racks, topics with errors,
 null names, partitions with broker-id lists long enough for multi-byte compact lengths); our decoder must give each
@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from mirror_core import topic_counts as tc
-from mirror_core import wire_fastpath as fp
+from mirror_core.kafka import topic_counts as tc
+from mirror_core.kafka import wire_fastpath as fp
 
 T = MetadataResponse.MetadataResponseTopic
 P = T.MetadataResponsePartition

@@ -12,15 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from mirror_core import wire_fastpath as fp
-from mirror_core.batch_codec import PARTITION_LEADER_EPOCH_OFFSET, prepare_for_target, walk_batches
-from mirror_core.checkpoint import Checkpoint
-from mirror_core.copier import CopyResult, FetchedOnce, PartitionRange, _advance_end
-from mirror_core.epochs import EpochEnd, check_truncation
+from mirror_core.codec.batch_codec import PARTITION_LEADER_EPOCH_OFFSET, prepare_for_target, walk_batches
+from mirror_core.engine.copier import CopyResult, FetchedOnce, PartitionRange, _advance_end
 from mirror_core.errors import SourceTruncatedError
-from mirror_core.fetcher import FetchResult, RawBatchFetcher, kafka_python_fetch_request
-from mirror_core.groups import translation_refusal
-from mirror_core.offset_map import OffsetMap, OffsetRun
+from mirror_core.kafka import wire_fastpath as fp
+from mirror_core.kafka.epochs import EpochEnd, check_truncation
+from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher, kafka_python_fetch_request
+from mirror_core.model.group_translation import translation_refusal
+from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.state.checkpoint import Checkpoint
 from tests.unit.test_kafka_wire_pure import make_batch
 
 pytestmark = pytest.mark.unit
@@ -194,7 +194,7 @@ def test_group_offsets_from_the_diverged_start_on_are_not_translated():
 
 def test_the_daemons_shared_fetch_keeps_a_diverging_partition_to_itself_as_a_halting_error():
     """(broker_fetch dispatches each partition's part to its fetcher: a truncated one fails alone, not retriable.)"""
-    from mirror_core.broker_fetch import PartitionOutcome, _dispatch
+    from mirror_core.kafka.broker_fetch import PartitionOutcome, _dispatch
 
     truncated, healthy = _fetcher(40, last_epoch=0), RawBatchFetcher(SimpleNamespace(cluster_name="source"), "t", 1, 0)
     response = SimpleNamespace(responses=[SimpleNamespace(topic="t", topic_id=None, partitions=[

@@ -1,4 +1,4 @@
-"""The fast connection's TLS channel (mirror_core.wire_channel) against a local TLS server on a socket pair: a
+"""The fast connection's TLS channel (mirror_core.kafka.wire_channel) against a local TLS server on a socket pair: a
 request of many buffers (small header pieces gathered, large batches sliced) arrives whole and in order; a host
 name the certificate does not carry and an unknown CA are refused with a sentence naming the host."""
 
@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from mirror_core.sandbox.tls import pem_server_material
-from mirror_core.wire_channel import FastSecurity, HandshakeRefused, TlsChannel, tls_context
+from mirror_core.dev.sandbox.tls import pem_server_material
+from mirror_core.kafka.wire_channel import FastSecurity, HandshakeRefused, TlsChannel, tls_context
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The TLS channel's receive side record by record (mirror_core.wire_channel): a scripted peer — a real TLS 1.3
+"""The TLS channel's receive side record by record (mirror_core.kafka.wire_channel): a scripted peer — a real TLS 1.3
 server (``ssl.SSLObject`` on memory BIOs) whose ciphertext reaches the channel in exactly the pieces a test chooses —
 checks that the plaintext arrives whole and in order whatever the split (every byte alone, several records in one
 piece, a frame straddling records), that a read never waits for bytes the peer did not send while plaintext or a
@@ -14,8 +14,8 @@ import ssl
 
 import pytest
 
-from mirror_core.sandbox.tls import pem_server_material
-from mirror_core.wire_channel import _GATHER_BELOW, _SEND_SLICE, TlsChannel, tls_context, whole_records
+from mirror_core.dev.sandbox.tls import pem_server_material
+from mirror_core.kafka.wire_channel import _GATHER_BELOW, _SEND_SLICE, TlsChannel, tls_context, whole_records
 
 pytestmark = pytest.mark.timeout(60)
 

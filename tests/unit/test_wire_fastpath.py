@@ -1,4 +1,4 @@
-"""The hand-encoded hot path (mirror_core.wire_fastpath) is byte-identical to kafka-python's own encoding.
+"""The hand-encoded hot path (mirror_core.kafka.wire_fastpath) is byte-identical to kafka-python's own encoding.
 
 Requests: for many generated inputs and every version we speak, the concatenated buffers equal kafka-python's
 ``encode(framed=True, header=True)`` of the same request (for Fetch: the very request RawBatchFetcher builds).
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from mirror_core import wire_fastpath as fp
-from mirror_core.fetcher import RawBatchFetcher, diverging_epoch, kafka_python_fetch_request
+from mirror_core.kafka import wire_fastpath as fp
+from mirror_core.kafka.fetcher import RawBatchFetcher, diverging_epoch, kafka_python_fetch_request
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
 ascii_names = st.text("abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, max_size=30)

@@ -10,7 +10,7 @@ from types import SimpleNamespace as NS
 import kafka.errors as Errors
 import pytest
 
-from mirror_core.writer import BatchWriter
+from mirror_core.kafka.writer import BatchWriter
 
 
 class MovingCoordinatorClient:

@@ -23,10 +23,10 @@ import kafka.errors as Errors
 import pytest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceResponse
 
-from mirror_core import wire_fastpath as fp
-from mirror_core import writer as writer_module
-from mirror_core.batch_codec import parse_batch
-from mirror_core.writer import BatchWriter, OutgoingBatch, next_sequence, write_together
+from mirror_core.codec.batch_codec import parse_batch
+from mirror_core.kafka import wire_fastpath as fp
+from mirror_core.kafka import writer as writer_module
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, next_sequence, write_together
 from tests.unit.test_kafka_wire_pure import make_batch
 from tests.unit.test_wire_fastpath import _recv
 

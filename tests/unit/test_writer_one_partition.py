@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mirror_core import writer as writer_module
-from mirror_core.batch_codec import parse_batch
-from mirror_core.writer import BatchWriter, OutgoingBatch, _check_ready
+from mirror_core.codec.batch_codec import parse_batch
+from mirror_core.kafka import writer as writer_module
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, _check_ready
 from tests.unit import test_writer_fast_route_faults as faults
 from tests.unit.test_kafka_wire_pure import make_batch
 
@@ -154,8 +154,8 @@ def test_answers_arriving_together_behind_a_refused_batch_are_not_acknowledged_o
     must go to the general rule (resend after it, or halt when one landed ahead of it), never be acknowledged."""
     import time
 
-    from mirror_core import wire_fastpath as fp
     from mirror_core.errors import WriteOrderError
+    from mirror_core.kafka import wire_fastpath as fp
 
     wait = fp.FastConnection.wait
 

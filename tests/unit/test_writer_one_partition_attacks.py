@@ -43,12 +43,12 @@ from kafka.protocol.producer import (
     ProduceResponse,
 )
 
-from mirror_core import wire_fastpath as fp
-from mirror_core import writer as writer_module
-from mirror_core.batch_codec import parse_batch
+from mirror_core.codec.batch_codec import parse_batch
 from mirror_core.errors import ProducerFencedError
-from mirror_core.wire_channel import FastSecurity, tls_context
-from mirror_core.writer import BatchWriter, OutgoingBatch, next_sequence
+from mirror_core.kafka import wire_fastpath as fp
+from mirror_core.kafka import writer as writer_module
+from mirror_core.kafka.wire_channel import FastSecurity, tls_context
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, next_sequence
 from tests.unit import test_writer_fast_route_faults as faults
 from tests.unit.test_kafka_wire_pure import make_batch
 from tests.unit.test_wire_channel_records import material  # noqa: F401 - fixture

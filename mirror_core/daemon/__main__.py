@@ -1,0 +1,8 @@
+"""``python -m mirror_core.daemon --config pipeline.yaml``: the command deployments run (kept across the move)."""
+
+import sys
+
+from mirror_core.daemon.loop import main
+
+if __name__ == "__main__":
+    sys.exit(main())

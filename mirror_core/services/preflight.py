@@ -1,0 +1,193 @@
+"""Preflight I/O: describe both topics and the data to copy, decide (``preflight_rules``), create a missing target.
+
+Runs before any write of a copy. Reads partition counts (Metadata), effective configs (DescribeConfigs), the
+newest timestamp per partition (ListOffsets with the max-timestamp spec, Kafka ≥ 3.0) and the oldest as the first
+record at each partition's start offset, as consumers see it. The target topic is created only when the report
+holds no refusal, so a refused copy leaves the target untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Mapping
+
+from mirror_core.config.cluster import ClusterConfig
+from mirror_core.errors import ClusterUnavailableError, MirrorError
+from mirror_core.kafka.round_trips import measure_links
+from mirror_core.model.preflight_rules import (
+    DataFacts,
+    Finding,
+    PreflightReport,
+    TopicState,
+    check_link_buffers,
+    decide,
+    is_internal_topic,
+)
+
+__all__ = ["run_preflight", "describe_topic", "observe_data", "create_target_topic", "link_findings"]
+
+
+def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, target_topic: str | None = None,
+                  allow_internal: bool = False, max_batch_bytes: int | None = None,
+                  start_offsets: Mapping[int, int] | None = None, facts: DataFacts | None = None,
+                  timeout_s: float = 30.0, link_bytes_per_s: float | None = None) -> PreflightReport:
+    """Check the target for a copy of ``source``/``topic`` and create it when missing and nothing refuses.
+
+    ``target_topic`` defaults to the source name (see ``target_topic_name`` for a prefix policy); partitions map
+    one to one. ``start_offsets`` (partition → first offset to copy) narrows where the oldest timestamp is read;
+    ``facts`` replaces the observation entirely (e.g. figures the caller already measured).
+    ``link_bytes_per_s``: the source link's rate; then the source brokers' send buffers are checked against it
+    (:func:`link_findings`).
+    """
+    target_topic = target_topic or topic
+    names = dict(source_cluster=source.name, source_topic=topic, target_cluster=target.name,
+                 target_topic=target_topic, allow_internal=allow_internal)
+    if is_internal_topic(topic) and not allow_internal:  # refuse before reading anything from it
+        return decide(None, None, DataFacts(now_ms=_now_ms()), **names)
+    source_state = describe_topic(source, topic, timeout_s=timeout_s)
+    if facts is None and source_state is not None:
+        facts = observe_data(source, topic, source_state.partitions, start_offsets=start_offsets,
+                             timeout_s=timeout_s)
+    facts = facts or DataFacts(now_ms=_now_ms())
+    if max_batch_bytes is not None:
+        facts = dataclasses.replace(facts, max_batch_bytes=max_batch_bytes)
+    extra = tuple(link_findings(source, link_bytes_per_s, timeout_s=timeout_s)) if link_bytes_per_s else ()
+    for _attempt in range(2):
+        report = decide(source_state, describe_topic(target, target_topic, timeout_s=timeout_s), facts, **names)
+        report = dataclasses.replace(report, findings=report.findings + extra)
+        if report.create_config is None or not report.ok:
+            return report
+        if create_target_topic(target, target_topic, report.partitions, report.create_config, timeout_s=timeout_s):
+            return dataclasses.replace(report, created=True)
+        # someone created it between describe and create: judge the topic that now exists
+    raise MirrorError(f"cluster {target.name!r} topic {target_topic!r}: the topic kept appearing and disappearing "
+                      "while preflight ran; rerun when nothing else creates or deletes it")
+
+
+
+
+
+
+
+
+def link_findings(source: ClusterConfig, link_bytes_per_s: float, *, timeout_s: float = 30.0) -> list[Finding]:
+    """Size for the link: the source brokers' send buffers and round trips (:func:`measure_links`), judged by
+    :func:`~mirror_core.model.preflight_rules.check_link_buffers`."""
+    links = measure_links(source, timeout_s=timeout_s)
+    return check_link_buffers(source.name, links, link_bytes_per_s=link_bytes_per_s)
+
+
+def describe_topic(cluster: ClusterConfig, topic: str, *, timeout_s: float = 30.0) -> TopicState | None:
+    """Partition count and effective configs, or ``None`` when the topic does not exist."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient(cluster.confluent())
+    try:
+        md = admin.list_topics(topic, timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - KafkaException: transport or timeout
+        raise ClusterUnavailableError(cluster.name, cluster.bootstrap, f"metadata for {topic!r}: {exc}") from None
+    meta = md.topics.get(topic)
+    if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+        return None
+    if meta.error is not None:
+        raise MirrorError(f"cluster {cluster.name!r} topic {topic!r}: metadata error {meta.error.str()}")
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001
+        raise MirrorError(f"cluster {cluster.name!r} topic {topic!r}: DescribeConfigs failed: {exc}") from None
+    configs = {name: entry.value for name, entry in entries.items() if entry.value is not None}
+    return TopicState(cluster.name, topic, len(meta.partitions), configs)
+
+
+def observe_data(cluster: ClusterConfig, topic: str, partitions: int, *,
+                 start_offsets: Mapping[int, int] | None = None, timeout_s: float = 30.0) -> DataFacts:
+    """Oldest and newest timestamps of the data to copy (``None`` when every partition is empty).
+
+    The newest is exact (ListOffsets max-timestamp). The oldest is the first record's timestamp at each start
+    offset: CreateTime timestamps need not be monotonic, so an older record further in is possible; callers that
+    see one while copying should pass their own ``DataFacts``.
+    """
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    now_ms = _now_ms()
+    admin = AdminClient(cluster.confluent())
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+
+    def list_offsets(spec) -> dict[int, object]:
+        try:
+            futures = admin.list_offsets({tp: spec for tp in tps}, request_timeout=timeout_s)
+            return {tp.partition: f.result(timeout=timeout_s) for tp, f in futures.items()}
+        except Exception as exc:  # noqa: BLE001
+            raise ClusterUnavailableError(cluster.name, cluster.bootstrap,
+                                          f"ListOffsets on {topic!r}: {exc}") from None
+
+    earliest, latest = list_offsets(OffsetSpec.earliest()), list_offsets(OffsetSpec.latest())
+    newest = [r.timestamp for r in list_offsets(OffsetSpec.max_timestamp()).values() if r.offset >= 0]
+    starts = {p: max(earliest[p].offset, (start_offsets or {}).get(p, 0)) for p in range(partitions)}
+    starts = {p: o for p, o in starts.items() if o < latest[p].offset}
+    oldest = _first_timestamps(cluster, topic, starts, timeout_s=timeout_s)
+    return DataFacts(now_ms=now_ms,
+                     oldest_timestamp_ms=min((t for t in oldest if t >= 0), default=None),
+                     newest_timestamp_ms=max((t for t in newest if t >= 0), default=None))
+
+
+def _first_timestamps(cluster: ClusterConfig, topic: str, starts: Mapping[int, int], *,
+                      timeout_s: float) -> list[int]:
+    """The timestamp of the first record at or after each start offset (partitions holding only markers: none)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    if not starts:
+        return []
+    consumer = Consumer(cluster.confluent(**{
+        "group.id": f"shoal-preflight-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+        "enable.partition.eof": True, "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}))
+    try:
+        consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+        pending, found = set(starts), []
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise ClusterUnavailableError(cluster.name, cluster.bootstrap, f"no first record from {topic!r} "
+                                              f"partitions {sorted(pending)} within {timeout_s:.0f} s")
+            msg = consumer.poll(0.2)
+            if msg is None or msg.partition() not in pending:
+                continue
+            if msg.error() is not None and msg.error().code() != KafkaError._PARTITION_EOF:
+                raise MirrorError(f"cluster {cluster.name!r} {topic}-{msg.partition()}: reading the first record "
+                                  f"failed: {msg.error().str()}")
+            if msg.error() is None:
+                found.append(msg.timestamp()[1])
+            pending.discard(msg.partition())
+            consumer.pause([TopicPartition(topic, msg.partition())])
+        return found
+    finally:
+        consumer.close()
+
+
+def create_target_topic(cluster: ClusterConfig, topic: str, partitions: int, config: Mapping[str, str], *,
+                        timeout_s: float = 30.0) -> bool:
+    """Create the target topic; ``False`` when it already exists (the caller re-checks the existing one)."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(cluster.confluent())
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=dict(config))
+    try:
+        admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)[topic].result(
+            timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - KafkaException wrapping KafkaError
+        err = exc.args[0] if exc.args else None
+        if getattr(err, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return False
+        raise MirrorError(f"cluster {cluster.name!r}: could not create topic {topic!r} with {dict(config)}: "
+                          f"{exc}") from None
+    return True
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
