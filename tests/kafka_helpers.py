@@ -132,7 +132,7 @@ def private_broker(name: str, tmp_path_factory, *, extra_properties: str = ""):
     from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
     from mirror_core.dev.sandbox.broker import SandboxBroker
     from mirror_core.dev.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
-    from tests.integration.test_daemon import free_port
+    from tests.integration.daemon.test_daemon import free_port
 
     class _Broker(SandboxBroker):
         def _render_properties(self, tls_meta, users=None):

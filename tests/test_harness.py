@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ONE_INTEGRATION_TEST = "tests/integration/test_sandbox_clusters.py::test_round_trip_on_target"
+ONE_INTEGRATION_TEST = "tests/integration/dev/test_sandbox_clusters.py::test_round_trip_on_target"
 
 
 def _run_without_java(tmp_path: Path, ci: str) -> subprocess.CompletedProcess:

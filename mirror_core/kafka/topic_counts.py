@@ -23,7 +23,7 @@ metadata (:meth:`mirror_core.kafka.wire_client.WireClient.metadata_connection`: 
 Fetch),
 or through kafka-python with its full decoder when the client has no fast path (a proxy, ``fast_path=False``).
 Tested against kafka-python's encoder and decoder for generated answers of every version
-(``tests/unit/test_topic_counts.py``). Transport failures are kafka-python's retriable errors, as for any request,
+(``tests/unit/kafka/test_topic_counts.py``). Transport failures are kafka-python's retriable errors, as for any request,
 so a rescan that cannot reach the source still counts as the source unreachable
 (:mod:`mirror_core.kafka.source_reachability`).
 """

@@ -10,7 +10,8 @@ are not copied), a response frame is received with ``recv_into`` into one ``byte
 response's records field is a ``memoryview`` into that frame.
 
 What is hand-encoded, and tested byte-identical against kafka-python's own encoder and decoder
-(``tests/unit/test_wire_fastpath.py``): request header v1/v2, ProduceRequest v3-v11 (v9+ flexible), ProduceResponse
+(``tests/unit/kafka/test_wire_fastpath.py``): request header v1/v2, ProduceRequest v3-v11 (v9+ flexible),
+ProduceResponse
 v3-v11, FetchRequest v4-v18 (v12+ flexible with LastFetchedEpoch, v13+ topic ids) with any number of topics and
 partitions, FetchResponse v4-v18 (its partitions' DivergingEpoch tagged field read, other tags skipped), ApiVersions
 v0, SaslHandshake v1, SaslAuthenticate v1-v2.

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.integration.test_retention_deadlines import _deadlines
+from tests.integration.services.test_retention_deadlines import _deadlines
 
 pytestmark = pytest.mark.timeout(120)
 

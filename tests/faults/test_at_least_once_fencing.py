@@ -15,7 +15,7 @@ import re
 import signal
 import time
 
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     QUICK_GROUP,
     LoadProducer,
     contents,

@@ -20,7 +20,7 @@ from mirror_core.engine.copier import PartitionRange
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.services.handoff import hand_off
 from mirror_core.state.checkpoint import CheckpointStore
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     checkpoints,
     daemon_factory,
     include_prefix,

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from tests.faults.test_daemon_source_outage import outage_source  # noqa: F401 - module fixture (private broker)
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     LoadProducer,
     assert_exact,
     daemon_factory,

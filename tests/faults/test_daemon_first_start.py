@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     QUICK_GROUP,
     checkpoints,
     contents,

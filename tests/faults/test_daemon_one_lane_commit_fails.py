@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from mirror_core.kafka.topics import TopicAdmin
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     assert_exact,
     checkpoints,
     daemon_factory,

@@ -22,7 +22,7 @@ import pytest
 
 from mirror_core.errors import MirrorError
 from mirror_core.kafka.daemon_group import describe_group
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     LoadProducer,
     assert_exact,
     daemon_factory,

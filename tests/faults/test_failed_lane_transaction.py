@@ -18,14 +18,14 @@ from confluent_kafka import Producer
 
 from mirror_core.kafka.fetcher import list_offsets
 from mirror_core.kafka.wire_client import WireClient
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     daemon_factory,
     include_prefix,
     wait_caught_up,
     wait_for,
     write_pipeline,
 )
-from tests.integration.test_topic_config_sync_kafka import alter
+from tests.integration.kafka.test_topic_config_sync_kafka import alter
 
 TARGET_LIMIT = 20_000
 

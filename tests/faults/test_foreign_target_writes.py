@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 
-from tests.integration.test_daemon import checkpoints, daemon_factory, free_port, wait_caught_up, write_pipeline
+from tests.integration.daemon.test_daemon import checkpoints, daemon_factory, free_port, wait_caught_up, write_pipeline
 
 __all__ = ["daemon_factory"]  # the fixture, imported for pytest
 

@@ -23,7 +23,7 @@ from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter
 from mirror_core.services.preflight import run_preflight
 from mirror_core.state.checkpoint import CheckpointStore
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     assert_exact,
     checkpoints,
     daemon_factory,

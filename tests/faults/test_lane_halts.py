@@ -18,7 +18,7 @@ import urllib.error
 from mirror_core.kafka.topic_config_sync import ConfigChange, apply_config_changes
 from mirror_core.kafka.topics import TopicAdmin
 from mirror_core.state.ledger import read_ledger
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     QUICK_GROUP,
     ROOT,
     assert_exact,

@@ -14,7 +14,7 @@ import time
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.state.checkpoint import CheckpointStore
 from mirror_core.state.leases import Lease, LeaseStore
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     contents,
     daemon_factory,
     include_prefix,

@@ -33,7 +33,7 @@ from mirror_core.services.preflight import run_preflight
 from mirror_core.state.checkpoint import CheckpointStore
 from tests.conftest import unavailable
 from tests.copy_helpers import copy_topic, raw_batches
-from tests.integration.test_daemon import free_port
+from tests.integration.daemon.test_daemon import free_port
 from tests.kafka_helpers import KafkaTestCluster
 
 WRAPPERS, PER_WRAPPER = 3, 10

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from tests.copy_helpers import raw_batches
-from tests.integration.test_copy_cli import shoal
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.cli.test_copy_cli import shoal
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     PYTHON,
     ROOT,
     assert_exact,

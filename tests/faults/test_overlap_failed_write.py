@@ -25,7 +25,7 @@ from mirror_core.kafka.fetcher import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.services.preflight import run_preflight
 from mirror_core.state.checkpoint import CheckpointStore
-from tests.integration.test_topic_config_sync_kafka import alter
+from tests.integration.kafka.test_topic_config_sync_kafka import alter
 
 TARGET_LIMIT = 20_000
 

@@ -15,7 +15,7 @@ from mirror_core.config.cluster import ClusterConfig
 from mirror_core.daemon.metrics import DaemonMetrics
 from mirror_core.daemon.retention_watch import RetentionWatch
 from mirror_core.model.retention import Status
-from tests.integration.test_daemon import free_port
+from tests.integration.daemon.test_daemon import free_port
 
 RETENTION_MS = 600_000  # 10 minutes: far below the watch's default at-risk threshold (1 h)
 

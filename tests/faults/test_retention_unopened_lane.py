@@ -21,7 +21,7 @@ import yaml
 
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.state.checkpoint import Checkpoint, CheckpointStore, checkpoint_partition
-from tests.integration.test_daemon import daemon_factory, free_port, wait_for  # noqa: F401 - daemon_factory: fixture
+from tests.integration.daemon.test_daemon import daemon_factory, free_port, wait_for  # noqa: F401 - daemon_factory: fixture
 
 RETENTION_MS = 600_000
 

@@ -23,7 +23,7 @@ from mirror_core.daemon.standing_round import StandingRound
 from mirror_core.errors import DataLossError, TopicRecreatedError
 from mirror_core.kafka.broker_fetch import RoundSessions, RoundStats
 from mirror_core.kafka.fetcher import RawBatchFetcher
-from tests.integration.test_fetch_sessions import clients, route  # noqa: F401 - fixtures
+from tests.integration.kafka.test_fetch_sessions import clients, route  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -28,7 +28,7 @@ from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
 from mirror_core.state.checkpoint import CHECKPOINT_PARTITIONS
-from tests.integration.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
+from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     assert_exact,
     daemon_factory,
     include_prefix,

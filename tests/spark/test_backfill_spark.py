@@ -166,7 +166,7 @@ COMPACTED = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.di
 
 def fill_compacted(cluster, topic: str) -> None:
     """Superseded keys and a tombstone within 100 ms of record time, then a record 5 s later that rolls the segment,
-    so the cleaner leaves batches with offset holes (as in tests/integration/test_copy_compacted.py)."""
+    so the cleaner leaves batches with offset holes (as in tests/integration/engine/test_copy_compacted.py)."""
     cluster.create_topic(topic, config=COMPACTED)
     t0 = int(time.time() * 1000) - 5_000
     one_batch = {"linger.ms": 200, "batch.size": 1_000_000}
