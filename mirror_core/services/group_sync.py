@@ -1,6 +1,6 @@
 """Group sync, the user action: move the committed offsets of source consumer groups to the target, exactly
-(``shoal groups sync``, the Airflow operators and the DR rehearsal call :func:`sync_groups`; the decisions are
-:mod:`mirror_core.model.group_translation`, the I/O :mod:`mirror_core.kafka.group_admin`).
+(``shoal groups sync`` calls :func:`sync_groups`; the decisions are :mod:`mirror_core.model.group_translation`, the
+I/O :mod:`mirror_core.kafka.group_admin`).
 """
 
 from __future__ import annotations
