@@ -61,8 +61,8 @@ with DAG(
 
             @task.short_circuit(task_id="lagging", ignore_downstream_trigger_rules=False)
             def lagging(params=None) -> bool:
+                from mirror_core.services.lag import measure_lag
                 from shoal_airflow.hooks import ShoalKafkaHook
-                from shoal_airflow.lag import measure_lag
 
                 lag = measure_lag(ShoalKafkaHook(params["source_conn_id"]).get_cluster(),
                                   ShoalKafkaHook(params["target_conn_id"]).get_cluster(), params["pipeline"],

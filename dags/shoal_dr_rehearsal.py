@@ -79,9 +79,9 @@ with DAG(
 
         from airflow.sdk import Variable
 
+        from mirror_core.services.rehearsal import RehearsalRecord, measure_rpo, write_rehearsal
         from shoal_airflow.hooks import ShoalKafkaHook
         from shoal_airflow.operators import load_plan
-        from shoal_airflow.rehearsal import RehearsalRecord, measure_rpo, write_rehearsal
 
         planned, rebuilt = ti.xcom_pull(task_ids="plan"), ti.xcom_pull(task_ids="rebuild")
         plan = load_plan(planned["plan_path"])

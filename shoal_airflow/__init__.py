@@ -5,8 +5,8 @@
 - :mod:`shoal_airflow.sensors`   caught-up (deferrable) and retention-deadline sensors
 - :mod:`shoal_airflow.triggers`  ``ShoalLagTrigger`` (serialize() holds ids and numbers only)
 - :mod:`shoal_airflow.params`    the backfill form (JSON Schema Params) and its cross-field validation
-- :mod:`shoal_airflow.lag`, :mod:`shoal_airflow.rehearsal`, :mod:`shoal_airflow.errors` helpers (lag, DR results,
-  error mapping)
+- :mod:`shoal_airflow.errors`    mirror_core errors mapped to Airflow failures and retries (the lag and the DR
+  rehearsal's records need no Airflow: :mod:`mirror_core.services.lag`, :mod:`mirror_core.services.rehearsal`)
 - :mod:`shoal_airflow.shoal_ui`  the "Shoal" page in the Airflow UI (``AirflowPlugin``, entry point ``airflow.plugins``)
 - :mod:`shoal_airflow.provider_info` what Airflow's providers manager lists (entry point ``apache_airflow_provider``)
 - :mod:`shoal_airflow.legacy_paths` the old module paths (``plugins.triggers.ShoalLagTrigger`` …) kept importable

@@ -33,7 +33,10 @@ import types
 
 LEGACY_PACKAGE = "plugins"
 LEGACY_MODULES = {f"{LEGACY_PACKAGE}.{name}": f"shoal_airflow.{name}" for name in (
-    "errors", "hooks", "lag", "operators", "params", "rehearsal", "sensors", "shoal_ui", "triggers")}
+    "errors", "hooks", "operators", "params", "sensors", "shoal_ui", "triggers")}
+# these two needed no Airflow and moved into mirror_core (issue #17)
+LEGACY_MODULES |= {f"{LEGACY_PACKAGE}.lag": "mirror_core.services.lag",
+                   f"{LEGACY_PACKAGE}.rehearsal": "mirror_core.services.rehearsal"}
 
 
 class _AliasLoader(importlib.abc.Loader):

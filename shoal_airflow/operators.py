@@ -147,7 +147,7 @@ class ShoalPlanOperator(BaseOperator):
             link = None if self.link_mb_s in (None, "", "None") else float(self.link_mb_s)
             start = self.start
             if start == "checkpoint" and self.start_without_checkpoints:
-                from shoal_airflow.lag import stored_positions
+                from mirror_core.services.lag import stored_positions
 
                 if not stored_positions(target, self.pipeline):
                     self.log.info("pipeline %s has no checkpoints yet: starting at %s", self.pipeline,
@@ -189,7 +189,7 @@ class ShoalRetentionCheckOperator(BaseOperator):
     def execute(self, context) -> dict:
         from mirror_core.kafka.retention_inputs import assess_positions
         from mirror_core.model.retention import guard_plan
-        from shoal_airflow.lag import retention_policy
+        from mirror_core.services.lag import retention_policy
 
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
@@ -235,7 +235,7 @@ class ShoalRetentionCheckOperator(BaseOperator):
             return topics, {(u.topic, u.partition): u.start for u in plan.units}
         if not (self.pipeline and self.include and self.target_conn_id):
             raise AirflowFailException("give plan_path, or pipeline, include and target_conn_id")
-        from shoal_airflow.lag import checkpoint_positions
+        from mirror_core.services.lag import checkpoint_positions
 
         target = ShoalKafkaHook(self.target_conn_id).get_cluster()
         return checkpoint_positions(source, target, self.pipeline, self.include, self.exclude or None)
@@ -472,7 +472,7 @@ class ShoalHandoffOperator(BaseOperator):
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
             target = ShoalKafkaHook(self.target_conn_id).get_cluster()
             if self.include:
-                from shoal_airflow.lag import selected_partitions, stored_positions
+                from mirror_core.services.lag import selected_partitions, stored_positions
 
                 stored = stored_positions(target, self.pipeline)
                 for t, p in selected_partitions(source, self.pipeline, self.include, self.exclude or None):

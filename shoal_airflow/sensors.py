@@ -35,7 +35,7 @@ class ShoalCaughtUpSensor(BaseSensorOperator):
         self.poll_interval_s, self.deferrable = poll_interval_s, deferrable
 
     def _lag(self):
-        from shoal_airflow.lag import measure_lag
+        from mirror_core.services.lag import measure_lag
 
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
@@ -133,7 +133,7 @@ def retention_verdict(source_conn_id: str, target_conn_id: str, pipeline: str, i
     """The shared retention verdict (:func:`mirror_core.kafka.retention_inputs.assess_positions`) at a pipeline's
     checkpoints, for the sensor and its trigger."""
     from mirror_core.kafka.retention_inputs import assess_positions
-    from shoal_airflow.lag import checkpoint_positions, retention_policy
+    from mirror_core.services.lag import checkpoint_positions, retention_policy
 
     with airflow_errors():
         source = ShoalKafkaHook(source_conn_id).get_cluster()

@@ -74,7 +74,7 @@ class PipelineSpec:
     def policy(self):
         if self.pipeline_file:
             return self.config().retention.overridden(at_risk_below_s=self.at_risk_below_s)
-        from shoal_airflow.lag import retention_policy
+        from mirror_core.services.lag import retention_policy
 
         return retention_policy(self.retention, self.at_risk_below_s)
 
@@ -633,7 +633,7 @@ def _collect() -> tuple[list[PipelineView], str | None]:
 
 def _page_extras() -> tuple[dict, list]:
     """Links to DAG runs and the rehearsal history (best effort: the page renders without them)."""
-    from shoal_airflow.rehearsal import read_rehearsals
+    from mirror_core.services.rehearsal import read_rehearsals
 
     try:
         links = run_links(recent_runs())

@@ -31,8 +31,8 @@ class ShoalLagTrigger(BaseTrigger):
                  "max_lag": self.max_lag, "poll_interval_s": self.poll_interval_s, "timeout_s": self.timeout_s})
 
     def _measure(self):
+        from mirror_core.services.lag import measure_lag
         from shoal_airflow.hooks import ShoalKafkaHook
-        from shoal_airflow.lag import measure_lag
 
         source = ShoalKafkaHook(self.source_conn_id).get_cluster()
         target = ShoalKafkaHook(self.target_conn_id).get_cluster()

@@ -34,7 +34,7 @@ class DaemonStarter:
         return self
 
     def _run(self):
-        from shoal_airflow.lag import stored_positions
+        from mirror_core.services.lag import stored_positions
 
         while not self._stop.wait(1.0):
             if len(stored_positions(self.target, self.pipeline)) >= self.partitions:

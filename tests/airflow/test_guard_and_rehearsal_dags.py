@@ -100,7 +100,7 @@ def test_retention_deadline_sensor_waits_while_a_partition_is_at_risk(airflow_co
 def test_dr_rehearsal_rebuilds_verifies_records_rto_and_cleans_up(fresh_dag, airflow_connections, work_dir,
                                                                   source_cluster, target_cluster, unique_name):
     from mirror_core.kafka.topics import TopicAdmin
-    from shoal_airflow.rehearsal import read_rehearsals
+    from mirror_core.services.rehearsal import read_rehearsals
 
     topic = unique_name("dr")
     source_cluster.create_topic(topic, partitions=2)

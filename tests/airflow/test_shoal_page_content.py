@@ -36,7 +36,7 @@ def _rows():
 
 
 def test_the_page_shows_states_lag_daemon_ledger_links_and_rehearsals():
-    from shoal_airflow.rehearsal import RehearsalRecord
+    from mirror_core.services.rehearsal import RehearsalRecord
     from shoal_airflow.shoal_ui import PipelineSpec, PipelineView, render_page, run_links
 
     run = {"run_id": "manual__2026-11-23T01_00_00_00_00", "in_flight": True, "exit_code": None,

@@ -1,7 +1,8 @@
 """How far a pipeline's checkpoints trail the source: per selected partition, last stable offset − checkpoint
-position (a partition without a checkpoint trails by everything retained). Kafka I/O composed from mirror_core; used
-by the catch-up trigger and the handoff DAG. :func:`retention_policy` turns the Airflow side's ``retention`` mapping and
-threshold into the one :class:`~mirror_core.model.retention_policy.RetentionPolicy` every verdict uses."""
+position (a partition without a checkpoint trails by everything retained); used by the catch-up trigger and sensor,
+the handoff DAG, the retention sensor and operators. :func:`retention_policy` turns the Airflow side's ``retention``
+mapping and threshold into the one :class:`~mirror_core.model.retention_policy.RetentionPolicy` every verdict uses.
+(It lived in the Airflow package, though it needs no Airflow: issue #17.)"""
 
 from __future__ import annotations
 
