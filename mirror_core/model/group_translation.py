@@ -16,7 +16,7 @@ record it has not read: no duplicate, no skip.
 - a target offset already at or past the translation is **left alone**: a target group that has moved on is never
   rewound (that would re-deliver what it has processed).
 
-Everything else is committed. The caller does the I/O (``mirror_core.cli.groups_command``).
+Everything else is committed. The caller does the I/O (``mirror_core.services.group_sync``).
 """
 
 from __future__ import annotations

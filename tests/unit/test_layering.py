@@ -161,3 +161,40 @@ def test_nothing_but_the_cli_imports_the_dev_layer():
                    if not str(p.relative_to(CORE)).startswith(("cli/", "dev/"))
                    and any(d.startswith("mirror_core.dev") for d in _runtime_core_imports(p)))
     assert not users, f"production modules importing the sandbox or the demo: {users}"
+
+
+PURE_LAYERS = ("config", "codec", "model")
+# what talks to a network: sockets and TLS, confluent-kafka, and kafka-python's clients and connections (its protocol
+# classes, record codecs and error types are pure and allowed)
+NETWORK_MODULES = {"socket", "ssl", "select", "selectors", "asyncio", "confluent_kafka", "kafka.conn", "kafka.net",
+                   "kafka.client_async", "kafka.admin", "kafka.consumer", "kafka.producer", "kafka.cluster"}
+
+
+def _all_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.relative_to(CORE).parts[0] in PURE_LAYERS],
+                         ids=lambda p: str(p.relative_to(CORE)))
+def test_the_pure_layers_touch_no_network(path):
+    network = sorted(name for name in _all_imports(path)
+                     if any(name == m or name.startswith(m + ".") for m in NETWORK_MODULES))
+    assert not network, f"{path.relative_to(CORE)} imports {network}: config/, codec/ and model/ do no I/O"
+
+
+def test_only_entry_points_import_the_cli():
+    """The CLI parses and prints; library code never imports it. Entry points: the CLI itself, the console script,
+    ``python -m mirror_core.cli``, and the scripts and tests that drive it."""
+    users = sorted(str(p.relative_to(ROOT)) for p in EVERY_MODULE
+                   if p.parts[len(ROOT.parts)] in ("mirror_core", "shoal_airflow", "spark_apps", "dags")
+                   and not str(p.relative_to(ROOT)).startswith("mirror_core/cli/")
+                   and any(d == "mirror_core.cli" or d.startswith("mirror_core.cli.") for d in _all_imports(p)))
+    assert not users, f"library code importing the CLI: {users}"
