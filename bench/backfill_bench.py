@@ -208,7 +208,7 @@ def single_process_child(plan_path: str, clusters_path: str, ledger: str) -> Non
 def run(args) -> dict:
     from mirror_core.cli.backfill_command import spark_submit_command
     from mirror_core.config.cluster import ClusterConfig
-    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.dev.sandbox import sandbox_from_environ
     from mirror_core.state.ledger import STATUS_OK, read_ledger
 
     sandbox = sandbox_from_environ(os.environ)

@@ -432,7 +432,7 @@ def target_records(target_conf: dict, topic: str, partitions: int) -> int:
 
 def run(args) -> dict:
     from mirror_core.config.cluster import ClusterConfig
-    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.dev.sandbox import sandbox_from_environ
     from mirror_core.kafka.topics import TopicAdmin
 
     sandbox = sandbox_from_environ(os.environ)

@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-warm", action="store_true", help="skip the warm start (second process)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.dev.sandbox import sandbox_from_environ
 
     cache_dir = sandbox_from_environ(os.environ).cache_dir
     results = []

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     from mirror_core.config.cluster import ClusterConfig
-    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.dev.sandbox import sandbox_from_environ
     from mirror_core.kafka.topics import TopicAdmin
 
     sandbox = sandbox_from_environ(os.environ)

@@ -95,7 +95,7 @@ def main() -> int:
 
     from mirror_core.config.cluster import ClusterConfig
     from mirror_core.dev.demo_data import produce_demo_data, produce_demo_transactions
-    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.dev.sandbox import sandbox_from_environ
     from mirror_core.kafka.topics import TopicAdmin
     from mirror_core.kafka.verify import compare_topics
 

@@ -275,7 +275,7 @@ def _clusters(args) -> dict[str, dict[str, str]]:
 
     if args.clusters:
         return yaml.safe_load(Path(args.clusters).read_text()) or {}
-    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.dev.sandbox import sandbox_from_environ
 
     sandbox = sandbox_from_environ(os.environ)
     print(f"starting (or reusing) the Kafka sandbox clusters {args.source} and {args.target}…", flush=True)

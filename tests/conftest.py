@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+from mirror_core.dev.sandbox import sandbox_from_environ
 from mirror_core.errors import SandboxError
 from tests.kafka_helpers import KafkaTestCluster
 

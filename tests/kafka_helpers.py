@@ -129,7 +129,7 @@ def private_broker(name: str, tmp_path_factory, *, extra_properties: str = ""):
     import contextlib
     import os
 
-    from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+    from mirror_core.dev.sandbox import sandbox_from_environ
     from mirror_core.dev.sandbox.broker import SandboxBroker
     from mirror_core.dev.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
     from tests.integration.daemon.test_daemon import free_port

@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.dev.sandbox import CLUSTERS
-from mirror_core.dev.sandbox.__init__ import sandbox_from_environ
+from mirror_core.dev.sandbox import CLUSTERS, sandbox_from_environ
 from mirror_core.dev.sandbox.broker import LOG_CONFIG
 from mirror_core.engine.checkpointed import CheckpointedCopier
 from mirror_core.engine.copier import CopyOptions, PartitionRange
