@@ -66,21 +66,10 @@ def load_inputs(args: argparse.Namespace) -> tuple[dict, dict]:
 
 def prepare_targets(plan: dict, jobs) -> None:
     """Driver side, before any task: preflight every target topic (create or refuse) and the checkpoint topic."""
-    from mirror_core.kafka.wire_client import WireClient
-    from mirror_core.services.preflight import run_preflight
-    from mirror_core.state.checkpoint import CheckpointStore
+    from mirror_core.services.backfill_run import prepare_targets as prepare
 
-    if not jobs:
-        return
-    source, target = jobs[0].source, jobs[0].target
-    for topic, target_topic in sorted({(u["topic"], u["target_topic"]) for u in plan["units"]}):
-        report = run_preflight(source, target, topic, target_topic=target_topic,
-                               start_offsets={u["partition"]: u["start"] for u in plan["units"] if u["topic"] == topic})
-        for finding in report.findings:
-            print(f"preflight {finding.severity.name}: {finding.message}", flush=True)
-        report.raise_if_refused()
-    with WireClient.for_cluster(target) as client:
-        CheckpointStore(target, client).ensure_topic()
+    if jobs:
+        prepare(plan, jobs[0].source, jobs[0].target, emit=lambda line: print(line, flush=True))
 
 
 def run_lane_task(job) -> list:
@@ -103,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from mirror_core.errors import MirrorError
-    from mirror_core.state.ledger import RunManifest, loss_rows, write_ledger
+    from mirror_core.services.backfill_run import begin_run, run_manifest
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -120,14 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"backfill: error: {exc}", file=sys.stderr)
         return 2
     ledger = Path(args.ledger)
-    manifest = RunManifest(run_id, plan["pipeline"], plan["plan_id"], [u["unit_id"] for u in plan["units"]],
-                           started_ms=int(time.time() * 1000), link=sizing.to_dict() if sizing else None)
+    manifest = run_manifest(run_id, plan, link=sizing.to_dict() if sizing else None)
     code = 1
     try:  # from here on the run ends in the manifest however the driver's work ends (while this process lives)
-        manifest.write(ledger)
-        losses = loss_rows(run_id, plan["pipeline"], plan.get("losses", []))
-        if losses:
-            write_ledger(ledger, run_id, losses, part="losses")
+        losses = begin_run(ledger, manifest, plan)
         if not jobs:
             print(f"backfill {run_id}: the plan has no work units; nothing to do")
             code = 0
@@ -218,7 +203,7 @@ def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_in
 
     from mirror_core.engine.backfill import drive_lane
     from mirror_core.services.backfill_progress import BackfillProgress, ProgressReporter, checkpoint_reader
-    from mirror_core.state.ledger import write_ledger
+    from mirror_core.services.backfill_run import record_unit
 
     sc = spark.sparkContext
     printing = threading.Lock()  # lane threads and the progress thread print whole lines, never interleaved
@@ -232,7 +217,7 @@ def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_in
                                 interval_s=progress_interval_s, emit=say).start()
 
     def record(row) -> None:
-        write_ledger(ledger, run_id, [row], part=f"unit-{row.unit_id}")
+        record_unit(ledger, run_id, row)
         progress.finish(row.unit_id)
         say(f"unit {row.unit_id} {row.status}: {row.records} records, {row.bytes / 1e6:.1f} MB in "
             f"{row.duration_s:.1f}s" + (f" — {row.error}" if row.error else ""))

@@ -81,9 +81,7 @@ EDGE_EXCEPTIONS = {
     ("shoal_airflow/shoal_ui.py", "model.lane_status"), ("shoal_airflow/shoal_ui.py", "model.retention_policy"),
     ("shoal_airflow/shoal_ui.py", "state.checkpoint"), ("shoal_airflow/shoal_ui.py", "state.lane_health_records"),
     ("shoal_airflow/shoal_ui.py", "state.leases"), ("shoal_airflow/shoal_ui.py", "state.ledger"),
-    ("spark_apps/backfill_job.py", "kafka.wire_client"), ("spark_apps/backfill_job.py", "state.checkpoint"),
-    ("spark_apps/backfill_job.py", "state.ledger"),
-}
+    }
 
 
 def _runtime_core_imports(path: Path) -> set[str]:
