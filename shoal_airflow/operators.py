@@ -187,8 +187,8 @@ class ShoalRetentionCheckOperator(BaseOperator):
         self.retention = retention  # the pipeline's retention policy keys (mirror_core.model.retention_policy)
 
     def execute(self, context) -> dict:
-        from mirror_core.kafka.retention_inputs import assess_positions
         from mirror_core.model.retention import guard_plan
+        from mirror_core.services.deadlines import assess_positions
         from mirror_core.services.lag import retention_policy
 
         with airflow_errors():

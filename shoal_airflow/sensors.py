@@ -130,9 +130,9 @@ class ShoalRetentionDeadlineSensor(BaseSensorOperator):
 
 def retention_verdict(source_conn_id: str, target_conn_id: str, pipeline: str, include: str, exclude: str | None,
                       retention: dict | None, at_risk_below_s: float | None) -> list:
-    """The shared retention verdict (:func:`mirror_core.kafka.retention_inputs.assess_positions`) at a pipeline's
+    """The shared retention verdict (:func:`mirror_core.services.deadlines.assess_positions`) at a pipeline's
     checkpoints, for the sensor and its trigger."""
-    from mirror_core.kafka.retention_inputs import assess_positions
+    from mirror_core.services.deadlines import assess_positions
     from mirror_core.services.lag import checkpoint_positions, retention_policy
 
     with airflow_errors():

@@ -303,10 +303,10 @@ def lane_rows(checkpoints: Mapping, holders, parts: Sequence[tuple[str, int]], l
 def collect_pipeline(spec: PipelineSpec, *, ledger_dir: str | None = None, now_ms: int | None = None) -> PipelineView:
     """Everything the page shows about one pipeline; an error is reported in the view, not raised."""
     from mirror_core.kafka.list_offsets import lookup_offsets
-    from mirror_core.kafka.retention_inputs import assess_positions
     from mirror_core.kafka.topics import topic_metadata_or_error
     from mirror_core.kafka.wire_client import WireClient
     from mirror_core.model.lane_holders import LaneHolders, daemon_health
+    from mirror_core.services.deadlines import assess_positions
     from mirror_core.services.deadlines_report import status_to_dict
     from mirror_core.state.ledger import run_summaries
 

@@ -102,9 +102,9 @@ def cli_policy(args: argparse.Namespace) -> RetentionPolicy:
 def run(args: argparse.Namespace, sandbox, console) -> int:
     from mirror_core.cli.main import resolve_cluster
     from mirror_core.config.positions import parse_partitions
-    from mirror_core.kafka.retention_inputs import assess_positions
     from mirror_core.kafka.topics import topic_metadata_or_error
     from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.services.deadlines import assess_positions
     from mirror_core.services.deadlines_report import (
         render_chart_html,
         render_chart_png,

@@ -8,7 +8,7 @@ loss, catch-up ETA, unmirrored bytes, lost offsets, status. It runs in a thread 
 so the copy path never waits for it; a failed assessment is logged and counted, and the gauges keep their last
 values until the next one succeeds.
 
-The verdict is the shared one (:func:`mirror_core.kafka.retention_inputs.assess_positions` with the pipeline file's
+The verdict is the shared one (:func:`mirror_core.services.deadlines.assess_positions` with the pipeline file's
 ``retention:`` policy): ``shoal deadlines``, the Airflow checks and the Shoal page reach the same status and margin.
 
 Only lanes with something unmirrored are assessed (issue #18: an idle daemon's cost must not grow with idle lanes).
@@ -91,7 +91,7 @@ class RetentionWatch:
     def assess_once(self) -> list:
         """One assessment of the lanes behind (the caught-up ones get the caught-up verdict without a request);
         returns the assessed statuses (most urgent first)."""
-        from mirror_core.kafka.retention_inputs import assess_positions
+        from mirror_core.services.deadlines import assess_positions
 
         behind, caught = self.positions.snapshot()
         statuses = []

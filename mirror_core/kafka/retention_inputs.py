@@ -364,15 +364,6 @@ def newest_timestamps(client: WireClient, partitions: Sequence[tuple[str, int]])
     return found
 
 
-@dataclass(frozen=True)
-class Assessment:
-    """One retention verdict: the statuses (most urgent first), the capacity and policy that produced them."""
-
-    cluster: str
-    statuses: list
-    copy: object            # mirror_core.model.retention.CopyCapacity
-    policy: object          # mirror_core.model.retention_policy.RetentionPolicy
-    inputs: RetentionInputs
 
 
 TARGET_PROBE_TIMEOUT_MS = 10_000  # how long copy_round_trip waits for a target to answer before pacing by the source
@@ -409,28 +400,3 @@ def copy_round_trip(source: ClusterConfig, target: ClusterConfig | None = None) 
     return max(src, tgt), f"{src_how}, target {tgt * 1000:.2f} ms; the slower paces the copy"
 
 
-def assess_positions(source: ClusterConfig, topics: Mapping[str, Sequence[int] | None],
-                     positions: Mapping[tuple[str, int], int] | None, policy=None, *,
-                     target: ClusterConfig | None = None, throttle_bytes_per_s: float | None = None,
-                     link_bytes_per_s: float | None = None, oldest: OldestTimestamps | None = None,
-                     skipped: list[tuple[str, int | None]] | None = None) -> Assessment:
-    """The retention verdict every component shares: inputs gathered at ``positions``, copy capacity from
-    ``policy`` (the round trip the copy sees, :func:`copy_round_trip`; a throttle shared by the partitions that
-    still have data to copy; ``link_bytes_per_s``: the copy's declared link rate, whose sized fetches the estimate
-    then uses), statuses from :func:`mirror_core.model.retention.assess_partitions`. ``oldest``, ``skipped``: see
-    :func:`gather_inputs`."""
-    from mirror_core.model.retention import assess_partitions
-    from mirror_core.model.retention_policy import RetentionPolicy
-
-    policy = policy or RetentionPolicy()
-    rtt, rtt_how = 0.0, ""
-    if policy.throughput_bytes_per_s is None:
-        rtt, rtt_how = copy_round_trip(source, target)
-    inputs = gather_inputs(source, topics, positions, sample_s=policy.ingest_sample_s, oldest=oldest,
-                           skipped=skipped)
-    streams = sum(1 for s in inputs.snapshots if s.unmirrored_records > 0)
-    copy = policy.capacity(rtt, throttle_bytes_per_s=throttle_bytes_per_s, streams=streams,
-                           link_bytes_per_s=link_bytes_per_s, rtt_how=rtt_how)
-    statuses = assess_partitions(inputs.snapshots, inputs.topics, copy, at_risk_below_s=policy.at_risk_below_s,
-                                 check_interval_ms=inputs.check_interval_ms)
-    return Assessment(source.name, statuses, copy, policy, inputs)

@@ -4,7 +4,7 @@ turn a backlog into a catch-up ETA. Pure: no I/O.
 Every component that says SAFE / AT_RISK / LOSING / LOST — ``shoal deadlines``, the daemon's retention watch, the
 Airflow retention check, sensor and guard, the Shoal UI page — builds its verdict from a :class:`RetentionPolicy`
 (the defaults below, or a pipeline's ``retention:`` section) through
-:func:`mirror_core.kafka.retention_inputs.assess_positions`, so the paging path and the page cannot contradict each
+:func:`mirror_core.services.deadlines.assess_positions`, so the paging path and the page cannot contradict each
 other.
 
 A throttle is part of the ETA: a throttled run shares its rate over the streams copying at once, so each stream is

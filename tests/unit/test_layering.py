@@ -69,14 +69,14 @@ CORE_EXCEPTIONS = {
 EDGE_EXCEPTIONS = {
     # the Airflow package and the Spark job still reach below services/ for these; each wants a service function
     ("shoal_airflow/hooks.py", "kafka.topics"), ("shoal_airflow/local_airflow.py", "dev.sandbox"),
-    ("shoal_airflow/operators.py", "kafka.retention_inputs"), ("shoal_airflow/operators.py", "kafka.topics"),
+    ("shoal_airflow/operators.py", "kafka.topics"),
     ("shoal_airflow/operators.py", "kafka.verify"), ("shoal_airflow/operators.py", "kafka.wire_client"),
     ("shoal_airflow/operators.py", "model.planner"), ("shoal_airflow/operators.py", "model.preflight_rules"),
     ("shoal_airflow/operators.py", "model.retention"), ("shoal_airflow/operators.py", "state.checkpoint"),
     ("shoal_airflow/operators.py", "state.ledger"), ("shoal_airflow/params.py", "model.planner"),
-    ("shoal_airflow/params.py", "state.run_claims"), ("shoal_airflow/sensors.py", "kafka.retention_inputs"),
+    ("shoal_airflow/params.py", "state.run_claims"),
     ("shoal_airflow/sensors.py", "model.retention"), ("shoal_airflow/shoal_ui.py", "kafka.list_offsets"),
-    ("shoal_airflow/shoal_ui.py", "kafka.retention_inputs"), ("shoal_airflow/shoal_ui.py", "kafka.topics"),
+     ("shoal_airflow/shoal_ui.py", "kafka.topics"),
     ("shoal_airflow/shoal_ui.py", "kafka.wire_client"), ("shoal_airflow/shoal_ui.py", "model.lane_holders"),
     ("shoal_airflow/shoal_ui.py", "model.lane_status"), ("shoal_airflow/shoal_ui.py", "model.retention_policy"),
     ("shoal_airflow/shoal_ui.py", "state.checkpoint"), ("shoal_airflow/shoal_ui.py", "state.lane_health_records"),

@@ -10,7 +10,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-import mirror_core.kafka.retention_inputs as retention_inputs
+import mirror_core.services.deadlines as deadlines
 import mirror_core.services.retention_metrics as metrics_module
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.daemon.metrics import DaemonMetrics
@@ -44,7 +44,7 @@ class FakeAssessor:
 @pytest.fixture
 def watch(monkeypatch):
     assessor = FakeAssessor()
-    monkeypatch.setattr(retention_inputs, "assess_positions", assessor)
+    monkeypatch.setattr(deadlines, "assess_positions", assessor)
     cluster = ClusterConfig("src", {"bootstrap.servers": "a:9092"})
     watch = RetentionWatch(cluster, cluster, DaemonMetrics(), interval_s=60, fetch_bytes=1 << 20)
     watch.assessor = assessor
