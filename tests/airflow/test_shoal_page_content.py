@@ -19,7 +19,7 @@ NOW = 1_800_000_000_000
 
 def _rows():
     from mirror_core.model.lane_status import PersistedLaneState
-    from shoal_airflow.shoal_ui import LaneRow
+    from mirror_core.services.pipeline_view import LaneRow
 
     halt = PersistedLaneState("halted", "data_loss", "offsets [5, 9) were deleted before they were copied",
                               NOW - 60_000, 5, 9)
@@ -116,9 +116,9 @@ def test_a_retrying_lane_is_shown_from_its_holders_health_record():
     starts failing, and the page reads it there (with the attempt count, since when, and who reported it) while the
     record is live; the holder comes from the daemon group."""
     from mirror_core.model.lane_holders import LaneHolders
+    from mirror_core.services.pipeline_view import lane_rows
     from mirror_core.state.checkpoint import Checkpoint
     from mirror_core.state.lane_health_records import HealthRecord
-    from shoal_airflow.shoal_ui import lane_rows
 
     cp = Checkpoint(pipeline="p", topic="t", partition=0, position=10, target_topic="dr.t", target_partition=0,
                     target_next=10, owner="daemon", owner_epoch=1, updated_ms=NOW - 5_000)
@@ -139,7 +139,8 @@ def test_a_retrying_lane_is_shown_from_its_holders_health_record():
 
 def test_an_unreadable_daemon_group_is_shown_as_such_not_as_no_daemon():
     from mirror_core.model.lane_holders import daemon_health
-    from shoal_airflow.shoal_ui import LaneRow, PipelineSpec, PipelineView, render_page
+    from mirror_core.services.pipeline_view import LaneRow
+    from shoal_airflow.shoal_ui import PipelineSpec, PipelineView, render_page
 
     row = LaneRow("dr.t-0", "t", 0, 5, 20, 15, "dr.t", 0, 5, "daemon", 2, None, None, NOW - 10_000)
     daemon = daemon_health(None, "cluster 'source': could not describe the daemon group 'shoal.p.daemons'", {}, NOW)

@@ -167,8 +167,9 @@ def test_a_halted_lane_shows_its_state_reason_and_offsets_on_the_page():
     the way out; a healthy lane renders as copying."""
     from mirror_core.model.lane_holders import LaneHolders
     from mirror_core.model.lane_status import PersistedLaneState
+    from mirror_core.services.pipeline_view import lane_rows
     from mirror_core.state.checkpoint import Checkpoint
-    from shoal_airflow.shoal_ui import PipelineSpec, PipelineView, lane_rows, render_pipeline
+    from shoal_airflow.shoal_ui import PipelineSpec, PipelineView, render_pipeline
 
     halt = PersistedLaneState("halted", "batch_rejected", "cluster 'target' rejected the batch for dr.t-0 copied "
                               "from source offset 5: MESSAGE_SIZE_TOO_LARGE", 1_000, 0, 5)

@@ -82,15 +82,7 @@ EDGE_EXCEPTIONS = {
     ("shoal_airflow/params.py", "model.planner"),
     ("shoal_airflow/params.py", "state.run_claims"),
     ("shoal_airflow/sensors.py", "model.retention"),
-    ("shoal_airflow/shoal_ui.py", "kafka.list_offsets"),
-    ("shoal_airflow/shoal_ui.py", "kafka.topics"),
-    ("shoal_airflow/shoal_ui.py", "kafka.wire_client"),
-    ("shoal_airflow/shoal_ui.py", "model.lane_holders"),
-    ("shoal_airflow/shoal_ui.py", "model.lane_status"),
     ("shoal_airflow/shoal_ui.py", "model.retention_policy"),
-    ("shoal_airflow/shoal_ui.py", "state.checkpoint"),
-    ("shoal_airflow/shoal_ui.py", "state.lane_health_records"),
-    ("shoal_airflow/shoal_ui.py", "state.leases"),
     ("shoal_airflow/shoal_ui.py", "state.ledger"),
 }
 
