@@ -11,8 +11,7 @@ the Airflow task log and the Shoal page show a run in flight. The Spark UI stays
 
 With a link rate (the plan's ``link_mb_s``, or ``--link-mbps``) the driver measures each source broker's round trip
 once and sizes the lanes' fetches for the link (:mod:`mirror_core.services.backfill_link`); the figures are printed and
-kept
-in the run's manifest (``_run.json``: ``link``), and each task's log line names the fetch size it runs with.
+kept in the run's manifest (``_run.json``: ``link``), and each task's log line names the fetch size it runs with.
 
 ``--plan`` is a plan file or the plan's JSON itself; ``--clusters`` a YAML/JSON file mapping cluster names to
 librdkafka settings (the only place credentials live: never on the command line). Speculation is off and a lane's
@@ -196,8 +195,7 @@ def jvm_alive(sc) -> bool:
 def run_lanes(spark, jobs, plan: dict, ledger: Path, run_id: str, *, progress_interval_s: float) -> list:
     """Each lane from its own driver thread, in urgency order (as many at once as the cluster has task slots),
     one Spark job per unit (:func:`mirror_core.engine.backfill.drive_lane`): each unit's ledger row is written the
-    moment
-    the unit ends, and a progress thread prints every lane's position from the checkpoints meanwhile."""
+    moment the unit ends, and a progress thread prints every lane's position from the checkpoints meanwhile."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 

@@ -6,9 +6,8 @@ the target) and committed on the target: a group moved there resumes at exactly 
 offset map does not vouch for is not committed, nor an offset in a range the source log lost to a truncation below
 the checkpoint (checked with OffsetsForLeaderEpoch); a group with active members on the target is skipped; a target
 group already past the translation is never rewound (decisions: :mod:`mirror_core.model.group_translation`). The
-failover table
-shows every (group, partition) with its source offset, target offset and what happened; ``--dry-run`` commits
-nothing.
+failover table shows every (group, partition) with its source offset, target offset and what happened; ``--dry-run``
+commits nothing.
 
 Exit status: 0; 3 with ``--strict`` when a partition was left behind (not translatable, group active, target
 ahead); 1 when a cluster refused a listing or a commit (one line naming cluster and group); 2 for bad input.

@@ -2,10 +2,9 @@
 
 ``/healthz`` is liveness only (the process loop runs); lane trouble is readiness: ``/readyz`` answers 503 while any
 lane is ``halted`` or ``stalled`` (:mod:`mirror_core.model.lane_status`), with every lane's state in its JSON body, so
-an
-orchestrator alerts without restarting a daemon whose other lanes are fine — and while the daemon's consumer group
-never formed (``group_problem``: subscribed to a non-empty selection, never assigned anything; the body says what
-to check), since such a daemon holds no lane and copies nothing, and while the source cluster answers nothing
+an orchestrator alerts without restarting a daemon whose other lanes are fine — and while the daemon's consumer group
+never formed (``group_problem``: subscribed to a non-empty selection, never assigned anything; the body says what to
+check), since such a daemon holds no lane and copies nothing, and while the source cluster answers nothing
 (``source_problem``, :mod:`mirror_core.kafka.source_reachability`; the sentence under ``"source"``).
 
 Names follow Prometheus conventions and what MirrorMaker 2 operators look for: records and bytes copied, replication

@@ -3,9 +3,8 @@
 Every ``retention_interval_s`` the positions of the lanes this daemon holds (published by the copy loop after each
 fetch round) are assessed against the source's retention (:mod:`mirror_core.model.retention`, the same model as
 ``shoal deadlines``) and the ``shoal_retention_*`` gauges are replaced (:mod:`mirror_core.services.retention_metrics`):
-margin, time to
-loss, catch-up ETA, unmirrored bytes, lost offsets, status. It runs in a thread of its own with its own clients,
-so the copy path never waits for it; a failed assessment is logged and counted, and the gauges keep their last
+margin, time to loss, catch-up ETA, unmirrored bytes, lost offsets, status. It runs in a thread of its own with its own
+clients, so the copy path never waits for it; a failed assessment is logged and counted, and the gauges keep their last
 values until the next one succeeds.
 
 The verdict is the shared one (:func:`mirror_core.services.deadlines.assess_positions` with the pipeline file's

@@ -21,12 +21,11 @@ partition's fetch parameters (fetch offset, leader epoch, last fetched epoch, ma
   the real LSO would make the broker name it.)
 
 Standing members (:meth:`FetchSession.build_changes`, the daemon's rounds, :mod:`mirror_core.daemon.standing_round`):
-the
-caller keeps the set of partitions the session should hold and says which of them changed or left since the last
-request; an incremental request is then built from the changes alone and its answer read from the partitions the
-broker named alone (:attr:`SessionRequest.sparse`: ``unchanged`` stays empty, a partition not named is simply
-not news) — a round over 2,000 idle partitions costs nothing per partition here. A full request still names every
-member and its answer is checked against every member.
+the caller keeps the set of partitions the session should hold and says which of them changed or left since the last
+request; an incremental request is then built from the changes alone and its answer read from the partitions the broker
+named alone (:attr:`SessionRequest.sparse`: ``unchanged`` stays empty, a partition not named is simply not news) — a
+round over 2,000 idle partitions costs nothing per partition here. A full request still names every member and its
+answer is checked against every member.
 
 This module is pure (no I/O): :meth:`FetchSession.build` turns the partitions a round wants into the request's
 session fields, partitions and forgotten partitions; :meth:`FetchSession.answer` reads the response (any object

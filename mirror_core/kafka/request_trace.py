@@ -2,11 +2,10 @@
 
 ``bench/request_timing.py`` turns it on to see where a one-partition copy of one-record batches waits: for every
 request a :class:`~mirror_core.kafka.wire_fastpath.FastConnection` sends, when it was sent (or deferred to the next
-socket
-write) and how many requests were then in flight on that connection; for every answer, when the caller began waiting
-for it, whether its bytes were already in the socket (``ready``: the process was behind the broker) or the caller
-had to block, and when it was read; and every write to the socket (several deferred requests leave in one). Off, the
-cost is one module attribute test per request, per answer and per socket write.
+socket write) and how many requests were then in flight on that connection; for every answer, when the caller began
+waiting for it, whether its bytes were already in the socket (``ready``: the process was behind the broker) or the
+caller had to block, and when it was read; and every write to the socket (several deferred requests leave in one). Off,
+the cost is one module attribute test per request, per answer and per socket write.
 
 Only the benchmark tool switches it on (:func:`start` / :func:`stop`); the trace lives in this process's memory
 and holds no request contents, only times, api keys, sizes and counts.

@@ -7,8 +7,7 @@ round until :meth:`SharedProduce.close`), **one task at a time** (a strict hand-
 not thread-safe, are only ever used by one thread): a task runs until its writer's :meth:`BatchWriter.write`
 *parks* the batches, then the next task runs; once every task has parked or finished, the parked writes go out
 together (:func:`mirror_core.kafka.writer.write_together`: one request per broker carries a batch of every lane), and
-each
-parked task resumes with its own base offsets — the lane's copier, checkpoint commit included, then goes on as if
+each parked task resumes with its own base offsets — the lane's copier, checkpoint commit included, then goes on as if
 it had written alone.
 
 Invariants: at most one thread runs lane code at any moment (the hub waits while a task runs; a task waits while

@@ -20,8 +20,7 @@ MetadataResponse v1-v13 (field order; ``c`` = compact and tagged from v9, flexib
 
 The request is kafka-python's own encoding (small, once per rescan); it travels on the client's own connection for
 metadata (:meth:`mirror_core.kafka.wire_client.WireClient.metadata_connection`: never queued behind a long-polling
-Fetch),
-or through kafka-python with its full decoder when the client has no fast path (a proxy, ``fast_path=False``).
+Fetch), or through kafka-python with its full decoder when the client has no fast path (a proxy, ``fast_path=False``).
 Tested against kafka-python's encoder and decoder for generated answers of every version
 (``tests/unit/kafka/test_topic_counts.py``). Transport failures are kafka-python's retriable errors, as for any request,
 so a rescan that cannot reach the source still counts as the source unreachable

@@ -3,8 +3,7 @@
 The copy loop (the daemon's main thread) tells :class:`HeldPositions` what each lane's news said — a committed
 position and whether that position reached the high watermark the fetch round saw — and when a lane leaves; the
 retention watch (its own thread, :mod:`mirror_core.daemon.retention_watch`) takes a snapshot at each assessment.
-Nothing here
-walks the held lanes: a lane without news since its last report keeps the position and verdict it had.
+Nothing here walks the held lanes: a lane without news since its last report keeps the position and verdict it had.
 
 A lane is **caught up** when its committed position is at (or past) the high watermark of the partition as the last
 fetch answer that named it reported. The standing fetch round names a partition in its answer whenever its high

@@ -10,10 +10,9 @@ Three sources, gathered by the caller (:func:`mirror_core.services.mirror_status
   upgrade: such a daemon holds its lanes by them. Group-marked records (``lease_compat``) are ignored: the group's
   assignment is the truth for group daemons;
 - the lanes' live **health records** (:mod:`mirror_core.state.lane_health_records`): retrying/stalled as the holder
-  wrote
-  it, taken only before the record expires and only from a worker that holds the lane (a group assignee of its
-  partition, or the lease-based holder): a former holder killed or cut off while the lane retried leaves a live
-  record that says nothing of the lane's new holder.
+  wrote it, taken only before the record expires and only from a worker that holds the lane (a group assignee of its
+  partition, or the lease-based holder): a former holder killed or cut off while the lane retried leaves a live record
+  that says nothing of the lane's new holder.
 
 Pure: no I/O, the clock is passed in.
 """

@@ -9,8 +9,7 @@ unchanged (DESIGN.md §4): too small a ``max.message.bytes`` → MESSAGE_TOO_LAR
 
 :func:`decide` turns two described topics and :class:`DataFacts` into a :class:`PreflightReport`; when the target
 is missing the report carries the configs to create it with. The caller (``mirror_core.services.preflight``) does the
-I/O
-and writes nothing to the target unless the report is ``ok``.
+I/O and writes nothing to the target unless the report is ``ok``.
 """
 
 from __future__ import annotations

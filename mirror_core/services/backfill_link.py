@@ -3,11 +3,10 @@ trip to the source (the sizing ``shoal copy --link-mbps`` does, for lanes that r
 
 The driver measures each source broker's round trip once (:func:`measure_backfill_link`, at preflight) and
 passes the sized fetch bytes to every lane (:attr:`mirror_core.engine.backfill.LaneJob.fetch_max_bytes`); the units
-never
-measure anything. Why the size: a lane keeps one fetch in flight while it writes the previous one (the prefetch of
+never measure anything. Why the size: a lane keeps one fetch in flight while it writes the previous one (the prefetch of
 :class:`~mirror_core.engine.copier.RangeCopier`), so a lane moves ``D`` bytes per ``RTT + D/B`` and the lanes running at
-once share the link: ``TP = B·nD / (B·RTT + nD)`` for ``n`` lanes of ``D`` bytes. 80 % of the link needs
-``nD ≥ 4·B·RTT`` (:func:`~mirror_core.model.preflight_rules.fetch_bytes_for_link`).
+once share the link: ``TP = B·nD / (B·RTT + nD)`` for ``n`` lanes of ``D`` bytes. 80 % of the link needs ``nD ≥
+4·B·RTT`` (:func:`~mirror_core.model.preflight_rules.fetch_bytes_for_link`).
 
 Bounds (DESIGN §3.8, bounded memory): a lane holds about two fetches and its write window
 (:attr:`~mirror_core.engine.copier.CopyOptions.budget_bytes`), so the fetches of the lanes that run at once share

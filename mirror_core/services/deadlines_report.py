@@ -1,6 +1,5 @@
 """Render retention verdicts (:class:`~mirror_core.model.retention.RetentionStatus`): a coloured table, JSON, and a
-chart
-of time to loss against catch-up ETA per partition (PNG through matplotlib's Agg canvas; HTML as inline SVG).
+chart of time to loss against catch-up ETA per partition (PNG through matplotlib's Agg canvas; HTML as inline SVG).
 
 The chart puts one row per partition, most urgent on top. A wide bar is the time to loss, coloured by status; a
 thin dark bar inside it is the ETA: where the dark bar sticks out past the coloured one, the copy will not make it.

@@ -167,9 +167,8 @@ def _ledger_row(cp: Checkpoint, halt: PersistedLaneState, lost: tuple[int, int] 
 def lane_states(target: ClusterConfig, pipeline: str) -> list[dict]:
     """Every lane of ``pipeline`` with a checkpoint: its state — the persisted ``halted``/``retired``, else the
     ``retrying``/``stalled`` its holder's live health record reports (:mod:`mirror_core.state.lane_health_records`),
-    else
-    ``copying`` — reason, offsets and owner, as the daemons left them on the target; ``lease_holder``: a lease-based
-    daemon of an older release holding the lane by a live lease (an upgrade in progress), else None."""
+    else ``copying`` — reason, offsets and owner, as the daemons left them on the target; ``lease_holder``: a
+    lease-based daemon of an older release holding the lane by a live lease (an upgrade in progress), else None."""
     from mirror_core.model.lane_holders import LaneHolders
     from mirror_core.state.lane_health_records import read_all_health_records
     from mirror_core.state.leases import LeaseStore

@@ -1,6 +1,5 @@
 """Review attacks on the daemon's standing fetch round (mirror_core.daemon.standing_round) on the real sandbox brokers,
-both
-request routes: what a real broker's incremental fetch session does when the lane's own position moves while the
+both request routes: what a real broker's incremental fetch session does when the lane's own position moves while the
 broker has nothing new to say, and when retention deletes past a lagging lane.
 
 - records deleted (DeleteRecords, as retention would) past a lane that is behind, while its broker's session is

@@ -3,9 +3,8 @@
 The daemon opens every lane it holds in three steps, each for all of them at once: one checkpoint read
 (``read_own_many``), InitProducerIds side by side, one more read. These tests attack that batching with a checkpoint
 store stand-in that behaves like :class:`~mirror_core.state.checkpoint.CheckpointStore` where it matters here: it
-decodes
-each lane's stored value with the real :meth:`Checkpoint.from_value`, and a checkpoint partition without a leader
-fails every read that touches it.
+decodes each lane's stored value with the real :meth:`Checkpoint.from_value`, and a checkpoint partition without a
+leader fails every read that touches it.
 """
 from __future__ import annotations
 

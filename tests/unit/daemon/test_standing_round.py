@@ -1,6 +1,5 @@
 """The daemon's standing fetch round (mirror_core.daemon.standing_round): a round hands back only the news — partitions
-the
-broker's answer named, lanes whose own state changed, failures — and an incremental request names only what changed;
+the broker's answer named, lanes whose own state changed, failures — and an incremental request names only what changed;
 a lost session is asked again in full; no partition's data is ever left unfetched.
 
 Played against the model broker of test_fetch_session (Kafka's FetchSession.scala, reduced), one per leader, with

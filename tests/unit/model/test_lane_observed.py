@@ -1,8 +1,7 @@
 """A lane's state and its holders as readers outside the daemon see them (the Shoal page, the handoff's wait,
 ``shoal lanes status``): mirror_core.model.lane_status.observed_state and mirror_core.model.lane_holders — the daemon
-group's
-assignment, live leases of lease-based daemons during an upgrade, health records; a group that could not be read is
-"unknown", never "no daemon"."""
+group's assignment, live leases of lease-based daemons during an upgrade, health records; a group that could not be read
+is "unknown", never "no daemon"."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Progress of a running backfill from the lanes' checkpoints (mirror_core.services.backfill_progress), and a ledger
-that
-shows a run in flight (mirror_core.state.ledger)."""
+that shows a run in flight (mirror_core.state.ledger)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """What a remote Spark submit ships (mirror_core/services/spark_env.py): the right distributions, a venv layout
-executors
-can run, and no remote submit without it."""
+executors can run, and no remote submit without it."""
 
 from __future__ import annotations
 

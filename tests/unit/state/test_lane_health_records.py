@@ -1,7 +1,6 @@
 """When a daemon writes a lane's health record (mirror_core.state.lane_health_records.plan_health_writes) and how
-readers
-take it: on a change at once, while it lasts at most every refresh, cleared when it ends, left by a dead holder only
-until it expires."""
+readers take it: on a change at once, while it lasts at most every refresh, cleared when it ends, left by a dead holder
+only until it expires."""
 
 from __future__ import annotations
 
