@@ -27,7 +27,7 @@ What kafka-python 3.0.12 offers, and how we use it
   parsed response; ``selector.run(fn, *args)`` drives the loop on the calling thread until it resolves (no IO
   thread is started here, so nothing runs between calls and there is nothing to join on close).
 - The hot path bypasses all of the above: :meth:`WireClient.fast_connection` gives the writer and the fetcher a
-  socket of our own per broker with hand-encoded Produce / Fetch (:mod:`mirror_core.kafka.wire_fastpath`, tested
+  socket of our own per broker with hand-encoded Produce / Fetch (:mod:`mirror_core.kafka.fast_connection`, tested
   byte-identical to kafka-python's encoding), with its own TLS (``ssl.SSLObject``) and SASL (PLAIN, SCRAM) on
   secure clusters; kafka-python's per-request cost was most of the copy's CPU.
   There is no ``kafka.conn.BrokerConnection`` / ``kafka.client_async.KafkaClient`` any more (3.0 replaced them;
@@ -73,8 +73,8 @@ from mirror_core.errors import (
     MirrorError,
     PartitionUnavailableError,
 )
+from mirror_core.kafka.fast_connection import FastConnection
 from mirror_core.kafka.wire_channel import FastSecurity
-from mirror_core.kafka.wire_fastpath import FastConnection
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ class WireClient:
         self._coordinator_hints: dict[tuple[int, str], Any] = {}
         self._topic_answer: dict[str, int] = {}
         self._client_id = kwargs["client_id"]
-        # the hand-encoded hot path (mirror_core.kafka.wire_fastpath): every security protocol and SASL mechanism
+        # the hand-encoded hot path (mirror_core.kafka.fast_connection): every security protocol and SASL mechanism
         # Shoal's cluster settings accept, no proxies
         self._fast_enabled = fast_path and not any("proxy" in key for key in kwargs)
         try:
@@ -346,8 +346,8 @@ class WireClient:
     def fast_connection(self, node_id: int, slot: int = 0, *, timeout_s: float | None = None
                         ) -> FastConnection | None:
         """This client's own hand-encoded connection to ``node_id`` for Produce / Fetch
-        (:mod:`mirror_core.kafka.wire_fastpath`; TLS and SASL as the cluster settings say), made on first use and again
-        after a failure; None when the client was made with ``fast_path=False`` (or reaches the cluster through
+        (:mod:`mirror_core.kafka.fast_connection`; TLS and SASL as the cluster settings say), made on first use and
+        again after a failure; None when the client was made with ``fast_path=False`` (or reaches the cluster through
         a proxy), and the caller uses :meth:`send` / :meth:`send_async`. ``slot``: which of several connections
         to the broker (each its own socket, so its own TCP window; the kafka-python route has only one).
         Raises kafka-python's retriable errors when the broker cannot be reached, and

@@ -946,7 +946,7 @@ class _Transport:
     drives the network until a given one is answered.
 
     A client with ``fast_connection(node)`` (:class:`WireClient`, any security protocol) sends hand-encoded Produce
-    requests on its own socket to the broker (:mod:`mirror_core.kafka.wire_fastpath`: the batches go to ``sendmsg``
+    requests on its own socket to the broker (:mod:`mirror_core.kafka.fast_connection`: the batches go to ``sendmsg``
     without a copy, no event-loop turns); one offering ``send_async(node, request, timeout_ms)`` / ``wait(future)``
     is used through them; any other client (test fakes) synchronously through ``send``, its futures coming back
     resolved. All requests of one write to one broker take the same route, so their order is the send order.

@@ -155,15 +155,15 @@ def test_answers_arriving_together_behind_a_refused_batch_are_not_acknowledged_o
     import time
 
     from mirror_core.errors import WriteOrderError
-    from mirror_core.kafka import wire_fastpath as fp
+    from mirror_core.kafka.fast_connection import FastConnection
 
-    wait = fp.FastConnection.wait
+    wait = FastConnection.wait
 
     def slow_wait(self, future, **kwargs):
         time.sleep(0.02)
         return wait(self, future, **kwargs)
 
-    monkeypatch.setattr(fp.FastConnection, "wait", slow_wait)
+    monkeypatch.setattr(FastConnection, "wait", slow_wait)
     if script[-1] == "forget":
         with pytest.raises(WriteOrderError):
             _write_recorded(monkeypatch, loop=True, counts=[1] * 12, script=script, max_inflight_bytes=8 << 20,

@@ -44,9 +44,11 @@ from kafka.protocol.producer import (
 )
 
 from mirror_core.codec.batch_codec import parse_batch
+from mirror_core.codec.kafka_primitives import API_VERSIONS
+from mirror_core.codec.sasl_messages import API_SASL_AUTHENTICATE, API_SASL_HANDSHAKE
 from mirror_core.errors import ProducerFencedError
-from mirror_core.kafka import wire_fastpath as fp
 from mirror_core.kafka import writer as writer_module
+from mirror_core.kafka.fast_connection import FastConnection
 from mirror_core.kafka.wire_channel import FastSecurity, tls_context
 from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, next_sequence
 from tests.unit.kafka import test_writer_fast_route_faults as faults
@@ -98,16 +100,16 @@ class AttackCluster(faults.Cluster):
                 if frame is None:
                     return
                 api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
-                if api_key == fp.API_VERSIONS:
+                if api_key == API_VERSIONS:
                     apis = [(0, 3, 11), (1, 4, 17)] + ([(17, 0, 1), (36, 0, 1)] if self.session_ms else [])
                     body = struct.pack(">hi", 0, len(apis)) + b"".join(struct.pack(">hhh", *a) for a in apis)
                     conn.sendall(struct.pack(">ii", len(body) + 4, correlation_id) + body)
                     continue
-                if api_key == fp.API_SASL_HANDSHAKE:
+                if api_key == API_SASL_HANDSHAKE:
                     body = struct.pack(">hih", 0, 1, 5) + b"PLAIN"
                     conn.sendall(struct.pack(">ii", len(body) + 4, correlation_id) + body)
                     continue
-                if api_key == fp.API_SASL_AUTHENTICATE:   # v1: error, null message, empty auth bytes, lifetime
+                if api_key == API_SASL_AUTHENTICATE:   # v1: error, null message, empty auth bytes, lifetime
                     with self.lock:
                         self.logins.append((number, time.monotonic()))
                     session_ends = time.monotonic() + self.session_ms / 1000
@@ -481,8 +483,8 @@ class SecureClient(faults.FastClient):
     def fast_connection(self, node):
         conn = self.conns.get(node)
         if conn is None or conn.closed:
-            conn = self.conns[node] = fp.FastConnection("localhost", self.cluster.port(node), node_id=node,
-                                                        request_timeout_s=5, security=self.security)
+            conn = self.conns[node] = FastConnection("localhost", self.cluster.port(node), node_id=node,
+                                                     request_timeout_s=5, security=self.security)
         return conn
 
 
