@@ -13,17 +13,11 @@ from kafka.protocol.producer import InitProducerIdRequest
 from kafka.record.default_records import DefaultRecordBatch
 
 from mirror_core.codec.batch_codec import parse_batch, walk_batches
-from mirror_core.errors import ConfigError, CorruptBatchError
+from mirror_core.errors import AmbiguousWriteError, BatchRejectedError, ConfigError, CorruptBatchError, WriteOrderError
 from mirror_core.kafka.fetcher import AbortedTransaction, RawBatchFetcher, select_committed
+from mirror_core.kafka.produce_pipeline import next_sequence
 from mirror_core.kafka.wire_client import kafka_python_kwargs
-from mirror_core.kafka.writer import (
-    AmbiguousWriteError,
-    BatchRejectedError,
-    BatchWriter,
-    OutgoingBatch,
-    WriteOrderError,
-    next_sequence,
-)
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
 
 pytestmark = pytest.mark.unit
 

@@ -25,9 +25,10 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceResponse
 
 from mirror_core.codec.batch_codec import parse_batch
 from mirror_core.codec.kafka_primitives import API_VERSIONS, Reader
-from mirror_core.kafka import writer as writer_module
+from mirror_core.kafka import produce_pipeline
 from mirror_core.kafka.fast_connection import FastConnection
-from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, next_sequence, write_together
+from mirror_core.kafka.produce_pipeline import next_sequence
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, write_together
 from tests.unit.kafka.test_kafka_wire_pure import make_batch
 from tests.unit.kafka.test_wire_fastpath import _recv
 
@@ -261,7 +262,7 @@ def test_a_refused_first_batch_keeps_one_in_flight_on_the_fast_route():
 
 @pytest.mark.parametrize("keep", [0, 1, 3, 4])
 def test_keep_queued_values_never_reorder(monkeypatch, keep):
-    monkeypatch.setattr(writer_module, "KEEP_QUEUED", keep)
+    monkeypatch.setattr(produce_pipeline, "KEEP_QUEUED", keep)
     tp = ("t", 0)
     cluster = Cluster({tp: 1}, {tp: [0, 0, NOT_LEADER, 0, 0, "half", 0, 0, 0, 0, "reset"]})
     try:
