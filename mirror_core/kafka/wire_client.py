@@ -64,8 +64,7 @@ import kafka.errors as Errors
 from kafka.net import KafkaConnectionManager, NetworkSelector
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
-from mirror_core.config.cluster import ClusterConfig
-from mirror_core.config.cluster import kafka_python_kwargs as cluster_kafka_python_kwargs
+from mirror_core.config.cluster import ClusterConfig, kafka_python_kwargs
 from mirror_core.errors import (
     ClusterUnavailableError,
     ConfigError,
@@ -78,32 +77,11 @@ from mirror_core.kafka.wire_channel import FastSecurity
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
 DEFAULT_BOOTSTRAP_TIMEOUT_MS = 30_000
-RECONNECT_BACKOFF_MAX_MS = 1_000  # the Java client's reconnect.backoff.max.ms (kafka-python's default: 30 s)
 REBOOTSTRAP_TIMEOUT_MS = 10_000  # a metadata request that found no known broker retries from the bootstrap list
 COORDINATOR_KEYS_PER_REQUEST = 1_000  # keys in one batched FindCoordinator (find_coordinators)
 REBOOTSTRAP_RETRY_TIMEOUT_MS = 2_000  # ... while the last re-bootstrap found no broker (the cluster is down)
 METADATA_SLOT = -1  # metadata_connection's slot among a broker's fast connections (fetches use 0, 1, ...)
-
-
-def kafka_python_kwargs(config: Mapping[str, str], cluster_name: str = "cluster") -> dict:
-    """kafka-python network kwargs for a librdkafka-style connection dict.
-
-    The key translation and validation (unknown keys refused by name, secrets never echoed) is
-    :func:`mirror_core.config.cluster.kafka_python_kwargs`, shared with the rest of Shoal; this adds what the data plane
-    needs on top: a receive limit large enough for Fetch responses, and reconnect backoffs capped at the Java
-    client's 1 s (``reconnect.backoff.max.ms``): kafka-python's 30 s cap kept a daemon from noticing for up to half
-    a minute that a source cluster that had been down answered again.
-    """
-    kwargs = cluster_kafka_python_kwargs(cluster_name, config)
-    kwargs.setdefault("receive_message_max_bytes", DEFAULT_RECEIVE_MESSAGE_MAX_BYTES)
-    kwargs.setdefault("reconnect_backoff_max_ms", RECONNECT_BACKOFF_MAX_MS)
-    return kwargs
-
-
-
-
 
 
 def partition_request_with_retries(client: WireClient, topic: str, partition: int, what: str, attempt, *,
@@ -220,7 +198,7 @@ class WireClient:
     def __init__(self, cluster_name: str, config: Mapping[str, str], *,
                  bootstrap_timeout_ms: int = DEFAULT_BOOTSTRAP_TIMEOUT_MS, client_id: str = "shoal",
                  fast_path: bool = True):
-        kwargs = kafka_python_kwargs(config, cluster_name)
+        kwargs = kafka_python_kwargs(cluster_name, config, data_plane=True)
         kwargs.setdefault("client_id", client_id)
         self.cluster_name = cluster_name
         self.bootstrap_servers = str(config["bootstrap.servers"])
