@@ -36,7 +36,8 @@ from mirror_core.errors import (
 )
 from mirror_core.kafka.epochs import validate_position
 from mirror_core.kafka.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSession, SessionRequest
-from mirror_core.kafka.wire_client import Backoff, WireClient, is_retriable, partition_request_with_retries
+from mirror_core.kafka.retries import Backoff, is_retriable, partition_request_with_retries
+from mirror_core.kafka.wire_client import WireClient
 
 log = logging.getLogger(__name__)
 

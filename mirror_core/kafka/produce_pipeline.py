@@ -36,7 +36,7 @@ from mirror_core.errors import MirrorError
 from mirror_core.kafka.produce_errors import STATE_LOST
 from mirror_core.kafka.produce_retry import PipelineRetry
 from mirror_core.kafka.produce_transport import PRODUCE_MAX_VERSION, ProduceTransport
-from mirror_core.kafka.wire_client import Backoff
+from mirror_core.kafka.retries import Backoff
 
 if TYPE_CHECKING:
     from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, ProduceStats

@@ -37,7 +37,7 @@ from mirror_core.errors import (
     TransactionTimeoutRefusedError,
 )
 from mirror_core.kafka.produce_errors import COORDINATOR_MOVED, FENCED, NO_TRANSACTIONS
-from mirror_core.kafka.wire_client import Backoff, is_retriable
+from mirror_core.kafka.retries import Backoff, is_retriable
 
 log = logging.getLogger(__name__)
 

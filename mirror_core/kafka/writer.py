@@ -38,7 +38,8 @@ from mirror_core.kafka.produce_errors import FENCED, REJECTIONS, STATE_LOST, err
 from mirror_core.kafka.produce_pipeline import PendingBatch, ProducePipeline
 from mirror_core.kafka.produce_transport import PRODUCE_MAX_VERSION
 from mirror_core.kafka.producer_transactions import TransactionalProducer
-from mirror_core.kafka.wire_client import WireClient, is_retriable
+from mirror_core.kafka.retries import is_retriable
+from mirror_core.kafka.wire_client import WireClient
 
 log = logging.getLogger(__name__)
 
