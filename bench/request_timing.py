@@ -80,13 +80,12 @@ def summarize(trace) -> dict:
 def child(mirror: str, spec: dict) -> dict:
     if (os.cpu_count() or 1) >= 2 and spec.get("pin", True):
         os.sched_setaffinity(0, {MIRROR_CORE})
-    from mirror_core.kafka import request_trace
-    from mirror_core.kafka import writer as writer_module
+    from mirror_core.kafka import produce_pipeline, request_trace
     from mirror_core.kafka.wire_client import WireClient
     from mirror_core.kafka.writer import BatchWriter
 
     if spec.get("keep_queued") is not None:  # an experiment: how many requests the pipeline keeps queued
-        writer_module.KEEP_QUEUED = spec["keep_queued"]
+        produce_pipeline.KEEP_QUEUED = spec["keep_queued"]
 
     if mirror in ("deep", "concurrent-alo"):  # copy_bench's own mirrors: their copy phase, setup excluded
         from bench.copy_bench import child_concurrent, child_deep
@@ -144,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-trace", action="store_true", help="measure without the trace switch (its cost)")
     parser.add_argument("--keep-queued", type=int, nargs="*", default=[None],
-                        help="run each mirror once per value of writer.KEEP_QUEUED (default: the module's)")
+                        help="run each mirror once per value of produce_pipeline.KEEP_QUEUED (default: the module's)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

@@ -121,8 +121,8 @@ def install() -> None:
         _COUNTS["tls_read_bytes"] += n
         return n
 
-    from mirror_core.kafka import wire_fastpath
-    receive_frame = wire_fastpath.FastConnection._receive_frame
+    from mirror_core.kafka import fast_connection
+    receive_frame = fast_connection.FastConnection._receive_frame
 
     def frame(self, *args, **kwargs):
         out = receive_frame(self, *args, **kwargs)
@@ -132,7 +132,7 @@ def install() -> None:
             _COUNTS["frames_over_64k"] += 1
         return out
 
-    wire_fastpath.FastConnection._receive_frame = frame
+    fast_connection.FastConnection._receive_frame = frame
     wire_channel.PlainChannel.__init__, wire_channel.TlsChannel.__init__ = plain, tls
     wire_channel.TlsChannel.recv_into = recv
 

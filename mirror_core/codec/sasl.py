@@ -1,8 +1,9 @@
 """SASL client exchanges for the fast connection: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, RFC 7677).
 
 Sans-I/O: a :class:`SaslExchange` turns the server's messages into the client's next ones; the caller
-(:class:`mirror_core.kafka.wire_fastpath.FastConnection`) carries them in SaslAuthenticate requests. Nothing here logs,
-and no message, error or ``repr`` holds the password or a proof derived from it.
+(:class:`mirror_core.kafka.fast_connection.FastConnection`) carries them in SaslAuthenticate requests
+(:mod:`mirror_core.codec.sasl_messages`). Nothing here logs, and no message, error or ``repr`` holds the password
+or a proof derived from it.
 
 SCRAM, as Kafka's broker speaks it (``ScramSaslServer``): no channel binding (gs2 header ``n,,``), the user name
 escaped (``=`` → ``=3D``, ``,`` → ``=2C``), at least 4096 iterations (Kafka refuses fewer when the

@@ -18,6 +18,9 @@ from mirror_core.errors import ConfigError
 SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password"})
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# what kafka_python_kwargs(..., data_plane=True) adds: Fetch responses up to 100 MB (kafka-python's default: 1 MB),
+DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
+RECONNECT_BACKOFF_MAX_MS = 1_000  # the Java client's reconnect.backoff.max.ms (kafka-python's default: 30 s)
 
 # librdkafka key -> kafka-python keyword (None: understood, but has no kafka-python counterpart to set).
 _KAFKA_PYTHON_KEYS: dict[str, str | None] = {
@@ -84,8 +87,16 @@ def validate_settings(cluster: str, settings: Mapping[str, str]) -> None:
             raise ConfigError(f"cluster {cluster!r}: {' and '.join(missing)} required for {protocol}")
 
 
-def kafka_python_kwargs(cluster: str, settings: Mapping[str, str]) -> dict:
-    """Translate librdkafka-style settings into kafka-python keyword arguments."""
+def kafka_python_kwargs(cluster: str, settings: Mapping[str, str], *, data_plane: bool = False) -> dict:
+    """Translate librdkafka-style settings into kafka-python keyword arguments (unknown keys refused by name,
+    secrets never echoed).
+
+    ``data_plane``: for the data plane's own network client (:class:`mirror_core.kafka.wire_client.WireClient`), add
+    what it needs on top: a receive limit large enough for Fetch responses (kafka-python's default of 1,000,000
+    bytes kills the connection on a larger one), and reconnect backoffs capped at the Java client's 1 s
+    (``reconnect.backoff.max.ms``): kafka-python's 30 s cap kept a daemon from noticing for up to half a minute that
+    a source cluster that had been down answered again.
+    """
     validate_settings(cluster, settings)
     kwargs: dict = {}
     for key, value in settings.items():
@@ -99,6 +110,9 @@ def kafka_python_kwargs(cluster: str, settings: Mapping[str, str]) -> dict:
         kwargs["sasl_mechanism"] = str(kwargs["sasl_mechanism"]).upper()
     if str(settings.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
         kwargs["ssl_check_hostname"] = False
+    if data_plane:
+        kwargs.setdefault("receive_message_max_bytes", DEFAULT_RECEIVE_MESSAGE_MAX_BYTES)
+        kwargs.setdefault("reconnect_backoff_max_ms", RECONNECT_BACKOFF_MAX_MS)
     return kwargs
 
 

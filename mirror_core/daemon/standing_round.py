@@ -47,6 +47,7 @@ from collections.abc import Sequence
 import kafka.errors as Errors
 from kafka.protocol.consumer import IsolationLevel
 
+from mirror_core.codec.fetch_messages import FetchPartitionSpec
 from mirror_core.kafka.broker_fetch import (
     _UNREACHABLE,
     PartitionOutcome,
@@ -60,7 +61,6 @@ from mirror_core.kafka.broker_fetch import (
 from mirror_core.kafka.fetch_session import FetchSession, PartitionKey, SessionRequest
 from mirror_core.kafka.fetcher import RawBatchFetcher, send_fetch, wait_fetch
 from mirror_core.kafka.wire_client import WireClient
-from mirror_core.kafka.wire_fastpath import FetchPartitionSpec
 
 log = logging.getLogger(__name__)
 

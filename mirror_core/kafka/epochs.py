@@ -22,7 +22,8 @@ import kafka.errors as Errors
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 
 from mirror_core.errors import SourceTruncatedError
-from mirror_core.kafka.wire_client import WireClient, partition_request_with_retries
+from mirror_core.kafka.retries import partition_request_with_retries
+from mirror_core.kafka.wire_client import WireClient
 
 log = logging.getLogger(__name__)
 

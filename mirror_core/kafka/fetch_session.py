@@ -74,7 +74,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
-from mirror_core.kafka.wire_fastpath import FetchPartitionSpec, FetchTopicSpec, ForgottenTopic
+from mirror_core.codec.fetch_messages import FetchPartitionSpec, FetchTopicSpec, ForgottenTopic
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0       # a full request that opens a session (closing the one named by its id, if any)

@@ -25,6 +25,7 @@ from kafka.future import Future
 from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsRequest, OffsetSpec
 
 from mirror_core.codec.batch_codec import CONTROL_ABORT, BatchView, control_type, walk_batches
+from mirror_core.codec.fetch_messages import FetchPartitionSpec, FetchTopicSpec
 from mirror_core.errors import (
     CorruptBatchError,
     DataLossError,
@@ -35,8 +36,8 @@ from mirror_core.errors import (
 )
 from mirror_core.kafka.epochs import validate_position
 from mirror_core.kafka.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSession, SessionRequest
-from mirror_core.kafka.wire_client import Backoff, WireClient, is_retriable, partition_request_with_retries
-from mirror_core.kafka.wire_fastpath import FetchPartitionSpec, FetchTopicSpec
+from mirror_core.kafka.retries import Backoff, is_retriable, partition_request_with_retries
+from mirror_core.kafka.wire_client import WireClient
 
 log = logging.getLogger(__name__)
 
@@ -399,7 +400,7 @@ class RawBatchFetcher:
 def diverging_epoch(data) -> tuple[int, int] | None:
     """(epoch, end offset) of a Fetch response partition's DivergingEpoch (v12+, tagged field 0), or None when
     the leader found no divergence (field absent, or its defaults -1/-1). Works on kafka-python's PartitionData
-    and on :class:`mirror_core.kafka.wire_fastpath.FetchPartitionData`."""
+    and on :class:`mirror_core.codec.fetch_messages.FetchPartitionData`."""
     value = getattr(data, "diverging_epoch", None)
     if value is None:
         return None
@@ -443,7 +444,7 @@ def send_fetch(client: WireClient, leader: int, topics: Sequence[FetchTopicSpec]
     asked at the same time); :func:`wait_fetch` reads the answer. Topic ids are used (v13+) when every topic has
     one. With ``session`` (a :class:`~mirror_core.kafka.fetch_session.SessionRequest`) the request is that session's
     (its named partitions replace ``topics``). ``slot``: which of the client's connections to the leader (fast
-    path only). The hand-encoded route (:mod:`mirror_core.kafka.wire_fastpath`) is taken when the client offers it;
+    path only). The hand-encoded route (:mod:`mirror_core.kafka.fast_connection`) is taken when the client offers it;
     transport failures come back on the future as kafka-python's (retriable) errors. ``request_timeout_ms``: how
     long the broker may stay silent (default: the client's request timeout plus ``max_wait_ms``)."""
     by_id = session.by_id if session is not None else all(spec.topic_id is not None for spec in topics)

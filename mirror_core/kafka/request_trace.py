@@ -1,7 +1,7 @@
 """Per-request timings of the fast connections: a measurement switch, off by default (``ACTIVE is None``).
 
 ``bench/request_timing.py`` turns it on to see where a one-partition copy of one-record batches waits: for every
-request a :class:`~mirror_core.kafka.wire_fastpath.FastConnection` sends, when it was sent (or deferred to the next
+request a :class:`~mirror_core.kafka.fast_connection.FastConnection` sends, when it was sent (or deferred to the next
 socket write) and how many requests were then in flight on that connection; for every answer, when the caller began
 waiting for it, whether its bytes were already in the socket (``ready``: the process was behind the broker) or the
 caller had to block, and when it was read; and every write to the socket (several deferred requests leave in one). Off,

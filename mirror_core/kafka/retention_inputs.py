@@ -32,8 +32,9 @@ from mirror_core.codec.batch_codec import walk_batches
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import ConfigError, FetchError, MirrorError, PartitionUnavailableError
 from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.retries import Backoff, is_retriable
 from mirror_core.kafka.topics import TopicAdmin
-from mirror_core.kafka.wire_client import Backoff, WireClient, is_retriable
+from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.retention import DEFAULT_CHECK_INTERVAL_MS, PartitionSnapshot, TopicRetention
 
 DEFAULT_PROBE_BYTES = 1024 * 1024

@@ -24,7 +24,7 @@ def kafka_round_trip_s(host: str, port: int, *, timeout_s: float = 30.0, samples
     import socket
     import statistics
 
-    from mirror_core.kafka.wire_fastpath import API_VERSIONS, request_header
+    from mirror_core.codec.kafka_primitives import API_VERSIONS, request_header
 
     def connected(stack: contextlib.ExitStack):
         sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout_s))

@@ -3,6 +3,8 @@
 Shoal's data plane speaks the Kafka protocol directly (raw Fetch / Produce of record batches, InitProducerId,
 transactions) instead of going through a consumer or producer that would decode and re-encode records. This
 module is the only place that knows how kafka-python 3.0.x is put together; the fetcher and the writer sit on it.
+Its metadata cache and coordinator look-ups are :mod:`mirror_core.kafka.cluster_metadata` (a part of
+:class:`WireClient`); retrying requests, :mod:`mirror_core.kafka.retries`.
 
 What kafka-python 3.0.12 offers, and how we use it
 --------------------------------------------------
@@ -27,7 +29,7 @@ What kafka-python 3.0.12 offers, and how we use it
   parsed response; ``selector.run(fn, *args)`` drives the loop on the calling thread until it resolves (no IO
   thread is started here, so nothing runs between calls and there is nothing to join on close).
 - The hot path bypasses all of the above: :meth:`WireClient.fast_connection` gives the writer and the fetcher a
-  socket of our own per broker with hand-encoded Produce / Fetch (:mod:`mirror_core.kafka.wire_fastpath`, tested
+  socket of our own per broker with hand-encoded Produce / Fetch (:mod:`mirror_core.kafka.fast_connection`, tested
   byte-identical to kafka-python's encoding), with its own TLS (``ssl.SSLObject``) and SASL (PLAIN, SCRAM) on
   secure clusters; kafka-python's per-request cost was most of the copy's CPU.
   There is no ``kafka.conn.BrokerConnection`` / ``kafka.client_async.KafkaClient`` any more (3.0 replaced them;
@@ -52,133 +54,23 @@ Gotchas found on the way
 from __future__ import annotations
 
 import logging
-import random
 import ssl
-import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kafka.errors as Errors
 from kafka.net import KafkaConnectionManager, NetworkSelector
-from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest, MetadataRequest
 
-from mirror_core.config.cluster import ClusterConfig
-from mirror_core.config.cluster import kafka_python_kwargs as cluster_kafka_python_kwargs
-from mirror_core.errors import (
-    ClusterUnavailableError,
-    ConfigError,
-    FetchError,
-    MirrorError,
-    PartitionUnavailableError,
-)
+from mirror_core.config.cluster import ClusterConfig, kafka_python_kwargs
+from mirror_core.errors import ClusterUnavailableError, ConfigError, MirrorError
+from mirror_core.kafka.cluster_metadata import ClusterMetadata, TopicMetadata
+from mirror_core.kafka.fast_connection import FastConnection
 from mirror_core.kafka.wire_channel import FastSecurity
-from mirror_core.kafka.wire_fastpath import FastConnection
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RECEIVE_MESSAGE_MAX_BYTES = 100_000_000
 DEFAULT_BOOTSTRAP_TIMEOUT_MS = 30_000
-RECONNECT_BACKOFF_MAX_MS = 1_000  # the Java client's reconnect.backoff.max.ms (kafka-python's default: 30 s)
-REBOOTSTRAP_TIMEOUT_MS = 10_000  # a metadata request that found no known broker retries from the bootstrap list
-COORDINATOR_KEYS_PER_REQUEST = 1_000  # keys in one batched FindCoordinator (find_coordinators)
-REBOOTSTRAP_RETRY_TIMEOUT_MS = 2_000  # ... while the last re-bootstrap found no broker (the cluster is down)
 METADATA_SLOT = -1  # metadata_connection's slot among a broker's fast connections (fetches use 0, 1, ...)
-
-
-def kafka_python_kwargs(config: Mapping[str, str], cluster_name: str = "cluster") -> dict:
-    """kafka-python network kwargs for a librdkafka-style connection dict.
-
-    The key translation and validation (unknown keys refused by name, secrets never echoed) is
-    :func:`mirror_core.config.cluster.kafka_python_kwargs`, shared with the rest of Shoal; this adds what the data plane
-    needs on top: a receive limit large enough for Fetch responses, and reconnect backoffs capped at the Java
-    client's 1 s (``reconnect.backoff.max.ms``): kafka-python's 30 s cap kept a daemon from noticing for up to half
-    a minute that a source cluster that had been down answered again.
-    """
-    kwargs = cluster_kafka_python_kwargs(cluster_name, config)
-    kwargs.setdefault("receive_message_max_bytes", DEFAULT_RECEIVE_MESSAGE_MAX_BYTES)
-    kwargs.setdefault("reconnect_backoff_max_ms", RECONNECT_BACKOFF_MAX_MS)
-    return kwargs
-
-
-
-
-
-
-def partition_request_with_retries(client: WireClient, topic: str, partition: int, what: str, attempt, *,
-                                   retry_timeout_s: float = 60.0):
-    """``attempt()`` (one request about ``topic-partition`` to its leader), retried after leader moves and
-    transient errors (metadata refreshed between tries) until ``retry_timeout_s``: then
-    :class:`PartitionUnavailableError`; a non-retriable error at once as :class:`FetchError`. ``what`` names the
-    request in those errors, e.g. ``"ListOffsets(earliest)"``."""
-    backoff = Backoff(give_up_after=retry_timeout_s)
-    while True:
-        try:
-            return attempt()
-        except Errors.KafkaError as exc:
-            if not is_retriable(type(exc)):
-                raise FetchError(client.cluster_name, topic, partition, None,
-                                 f"{what}: {type(exc).__name__}") from None
-            client.invalidate(topic)
-            if not backoff.wait():
-                raise PartitionUnavailableError(client.cluster_name, topic, partition,
-                                                f"{what}: {type(exc).__name__}") from None
-
-
-class Backoff:
-    """Capped exponential backoff with jitter and an overall give-up deadline (all times in seconds)."""
-
-    def __init__(self, initial: float = 0.1, cap: float = 5.0, give_up_after: float = 120.0):
-        self.initial = initial
-        self.cap = cap
-        self.give_up_after = give_up_after
-        self.reset()
-
-    def reset(self) -> None:
-        self._failures = 0
-        self._started = None
-
-    def wait(self) -> bool:
-        """Sleep before the next attempt; False (without sleeping) once the deadline has passed."""
-        now = time.monotonic()
-        if self._started is None:
-            self._started = now
-        if now - self._started >= self.give_up_after:
-            return False
-        delay = min(self.cap, self.initial * 2 ** self._failures) * random.uniform(0.8, 1.2)
-        self._failures += 1
-        time.sleep(min(delay, max(0.0, self.give_up_after - (now - self._started))))
-        return True
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds since the first :meth:`wait` (0 before it)."""
-        return 0.0 if self._started is None else time.monotonic() - self._started
-
-
-@dataclass(frozen=True)
-class PartitionMetadata:
-    partition: int
-    leader: int            # -1 when there is no leader
-    leader_epoch: int      # -1 when the broker did not say
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    error_code: int
-
-
-@dataclass(frozen=True)
-class TopicMetadata:
-    name: str
-    topic_id: uuid.UUID | None   # None before Metadata v10 (Kafka 2.8)
-    error_code: int
-    partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
-
-
-def _topic_id_or_none(value) -> uuid.UUID | None:
-    if value is None or value == uuid.UUID(int=0):
-        return None
-    return value
 
 
 class _SaslSecretsFilter(logging.Filter):
@@ -204,12 +96,7 @@ def _one_line(exc: BaseException) -> str:
     return text[:300]
 
 
-def is_retriable(error_type: type) -> bool:
-    """Whether kafka-python classifies a broker error as worth retrying (leader moves, timeouts, ...)."""
-    return bool(getattr(error_type, "retriable", False))
-
-
-class WireClient:
+class WireClient(ClusterMetadata):
     """Synchronous request/response access to one Kafka cluster.
 
     Invariants: all IO runs on the calling thread inside :meth:`send` / :meth:`metadata` (not thread-safe: one
@@ -220,7 +107,7 @@ class WireClient:
     def __init__(self, cluster_name: str, config: Mapping[str, str], *,
                  bootstrap_timeout_ms: int = DEFAULT_BOOTSTRAP_TIMEOUT_MS, client_id: str = "shoal",
                  fast_path: bool = True):
-        kwargs = kafka_python_kwargs(config, cluster_name)
+        kwargs = kafka_python_kwargs(cluster_name, config, data_plane=True)
         kwargs.setdefault("client_id", client_id)
         self.cluster_name = cluster_name
         self.bootstrap_servers = str(config["bootstrap.servers"])
@@ -236,7 +123,7 @@ class WireClient:
         self._coordinator_hints: dict[tuple[int, str], Any] = {}
         self._topic_answer: dict[str, int] = {}
         self._client_id = kwargs["client_id"]
-        # the hand-encoded hot path (mirror_core.kafka.wire_fastpath): every security protocol and SASL mechanism
+        # the hand-encoded hot path (mirror_core.kafka.fast_connection): every security protocol and SASL mechanism
         # Shoal's cluster settings accept, no proxies
         self._fast_enabled = fast_path and not any("proxy" in key for key in kwargs)
         try:
@@ -346,8 +233,8 @@ class WireClient:
     def fast_connection(self, node_id: int, slot: int = 0, *, timeout_s: float | None = None
                         ) -> FastConnection | None:
         """This client's own hand-encoded connection to ``node_id`` for Produce / Fetch
-        (:mod:`mirror_core.kafka.wire_fastpath`; TLS and SASL as the cluster settings say), made on first use and again
-        after a failure; None when the client was made with ``fast_path=False`` (or reaches the cluster through
+        (:mod:`mirror_core.kafka.fast_connection`; TLS and SASL as the cluster settings say), made on first use and
+        again after a failure; None when the client was made with ``fast_path=False`` (or reaches the cluster through
         a proxy), and the caller uses :meth:`send` / :meth:`send_async`. ``slot``: which of several connections
         to the broker (each its own socket, so its own TCP window; the kafka-python route has only one).
         Raises kafka-python's retriable errors when the broker cannot be reached, and
@@ -434,142 +321,3 @@ class WireClient:
         else:
             reason = _one_line(exc)
         return ClusterUnavailableError(self.cluster_name, self.bootstrap_servers, reason, retriable=not auth)
-
-    # -- metadata --------------------------------------------------------------------------------------------
-
-    def metadata(self, topics: list[str]) -> dict[str, TopicMetadata]:
-        """Fetch metadata for ``topics`` (never auto-creates), update the leader cache and return it."""
-        request = MetadataRequest(
-            topics=[MetadataRequest.MetadataRequestTopic(name=t, topic_id=None) for t in topics],
-            allow_auto_topic_creation=False,
-            include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=False,
-        )
-        try:
-            response = self.send(None, request)
-        except (Errors.NodeNotReadyError, Errors.KafkaConnectionError):
-            # every broker this client knows may be gone (stopped, replaced): start over from the bootstrap
-            # addresses once, like the Java client's metadata.recovery.strategy=rebootstrap. After a re-bootstrap
-            # that found nobody (the cluster is down), the next ones only look whether it is back: a caller's
-            # loop (the daemon's) must not wait the full timeout on every look-up through a long outage
-            timeout_ms = REBOOTSTRAP_RETRY_TIMEOUT_MS if self._rebootstrap_failed else REBOOTSTRAP_TIMEOUT_MS
-            try:
-                self._manager.bootstrap(timeout_ms, refresh=True)
-            except Exception:
-                self._rebootstrap_failed = True
-                raise
-            self._rebootstrap_failed = False
-            response = self.send(None, request)
-        self._manager.cluster.update_metadata(response)  # learn broker addresses for new leaders
-        self._metadata_answers += 1
-        result = {}
-        for t in response.topics:
-            parts = {
-                p.partition_index: PartitionMetadata(
-                    partition=p.partition_index, leader=p.leader_id, leader_epoch=p.leader_epoch,
-                    replicas=tuple(p.replica_nodes), isr=tuple(p.isr_nodes), error_code=p.error_code)
-                for p in t.partitions
-            }
-            meta = TopicMetadata(name=t.name, topic_id=_topic_id_or_none(t.topic_id), error_code=t.error_code,
-                                 partitions=parts)
-            result[t.name] = meta
-            self._topics[t.name] = meta
-            self._topic_answer[t.name] = self._metadata_answers
-        return result
-
-    def metadata_stamp(self) -> int:
-        """A stamp of this client's metadata: the count of Metadata answers taken so far (a later answer has a
-        larger stamp). Keep it when cached metadata stops being trusted; :meth:`topic_metadata_since` then
-        accepts only an answer taken after it."""
-        return self._metadata_answers
-
-    def topic_metadata_since(self, topic: str, stamp: int) -> TopicMetadata:
-        """The topic's metadata from an answer taken after ``stamp`` (:meth:`metadata_stamp`): the cached one when
-        it is that fresh, else asked for now. So the partitions of one topic that all need a fresh look-up (a
-        daemon opening 2,000 lanes of 40 topics, a leader move) share one answer per topic, not one per partition."""
-        fresh = topic in self._topics and self._topic_answer.get(topic, -1) > stamp
-        return self.topic_metadata(topic, refresh=not fresh)
-
-    def topic_metadata(self, topic: str, *, refresh: bool = False) -> TopicMetadata:
-        """Cached metadata for one topic, fetched when missing or when ``refresh``; raises on a topic error."""
-        meta = None if refresh else self._topics.get(topic)
-        if meta is None:
-            meta = self.metadata([topic]).get(topic)
-        if meta is None:
-            raise Errors.UnknownTopicOrPartitionError(topic)
-        if meta.error_code:
-            self._topics.pop(topic, None)
-            raise Errors.for_code(meta.error_code)(topic)
-        return meta
-
-    def leader_for(self, topic: str, partition: int, *, refresh: bool = False) -> tuple[int, int]:
-        """(leader node id, leader epoch) of a partition; raises a retriable error when there is none yet."""
-        meta = self.topic_metadata(topic, refresh=refresh)
-        part = meta.partitions.get(partition)
-        if part is None:
-            self._topics.pop(topic, None)
-            raise Errors.UnknownTopicOrPartitionError(f"{topic}-{partition}")
-        if part.leader < 0:
-            self._topics.pop(topic, None)
-            raise Errors.LeaderNotAvailableError(f"{topic}-{partition}")
-        return part.leader, part.leader_epoch
-
-    def invalidate(self, topic: str) -> None:
-        """Forget cached metadata of ``topic`` so the next lookup asks the cluster (after NOT_LEADER etc.)."""
-        self._topics.pop(topic, None)
-
-    def find_coordinators(self, keys: Sequence[str], key_type: CoordinatorType = CoordinatorType.TRANSACTION, *,
-                          timeout_s: float | None = None) -> dict[str, Any]:
-        """Many coordinators in few requests (FindCoordinator v4+, KIP-699: up to
-        :data:`COORDINATOR_KEYS_PER_REQUEST` keys each): key → the answer's entry, for the keys answered without
-        an error (a key still loading, say, is left out: its owner looks it up itself). Empty when the broker's
-        FindCoordinator is older than v4 (one key per request). The entries are for :meth:`hint_coordinator` on
-        this or another client of the cluster: a daemon opening 2,000 lanes asks once, not 2,000 times.
-        ``timeout_s``: all the requests together end within it (raising the timeout, or returning what was found
-        when the time ran out between requests), for a caller that must not wait a whole request timeout."""
-        if not keys or self.api_version(FindCoordinatorRequest) < 4:
-            return {}
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        found: dict[str, Any] = {}
-        keys = list(keys)
-        for begin in range(0, len(keys), COORDINATOR_KEYS_PER_REQUEST):
-            chunk = keys[begin:begin + COORDINATOR_KEYS_PER_REQUEST]
-            timeout_ms = None if deadline is None else int((deadline - time.monotonic()) * 1000)
-            if timeout_ms is not None and timeout_ms <= 0:
-                return found
-            try:
-                response = self.send(None, FindCoordinatorRequest(key=chunk[0], key_type=int(key_type),
-                                                                  coordinator_keys=chunk), timeout_ms=timeout_ms)
-            except Errors.KafkaError:
-                if found:  # a later chunk failed: keep what the earlier ones found (the rest ask alone)
-                    return found
-                raise
-            if response.API_VERSION < 4:  # negotiated down by the node that answered: nothing batched
-                return found
-            for entry in response.coordinators:
-                if entry.error_code == 0:
-                    found[entry.key] = entry
-        return found
-
-    def hint_coordinator(self, key: str, entry: Any, key_type: CoordinatorType = CoordinatorType.TRANSACTION
-                         ) -> None:
-        """Let the next :meth:`find_coordinator` of ``key`` on this client take ``entry`` (from
-        :meth:`find_coordinators`, possibly another client's) instead of asking. Used once: a caller that meets
-        NOT_COORDINATOR (or any retriable error) looks the key up again, and that look-up asks the cluster."""
-        self._coordinator_hints[(int(key_type), key)] = entry
-
-    def find_coordinator(self, key: str, key_type: CoordinatorType = CoordinatorType.TRANSACTION) -> int:
-        """Node id of the group or transaction coordinator for ``key`` (raises retriable errors while loading);
-        a hint left by :meth:`hint_coordinator` is taken (once) instead of a request."""
-        hint = self._coordinator_hints.pop((int(key_type), key), None)
-        if hint is not None:
-            self._manager.cluster.add_coordinator(hint, key_type, key, synthesize_node_id=False)
-            return hint.node_id
-        request = FindCoordinatorRequest(key=key, key_type=int(key_type), coordinator_keys=[key])
-        response = self.send(None, request)
-        entry = response.coordinators[0] if response.API_VERSION >= 4 else response
-        error = Errors.for_code(entry.error_code)
-        if error is not Errors.NoError:
-            raise error(key)
-        self._manager.cluster.add_coordinator(entry, key_type, key, synthesize_node_id=False)
-        return entry.node_id

@@ -54,7 +54,8 @@ from mirror_core.errors import (
     TopicRecreatedError,
 )
 from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
-from mirror_core.kafka.wire_client import Backoff, WireClient, is_retriable
+from mirror_core.kafka.retries import Backoff, is_retriable
+from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import OutgoingBatch
 from mirror_core.model.lane_status import PersistedLaneState
 from mirror_core.model.map_segments import MapCommit, SegmentChain, assemble_map, segment_key, segment_key_prefix

@@ -20,15 +20,16 @@ import kafka.errors as Errors
 import pytest
 
 from mirror_core.codec.batch_codec import RECORDS_OFFSET
+from mirror_core.codec.fetch_messages import FetchPartitionSpec, FetchTopicSpec
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.dev.sandbox.broker import SandboxBroker
 from mirror_core.dev.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
 from mirror_core.engine.copier import CopyOptions, PartitionRange, RangeCopier
 from mirror_core.errors import ClusterUnavailableError
+from mirror_core.kafka.fast_connection import FastConnection
 from mirror_core.kafka.fetcher import list_offsets
 from mirror_core.kafka.wire_channel import FastSecurity
 from mirror_core.kafka.wire_client import WireClient
-from mirror_core.kafka.wire_fastpath import FastConnection, FetchPartitionSpec, FetchTopicSpec
 from tests.conftest import unavailable
 from tests.copy_helpers import raw_batches
 from tests.integration.daemon.test_daemon import free_port

@@ -11,10 +11,10 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from mirror_core.codec.batch_codec import BatchView, prepare_for_target
-from mirror_core.errors import ClusterUnavailableError, DataLossError
+from mirror_core.errors import BatchRejectedError, ClusterUnavailableError, DataLossError, ProducerFencedError
 from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka.wire_client import WireClient
-from mirror_core.kafka.writer import BatchRejectedError, BatchWriter, OutgoingBatch, ProducerFencedError
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
 
 pytestmark = pytest.mark.integration
 

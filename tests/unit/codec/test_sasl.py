@@ -17,7 +17,12 @@ from kafka.protocol.sasl import (
 )
 
 from mirror_core.codec.sasl import PlainExchange, SaslExchangeError, ScramExchange, new_exchange
-from mirror_core.kafka import wire_fastpath as fp
+from mirror_core.codec.sasl_messages import (
+    decode_sasl_authenticate_response,
+    decode_sasl_handshake_response,
+    encode_sasl_authenticate_request,
+    encode_sasl_handshake_request,
+)
 
 # RFC 7677 §3: user "user", password "pencil"
 RFC_NONCE = "rOprNGfwEbeRWgbNEkqO"
@@ -104,7 +109,7 @@ def _theirs(request, version: int, correlation_id: int, client_id: str | None) -
 @settings(max_examples=100, deadline=None)
 @given(correlation_id=st.integers(0, 2**31 - 1), client_id=st.one_of(st.none(), names), mechanism=names)
 def test_sasl_handshake_request_is_byte_identical(correlation_id, client_id, mechanism):
-    ours = fp.encode_sasl_handshake_request(correlation_id, client_id, mechanism)
+    ours = encode_sasl_handshake_request(correlation_id, client_id, mechanism)
     assert ours == _theirs(SaslHandshakeRequest(mechanism=mechanism), 1, correlation_id, client_id)
 
 
@@ -112,7 +117,7 @@ def test_sasl_handshake_request_is_byte_identical(correlation_id, client_id, mec
 @given(version=st.integers(1, 2), correlation_id=st.integers(0, 2**31 - 1), client_id=st.one_of(st.none(), names),
        auth=st.binary(max_size=300))
 def test_sasl_authenticate_request_is_byte_identical(version, correlation_id, client_id, auth):
-    ours = b"".join(fp.encode_sasl_authenticate_request(version, correlation_id, client_id, auth))
+    ours = b"".join(encode_sasl_authenticate_request(version, correlation_id, client_id, auth))
     assert ours == _theirs(SaslAuthenticateRequest(auth_bytes=auth), version, correlation_id, client_id)
 
 
@@ -122,10 +127,10 @@ def test_sasl_authenticate_request_is_byte_identical(version, correlation_id, cl
 def test_sasl_authenticate_response_decodes_like_kafka_python(version, error, message, auth, lifetime):
     encoded = bytes(SaslAuthenticateResponse(error_code=error, error_message=message, auth_bytes=auth,
                                              session_lifetime_ms=lifetime).encode(version=version))
-    assert fp.decode_sasl_authenticate_response(version, memoryview(encoded)) == (error, message, auth, lifetime)
+    assert decode_sasl_authenticate_response(version, memoryview(encoded)) == (error, message, auth, lifetime)
 
 
 @given(error=st.integers(-1, 100), mechanisms=st.lists(names, max_size=4))
 def test_sasl_handshake_response_decodes_like_kafka_python(error, mechanisms):
     encoded = bytes(SaslHandshakeResponse(error_code=error, mechanisms=mechanisms).encode(version=1))
-    assert fp.decode_sasl_handshake_response(memoryview(encoded)) == (error, mechanisms)
+    assert decode_sasl_handshake_response(memoryview(encoded)) == (error, mechanisms)

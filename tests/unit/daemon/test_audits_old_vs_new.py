@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mirror_core.codec.fetch_messages import FetchPartitionSpec
 from mirror_core.daemon import lane_openings as LO
 from mirror_core.daemon.standing_round import StandingRound, _Member
-from mirror_core.kafka.wire_fastpath import FetchPartitionSpec
 from tests.unit.daemon.test_standing_round import _round, _setup
 
 pytestmark = pytest.mark.timeout(120)

@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.future import Future
 
+from mirror_core.codec.fetch_messages import FetchPartitionSpec
 from mirror_core.daemon.standing_round import StandingRound
 from mirror_core.kafka.broker_fetch import RoundStats
 from mirror_core.kafka.fetch_session import PartitionKey
 from mirror_core.kafka.fetcher import FetchResult
-from mirror_core.kafka.wire_fastpath import FetchPartitionSpec
 from tests.unit.kafka.test_fetch_session import ModelBroker, _Log
 
 pytestmark = pytest.mark.timeout(60)

@@ -117,7 +117,7 @@ class _LedFetcher:
         return 1 + self.partition % self.brokers, 0
 
     def spec(self, epoch):
-        from mirror_core.kafka.wire_fastpath import FetchPartitionSpec
+        from mirror_core.codec.fetch_messages import FetchPartitionSpec
         return FetchPartitionSpec(self.partition, epoch, 0, 1)
 
 

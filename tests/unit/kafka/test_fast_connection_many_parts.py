@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.kafka import wire_fastpath as fp
+from mirror_core.kafka.fast_connection import FastConnection
 from tests.unit.kafka.test_wire_fastpath import _Broker, listener  # noqa: F401 - fixture
 
 
@@ -19,7 +19,7 @@ def test_a_produce_request_of_many_partitions_leaves_whatever_its_buffer_count(l
     one request's own parts (pre-existing in PlainChannel.send, not introduced by the branch)."""
     broker = _Broker(listener)
     broker.start()
-    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    conn = FastConnection(*listener.getsockname(), request_timeout_s=5)
     future = conn.produce(transactional_id=None, acks=-1, timeout_ms=1000,
                           topic_data=[("t", [(p, bytearray(b"x" * 100)) for p in range(600)])])
     conn.wait(future)
@@ -36,7 +36,7 @@ def test_a_re_authentication_due_while_requests_are_deferred_sends_and_drains_th
     round trip, which _Broker answers.)"""
     broker = _Broker(listener)
     broker.start()
-    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    conn = FastConnection(*listener.getsockname(), request_timeout_s=5)
     exchanges = []
 
     def authenticate(*, again=False):

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mirror_core.kafka import wire_fastpath as fp
+from mirror_core.codec.fetch_messages import FetchPartitionSpec, FetchTopicSpec, ForgottenTopic, encode_fetch_request
 from mirror_core.kafka.fetch_session import (
     FETCH_SESSION_ID_NOT_FOUND,
     FINAL_EPOCH,
@@ -30,7 +30,6 @@ from mirror_core.kafka.fetch_session import (
     next_epoch,
 )
 from mirror_core.kafka.fetcher import kafka_python_fetch_request
-from mirror_core.kafka.wire_fastpath import FetchPartitionSpec, FetchTopicSpec
 
 TOPIC_ID = uuid.UUID(int=7)
 
@@ -336,14 +335,14 @@ def test_session_fields_and_forgotten_topics_are_byte_identical_to_kafka_pythons
     by_id = version >= 13
     topics = [FetchTopicSpec(name, tid if by_id else None, [FetchPartitionSpec(p, 3, 10 * p, 1 << 20, 2)
                                                            for p in parts]) for name, tid, parts in named]
-    gone = [fp.ForgottenTopic(name, tid if by_id else None, parts) for name, tid, parts in forgotten]
+    gone = [ForgottenTopic(name, tid if by_id else None, parts) for name, tid, parts in forgotten]
     request = SimpleNamespace(session_id=session_id, epoch=epoch, topics=topics, forgotten=gone, by_id=by_id)
     theirs = kafka_python_fetch_request(topics, max_wait_ms=500, max_bytes=1 << 20, isolation=1, session=request)
     theirs.API_VERSION = version
     theirs.with_header(correlation_id=9, client_id="shoal")
-    ours = fp.encode_fetch_request(version, 9, "shoal", max_wait_ms=500, min_bytes=1, max_bytes=1 << 20,
-                                   isolation_level=1, topics=topics, session_id=session_id, session_epoch=epoch,
-                                   forgotten=gone)
+    ours = encode_fetch_request(version, 9, "shoal", max_wait_ms=500, min_bytes=1, max_bytes=1 << 20,
+                                isolation_level=1, topics=topics, session_id=session_id, session_epoch=epoch,
+                                forgotten=gone)
     assert ours == bytes(theirs.encode(framed=True, header=True))
 
 

@@ -13,17 +13,11 @@ from kafka.protocol.producer import InitProducerIdRequest
 from kafka.record.default_records import DefaultRecordBatch
 
 from mirror_core.codec.batch_codec import parse_batch, walk_batches
-from mirror_core.errors import ConfigError, CorruptBatchError
+from mirror_core.config.cluster import kafka_python_kwargs
+from mirror_core.errors import AmbiguousWriteError, BatchRejectedError, ConfigError, CorruptBatchError, WriteOrderError
 from mirror_core.kafka.fetcher import AbortedTransaction, RawBatchFetcher, select_committed
-from mirror_core.kafka.wire_client import kafka_python_kwargs
-from mirror_core.kafka.writer import (
-    AmbiguousWriteError,
-    BatchRejectedError,
-    BatchWriter,
-    OutgoingBatch,
-    WriteOrderError,
-    next_sequence,
-)
+from mirror_core.kafka.produce_pipeline import next_sequence
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
 
 pytestmark = pytest.mark.unit
 
@@ -80,14 +74,15 @@ def offsets(batches) -> list[int]:
 # -- config translation -------------------------------------------------------------------------------------
 
 def test_plaintext_config_translates_with_a_receive_limit_fit_for_fetch():
-    kwargs = kafka_python_kwargs({"bootstrap.servers": "127.0.0.1:9092", "client.id": "shoal-test"})
+    kwargs = kafka_python_kwargs("cluster", {"bootstrap.servers": "127.0.0.1:9092", "client.id": "shoal-test"},
+                                 data_plane=True)
     assert kwargs["bootstrap_servers"] == ["127.0.0.1:9092"]
     assert kwargs["client_id"] == "shoal-test"
     assert kwargs["receive_message_max_bytes"] == 100_000_000      # kafka-python's 1 MB default breaks Fetch
 
 
 def test_sasl_ssl_scram_config_translates_every_key():
-    kwargs = kafka_python_kwargs({
+    kwargs = kafka_python_kwargs("cluster", {
         "bootstrap.servers": "a:9093,b:9093",
         "security.protocol": "sasl_ssl",
         "sasl.mechanism": "SCRAM-SHA-512",
@@ -95,7 +90,7 @@ def test_sasl_ssl_scram_config_translates_every_key():
         "sasl.password": "s3cret",
         "ssl.ca.location": "/etc/ca.pem",
         "ssl.endpoint.identification.algorithm": "none",
-    })
+    }, data_plane=True)
     assert kwargs["bootstrap_servers"] == ["a:9093", "b:9093"]
     assert kwargs["security_protocol"] == "SASL_SSL"
     assert kwargs["sasl_mechanism"] == "SCRAM-SHA-512"
@@ -108,7 +103,7 @@ def test_sasl_ssl_scram_config_translates_every_key():
                                  "enable.ssl.certificate.verification"])
 def test_unknown_keys_are_rejected_by_name(key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        kafka_python_kwargs({"bootstrap.servers": "h:1", key: "x"}, "source")
+        kafka_python_kwargs("source", {"bootstrap.servers": "h:1", key: "x"}, data_plane=True)
 
 
 @pytest.mark.parametrize("config, fragment", [
@@ -121,14 +116,15 @@ def test_unknown_keys_are_rejected_by_name(key):
 ])
 def test_invalid_configs_name_the_key_and_the_cluster(config, fragment):
     with pytest.raises(ConfigError, match=fragment.replace(".", r"\.")) as info:
-        kafka_python_kwargs(config, "source")
+        kafka_python_kwargs("source", config, data_plane=True)
     assert "'source'" in str(info.value)
 
 
 def test_config_errors_never_echo_a_password():
     with pytest.raises(ConfigError) as info:
-        kafka_python_kwargs({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
-                             "sasl.mechanism": "OAUTHBEARER", "sasl.username": "u", "sasl.password": "hunter22"})
+        kafka_python_kwargs("cluster", {"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+                                        "sasl.mechanism": "OAUTHBEARER", "sasl.username": "u",
+                                        "sasl.password": "hunter22"}, data_plane=True)
     assert "hunter22" not in str(info.value)
 
 

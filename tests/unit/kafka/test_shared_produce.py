@@ -294,7 +294,7 @@ def test_a_writer_of_several_partitions_never_resends_another_partitions_unanswe
     under the new producer id, which the broker cannot dedupe: t-0 held records 2 and 3 twice (the reviewer's fuzz,
     seed 98). Now the write halts with AmbiguousWriteError naming t-0, and nothing is written twice."""
     from mirror_core.errors import AmbiguousWriteError
-    from mirror_core.kafka.wire_client import Backoff
+    from mirror_core.kafka.retries import Backoff
 
     monkeypatch.setattr(Backoff, "wait", lambda self: True)
     broker = PipelinedBroker(script={("t", 0): [0, 0, "drop", 0, Errors.UnknownProducerIdError.errno],

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from mirror_core.codec.kafka_primitives import uvarint
 from mirror_core.kafka import topic_counts as tc
-from mirror_core.kafka import wire_fastpath as fp
 
 T = MetadataResponse.MetadataResponseTopic
 P = T.MetadataResponsePartition
@@ -76,7 +76,7 @@ def test_a_cut_answer_fails_instead_of_listing_fewer_topics(version, topic_list,
 
 
 def _uv(n: int) -> bytes:
-    return fp.uvarint(n)
+    return uvarint(n)
 
 
 def _cstr(s: str) -> bytes:

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from mirror_core.codec.batch_codec import PARTITION_LEADER_EPOCH_OFFSET, prepare_for_target, walk_batches
+from mirror_core.codec.fetch_messages import EpochEndOffset, FetchTopicSpec, decode_fetch_response
+from mirror_core.codec.kafka_primitives import uvarint
 from mirror_core.engine.copier import CopyResult, FetchedOnce, PartitionRange, _advance_end
 from mirror_core.errors import SourceTruncatedError
-from mirror_core.kafka import wire_fastpath as fp
 from mirror_core.kafka.epochs import EpochEnd, check_truncation
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher, kafka_python_fetch_request
 from mirror_core.model.group_translation import translation_refusal
@@ -80,7 +81,7 @@ def test_a_batch_past_the_range_end_does_not_give_its_epoch():
 def test_kafka_pythons_request_carries_the_epoch(epoch):
     """(The hand-encoded request is byte-identical to this one: tests/unit/kafka/test_wire_fastpath.py.)"""
     fetcher = _fetcher(7, last_epoch=epoch)
-    request = kafka_python_fetch_request([fp.FetchTopicSpec("t", None, [fetcher.spec(1)])], max_wait_ms=1,
+    request = kafka_python_fetch_request([FetchTopicSpec("t", None, [fetcher.spec(1)])], max_wait_ms=1,
                                          max_bytes=1, isolation=1)
     request.API_VERSION = 12
     decoded = FetchRequest.decode(bytes(request.encode()), version=12)
@@ -105,7 +106,7 @@ def test_a_diverging_epoch_halts_naming_what_the_target_holds_that_the_source_lo
     if decoder == "kafka-python":
         data = FetchResponse.decode(encoded, version=12).responses[0].partitions[0]
     else:
-        data = fp.decode_fetch_response(12, memoryview(encoded)).responses[0].partitions[0]
+        data = decode_fetch_response(12, memoryview(encoded)).responses[0].partitions[0]
     fetcher = _fetcher(40, last_epoch=0)
     with pytest.raises(SourceTruncatedError) as info:
         fetcher.handle(data)
@@ -119,18 +120,18 @@ def test_a_diverging_epoch_halts_naming_what_the_target_holds_that_the_source_lo
 def test_the_fast_path_reads_diverging_epoch_like_kafka_python(epoch, end_offset, version):
     encoded = _diverging_response(epoch, end_offset, version)
     theirs = FetchResponse.decode(encoded, version=version).responses[0].partitions[0].diverging_epoch
-    ours = fp.decode_fetch_response(version, memoryview(encoded)).responses[0].partitions[0].diverging_epoch
+    ours = decode_fetch_response(version, memoryview(encoded)).responses[0].partitions[0].diverging_epoch
     assert tuple(ours) == (theirs.epoch, theirs.end_offset)
 
 
 def test_an_unknown_tagged_field_beside_diverging_epoch_is_skipped():
-    frame = (struct.pack(">ihi", 0, 0, 0) + fp.uvarint(2) + fp.uvarint(2) + b"t" + fp.uvarint(2)
-             + struct.pack(">ihqqq", 0, 0, 9, 9, 0) + fp.uvarint(0) + struct.pack(">i", -1) + fp.uvarint(1)
-             + fp.uvarint(2)                                           # two tagged fields
-             + fp.uvarint(7) + fp.uvarint(3) + b"xyz"                  # an unknown tag
-             + fp.uvarint(0) + fp.uvarint(13) + struct.pack(">iq", 4, 17) + b"\x00"   # DivergingEpoch
+    frame = (struct.pack(">ihi", 0, 0, 0) + uvarint(2) + uvarint(2) + b"t" + uvarint(2)
+             + struct.pack(">ihqqq", 0, 0, 9, 9, 0) + uvarint(0) + struct.pack(">i", -1) + uvarint(1)
+             + uvarint(2)                                        # two tagged fields
+             + uvarint(7) + uvarint(3) + b"xyz"                  # an unknown tag
+             + uvarint(0) + uvarint(13) + struct.pack(">iq", 4, 17) + b"\x00"   # DivergingEpoch
              + b"\x00" + b"\x00")
-    part = fp.decode_fetch_response(12, memoryview(frame)).responses[0].partitions[0]
+    part = decode_fetch_response(12, memoryview(frame)).responses[0].partitions[0]
     assert part.diverging_epoch == (4, 17) and part.high_watermark == 9
 
 
@@ -198,7 +199,7 @@ def test_the_daemons_shared_fetch_keeps_a_diverging_partition_to_itself_as_a_hal
 
     truncated, healthy = _fetcher(40, last_epoch=0), RawBatchFetcher(SimpleNamespace(cluster_name="source"), "t", 1, 0)
     response = SimpleNamespace(responses=[SimpleNamespace(topic="t", topic_id=None, partitions=[
-        SimpleNamespace(partition_index=0, **vars(_response(diverging=fp.EpochEndOffset(0, 20)))),
+        SimpleNamespace(partition_index=0, **vars(_response(diverging=EpochEndOffset(0, 20)))),
         SimpleNamespace(partition_index=1, **vars(_response(with_epoch(make_batch(0, 2), 1))))])])
     outcomes = [PartitionOutcome(), PartitionOutcome()]
     _dispatch(response, [(0, truncated), (1, healthy)], outcomes)

@@ -1,4 +1,5 @@
-"""The hand-encoded hot path (mirror_core.kafka.wire_fastpath) is byte-identical to kafka-python's own encoding.
+"""The hand-encoded hot path (mirror_core.codec.*_messages, sent by mirror_core.kafka.fast_connection) is
+byte-identical to kafka-python's own encoding.
 
 Requests: for many generated inputs and every version we speak, the concatenated buffers equal kafka-python's
 ``encode(framed=True, header=True)`` of the same request (for Fetch: the very request RawBatchFetcher builds).
@@ -21,8 +22,26 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from mirror_core.kafka import wire_fastpath as fp
+from mirror_core.codec.fetch_messages import (
+    FetchPartitionSpec,
+    FetchTopicSpec,
+    decode_fetch_response,
+    encode_fetch_request,
+)
+from mirror_core.codec.kafka_primitives import API_VERSIONS, Reader
+from mirror_core.codec.produce_messages import (
+    _PRODUCE_TEMPLATES,
+    _TEMPLATES_MAX,
+    API_PRODUCE,
+    _decode_one_partition,
+    _decode_produce_general,
+    _encode_produce_general,
+    decode_produce_response,
+    encode_produce_request,
+)
+from mirror_core.kafka.fast_connection import FastConnection
 from mirror_core.kafka.fetcher import RawBatchFetcher, diverging_epoch, kafka_python_fetch_request
+from mirror_core.kafka.response_frames import RECV_BUFFER
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
 ascii_names = st.text("abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, max_size=30)
@@ -54,21 +73,21 @@ def test_produce_request_is_byte_identical(version, correlation_id, client_id, t
         transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
         topic_data=[Topic(name=t, partition_data=[Topic.PartitionProduceData(index=i, records=r) for i, r in ps])
                     for t, ps in data])
-    ours = fp.encode_produce_request(version, correlation_id, client_id, transactional_id=transactional_id,
-                                     acks=acks, timeout_ms=timeout_ms, topic_data=data)
+    ours = encode_produce_request(version, correlation_id, client_id, transactional_id=transactional_id,
+                                  acks=acks, timeout_ms=timeout_ms, topic_data=data)
     assert b"".join(bytes(part) for part in ours) == _kafka_python_request(theirs, version, correlation_id, client_id)
 
 
 def test_produce_request_passes_batch_buffers_without_copying():
     batch = bytearray(b"x" * 1000)
-    parts = fp.encode_produce_request(11, 1, "shoal", transactional_id=None, acks=-1, timeout_ms=1000,
-                                      topic_data=[("t", [(0, batch)])])
+    parts = encode_produce_request(11, 1, "shoal", transactional_id=None, acks=-1, timeout_ms=1000,
+                                   topic_data=[("t", [(0, batch)])])
     assert any(part is batch for part in parts)
 
 
 def test_produce_request_refuses_versions_it_does_not_speak():
     with pytest.raises(ValueError):
-        fp.encode_produce_request(12, 1, "c", transactional_id=None, acks=-1, timeout_ms=1, topic_data=[])
+        encode_produce_request(12, 1, "c", transactional_id=None, acks=-1, timeout_ms=1, topic_data=[])
 
 
 _produce_partitions = st.lists(st.fixed_dictionaries({
@@ -101,7 +120,7 @@ def test_produce_response_decodes_like_kafka_python(version, throttle, topics, e
         node_endpoints=[ProduceResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=None) for i, h, p in endpoints])
     encoded = bytes(response.encode(version=version))
     expected = ProduceResponse.decode(encoded, version=version)
-    ours = fp.decode_produce_response(version, memoryview(encoded))
+    ours = decode_produce_response(version, memoryview(encoded))
     assert ours.throttle_time_ms == expected.throttle_time_ms
     assert [t.name for t in ours.responses] == [t.name for t in expected.responses]
     for mine, theirs in zip(ours.responses, expected.responses, strict=True):
@@ -125,14 +144,14 @@ def test_fetch_request_is_byte_identical_to_the_fetchers(version, correlation_id
                               isolation=isolation, last_epoch=last_epoch)
     fetcher._topic_id = topic_id if version >= 13 else None
     theirs = _kafka_python_request(fetcher._request(epoch), version, correlation_id, client_id)
-    ours = fp.encode_fetch_request(version, correlation_id, client_id, max_wait_ms=max_wait_ms, min_bytes=1,
-                                   max_bytes=max_bytes, isolation_level=isolation,
-                                   topics=[fp.FetchTopicSpec(topic, fetcher._topic_id, [fetcher.spec(epoch)])])
+    ours = encode_fetch_request(version, correlation_id, client_id, max_wait_ms=max_wait_ms, min_bytes=1,
+                                max_bytes=max_bytes, isolation_level=isolation,
+                                topics=[FetchTopicSpec(topic, fetcher._topic_id, [fetcher.spec(epoch)])])
     assert ours == theirs
 
 
 _multi_topics = st.lists(st.tuples(names, st.uuids(), st.lists(st.builds(
-    fp.FetchPartitionSpec, partition=st.integers(0, 2**31 - 1), current_leader_epoch=i32,
+    FetchPartitionSpec, partition=st.integers(0, 2**31 - 1), current_leader_epoch=i32,
     fetch_offset=st.integers(0, 2**62), partition_max_bytes=st.integers(1, 2**31 - 1), last_fetched_epoch=i32,
     log_start_offset=i64), min_size=1, max_size=4)),
     min_size=1, max_size=3)
@@ -145,18 +164,18 @@ _multi_topics = st.lists(st.tuples(names, st.uuids(), st.lists(st.builds(
 def test_multi_partition_fetch_request_is_byte_identical(version, correlation_id, client_id, topics, max_bytes,
                                                          max_wait_ms, isolation):
     """The daemon's one-request-per-broker fetch: many topics, many partitions each."""
-    specs = [fp.FetchTopicSpec(name, topic_id if version >= 13 else None, parts) for name, topic_id, parts in topics]
+    specs = [FetchTopicSpec(name, topic_id if version >= 13 else None, parts) for name, topic_id, parts in topics]
     request = kafka_python_fetch_request(specs, max_wait_ms=max_wait_ms, max_bytes=max_bytes, isolation=isolation)
     theirs = _kafka_python_request(request, version, correlation_id, client_id)
-    ours = fp.encode_fetch_request(version, correlation_id, client_id, max_wait_ms=max_wait_ms, min_bytes=1,
-                                   max_bytes=max_bytes, isolation_level=isolation, topics=specs)
+    ours = encode_fetch_request(version, correlation_id, client_id, max_wait_ms=max_wait_ms, min_bytes=1,
+                                max_bytes=max_bytes, isolation_level=isolation, topics=specs)
     assert ours == theirs
 
 
 def test_fetch_request_by_topic_id_refuses_a_topic_without_one():
     with pytest.raises(ValueError, match="needs a topic id"):
-        fp.encode_fetch_request(13, 1, "c", max_wait_ms=1, min_bytes=1, max_bytes=1, isolation_level=1,
-                                topics=[fp.FetchTopicSpec("t", None, [fp.FetchPartitionSpec(0, -1, 0, 1)])])
+        encode_fetch_request(13, 1, "c", max_wait_ms=1, min_bytes=1, max_bytes=1, isolation_level=1,
+                             topics=[FetchTopicSpec("t", None, [FetchPartitionSpec(0, -1, 0, 1)])])
 
 
 _fetch_partitions = st.lists(st.fixed_dictionaries({
@@ -190,7 +209,7 @@ def test_fetch_response_decodes_like_kafka_python(version, throttle, error_code,
         node_endpoints=[FetchResponse.NodeEndpoint(node_id=i, host=h, port=p, rack=None) for i, h, p in endpoints])
     encoded = bytes(response.encode(version=version))
     expected = FetchResponse.decode(encoded, version=version)
-    ours = fp.decode_fetch_response(version, memoryview(encoded))
+    ours = decode_fetch_response(version, memoryview(encoded))
     assert (ours.throttle_time_ms, ours.error_code, ours.session_id) == (
         expected.throttle_time_ms, expected.error_code if version >= 7 else 0,
         expected.session_id if version >= 7 else 0)
@@ -221,7 +240,7 @@ def test_fetch_records_are_a_view_into_the_frame():
     response = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=[
         FetchResponse.FetchableTopicResponse(topic="t", partitions=[P(partition_index=0, records=b"abc" * 10)])])
     frame = bytearray(response.encode(version=12))
-    records = fp.decode_fetch_response(12, memoryview(frame)).responses[0].partitions[0].records
+    records = decode_fetch_response(12, memoryview(frame)).responses[0].partitions[0].records
     assert records.obj is frame and bytes(records) == b"abc" * 10
 
 
@@ -248,7 +267,7 @@ class _Broker(threading.Thread):
                     return
                 frame = _recv(conn, struct.unpack(">i", head)[0])
                 api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
-                if api_key == fp.API_VERSIONS:
+                if api_key == API_VERSIONS:
                     body = struct.pack(">hi", 0, 2) + struct.pack(">hhh", 0, 3, 11) + struct.pack(">hhh", 1, 4, 17)
                     conn.sendall(struct.pack(">ii", len(body) + 4, correlation_id) + body)
                     continue
@@ -289,8 +308,8 @@ def _produce(conn, batch=b"batch"):
 def test_connection_pipelines_requests_and_answers_them_in_order(listener):
     broker = _Broker(listener)
     broker.start()
-    conn = fp.FastConnection(*listener.getsockname(), client_id="shoal", request_timeout_s=5)
-    assert conn.version(fp.API_PRODUCE, 3, 11) == 11
+    conn = FastConnection(*listener.getsockname(), client_id="shoal", request_timeout_s=5)
+    assert conn.version(API_PRODUCE, 3, 11) == 11
     futures = [_produce(conn, b"x" * size) for size in (10, 200_000, 1)]
     conn.wait(futures[2])                      # waiting for the last resolves the ones before it
     assert [f.value.responses[0].partition_responses[0].base_offset for f in futures] == [1, 2, 3]
@@ -304,7 +323,7 @@ def test_connection_pipelines_requests_and_answers_them_in_order(listener):
 def test_connection_failure_fails_every_request_in_flight_with_a_retriable_error(listener):
     broker = _Broker(listener, close_after=1)
     broker.start()
-    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    conn = FastConnection(*listener.getsockname(), request_timeout_s=5)
     first, second = _produce(conn), _produce(conn)
     conn.wait(second)
     assert first.succeeded()
@@ -315,7 +334,7 @@ def test_connection_failure_fails_every_request_in_flight_with_a_retriable_error
 
 def test_connection_closes_on_a_correlation_id_mismatch(listener):
     _Broker(listener, swap_correlation=True).start()
-    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    conn = FastConnection(*listener.getsockname(), request_timeout_s=5)
     future = _produce(conn)
     conn.wait(future)
     assert future.failed() and conn.closed
@@ -325,7 +344,7 @@ def test_connection_times_out_as_a_retriable_error(listener):
     accepted = []
     threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
     with pytest.raises(Errors.RequestTimedOutError):
-        fp.FastConnection(*listener.getsockname(), request_timeout_s=0.2)   # nobody answers ApiVersions
+        FastConnection(*listener.getsockname(), request_timeout_s=0.2)   # nobody answers ApiVersions
 
 
 def test_unreachable_broker_is_a_retriable_connection_error():
@@ -333,7 +352,7 @@ def test_unreachable_broker_is_a_retriable_connection_error():
     address = sock.getsockname()
     sock.close()
     with pytest.raises(Errors.KafkaConnectionError) as info:
-        fp.FastConnection(*address, connect_timeout_s=1)
+        FastConnection(*address, connect_timeout_s=1)
     assert info.value.retriable
 
 
@@ -346,7 +365,7 @@ def test_deferred_requests_stay_until_flushed_then_leave_in_order(listener):
     """Requests sent with defer=True reach the broker only at flush(); answers keep the send order."""
     broker = _Broker(listener)
     broker.start()
-    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    conn = FastConnection(*listener.getsockname(), request_timeout_s=5)
     futures = [conn.produce(transactional_id=None, acks=-1, timeout_ms=1000, defer=True,
                             topic_data=[("t", [(0, bytearray(b"x" * n))])]) for n in (1, 2, 3)]
     time.sleep(0.2)
@@ -365,7 +384,7 @@ def test_deferred_requests_leave_before_a_wait_or_an_undeferred_request(listener
     before the iovec limit is reached."""
     broker = _Broker(listener)
     broker.start()
-    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    conn = FastConnection(*listener.getsockname(), request_timeout_s=5)
     first = [conn.produce(transactional_id=None, acks=-1, timeout_ms=1000, defer=True,
                           topic_data=[("t", [(0, bytearray(b"a"))])]) for _ in range(2)]
     conn.wait(first[0])                                           # no flush(): the wait sends them
@@ -384,7 +403,7 @@ def test_answered_takes_arrived_answers_without_waiting(listener):
     gate = threading.Event()
     broker = _Broker(listener, gate=gate)
     broker.start()
-    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    conn = FastConnection(*listener.getsockname(), request_timeout_s=5)
     futures = [_produce(conn) for _ in range(3)]
     started = time.monotonic()
     assert not conn.answered(futures[0])
@@ -399,7 +418,7 @@ def test_answered_takes_arrived_answers_without_waiting(listener):
 
 def test_uuid_round_trip_of_the_reader():
     value = uuid.uuid4()
-    assert fp._Reader(memoryview(value.bytes)).uuid() == value
+    assert Reader(memoryview(value.bytes)).uuid() == value
 
 
 # -- one-partition fast paths (issue 14: per-request CPU of one-record batches) ----------------------------------
@@ -417,9 +436,9 @@ def test_one_partition_produce_request_is_byte_identical_to_the_general_encoder_
         version, correlation_id, client_id, transactional_id, acks, timeout_ms, topic, index, batch):
     kwargs = {"transactional_id": transactional_id, "acks": acks, "timeout_ms": timeout_ms,
               "topic_data": [(topic, [(index, batch)])]}
-    fast = fp.encode_produce_request(version, correlation_id, client_id, **kwargs)
-    again = fp.encode_produce_request(version, correlation_id, client_id, **kwargs)     # from the template cache
-    general = fp._encode_produce_general(version, correlation_id, client_id, **kwargs)
+    fast = encode_produce_request(version, correlation_id, client_id, **kwargs)
+    again = encode_produce_request(version, correlation_id, client_id, **kwargs)     # from the template cache
+    general = _encode_produce_general(version, correlation_id, client_id, **kwargs)
     assert any(part is batch for part in fast)                  # the batch is passed, not copied
     joined = b"".join(bytes(part) for part in fast)
     assert joined == b"".join(bytes(part) for part in again) == b"".join(bytes(part) for part in general)
@@ -430,11 +449,11 @@ def test_one_partition_produce_request_is_byte_identical_to_the_general_encoder_
 
 
 def test_produce_template_cache_stays_bounded():
-    fp._PRODUCE_TEMPLATES.clear()
-    for i in range(fp._TEMPLATES_MAX + 10):
-        fp.encode_produce_request(11, 1, "c", transactional_id=None, acks=-1, timeout_ms=1,
-                                  topic_data=[(f"t{i}", [(0, b"x")])])
-    assert len(fp._PRODUCE_TEMPLATES) <= fp._TEMPLATES_MAX
+    _PRODUCE_TEMPLATES.clear()
+    for i in range(_TEMPLATES_MAX + 10):
+        encode_produce_request(11, 1, "c", transactional_id=None, acks=-1, timeout_ms=1,
+                               topic_data=[(f"t{i}", [(0, b"x")])])
+    assert len(_PRODUCE_TEMPLATES) <= _TEMPLATES_MAX
 
 
 _one_partition = st.fixed_dictionaries({
@@ -471,11 +490,11 @@ def test_one_partition_produce_response_decodes_like_the_general_decoder(version
              and (version < 10 or partition["leader"] is None and not endpoints)   # v10+ tagged fields
              and not trailing
              and len(name.encode("utf-8")) < 127)
-    fast = fp._decode_one_partition(version, frame)
+    fast = _decode_one_partition(version, frame)
     assert (fast is not None) == usual                          # it takes the usual answer and declines the rest
-    assert fp.decode_produce_response(version, frame) == fp._decode_produce_general(version, frame)
+    assert decode_produce_response(version, frame) == _decode_produce_general(version, frame)
     if usual:
-        assert fast == fp._decode_produce_general(version, frame)
+        assert fast == _decode_produce_general(version, frame)
 
 
 def test_receive_buffer_splits_coalesced_small_answers_and_a_large_one_straddling_it(listener):
@@ -485,7 +504,7 @@ def test_receive_buffer_splits_coalesced_small_answers_and_a_large_one_straddlin
         return struct.pack(">ii", len(body) + 4, cid) + body
 
     small = [bytes([i]) * (i + 1) for i in range(6)]
-    large = bytes(range(256)) * (fp._RECV_BUFFER // 256 * 3 + 7)
+    large = bytes(range(256)) * (RECV_BUFFER // 256 * 3 + 7)
     accepted = []
 
     def broker():
@@ -505,7 +524,7 @@ def test_receive_buffer_splits_coalesced_small_answers_and_a_large_one_straddlin
 
     thread = threading.Thread(target=broker, daemon=True)
     thread.start()
-    conn = fp.FastConnection(*listener.getsockname(), request_timeout_s=5)
+    conn = FastConnection(*listener.getsockname(), request_timeout_s=5)
     bodies = small[:3] + [large] + small[3:]
     futures = [conn.send([b""], lambda frame: bytes(frame), flexible_response=False, correlation_id=10 + i)
                for i in range(len(bodies))]

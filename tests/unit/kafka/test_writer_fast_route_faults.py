@@ -24,9 +24,11 @@ import pytest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceResponse
 
 from mirror_core.codec.batch_codec import parse_batch
-from mirror_core.kafka import wire_fastpath as fp
-from mirror_core.kafka import writer as writer_module
-from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, next_sequence, write_together
+from mirror_core.codec.kafka_primitives import API_VERSIONS, Reader
+from mirror_core.kafka import produce_pipeline
+from mirror_core.kafka.fast_connection import FastConnection
+from mirror_core.kafka.produce_pipeline import next_sequence
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, write_together
 from tests.unit.kafka.test_kafka_wire_pure import make_batch
 from tests.unit.kafka.test_wire_fastpath import _recv
 
@@ -36,7 +38,7 @@ NOT_LEADER = Errors.NotLeaderForPartitionError.errno
 
 
 def _parse_produce(frame: bytes):
-    r = fp._Reader(memoryview(frame))
+    r = Reader(memoryview(frame))
     api_key, version, correlation_id = r.i16(), r.i16(), r.i32()
     r.string(False)                       # client id
     if version >= 9:
@@ -97,7 +99,7 @@ class Cluster:
                 if frame is None:
                     return
                 api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
-                if api_key == fp.API_VERSIONS:
+                if api_key == API_VERSIONS:
                     body = struct.pack(">hi", 0, 2) + struct.pack(">hhh", 0, 3, 11) + struct.pack(">hhh", 1, 4, 17)
                     conn.sendall(struct.pack(">ii", len(body) + 4, correlation_id) + body)
                     continue
@@ -179,8 +181,8 @@ class FastClient:
     def fast_connection(self, node):
         conn = self.conns.get(node)
         if conn is None or conn.closed:
-            conn = self.conns[node] = fp.FastConnection("127.0.0.1", self.cluster.port(node), node_id=node,
-                                                        request_timeout_s=5)
+            conn = self.conns[node] = FastConnection("127.0.0.1", self.cluster.port(node), node_id=node,
+                                                     request_timeout_s=5)
         return conn
 
     def close(self):
@@ -260,7 +262,7 @@ def test_a_refused_first_batch_keeps_one_in_flight_on_the_fast_route():
 
 @pytest.mark.parametrize("keep", [0, 1, 3, 4])
 def test_keep_queued_values_never_reorder(monkeypatch, keep):
-    monkeypatch.setattr(writer_module, "KEEP_QUEUED", keep)
+    monkeypatch.setattr(produce_pipeline, "KEEP_QUEUED", keep)
     tp = ("t", 0)
     cluster = Cluster({tp: 1}, {tp: [0, 0, NOT_LEADER, 0, 0, "half", 0, 0, 0, 0, "reset"]})
     try:

@@ -1,4 +1,4 @@
-"""The writer's one-partition loop (``_Pipeline._run_one_partition``) against the general turns: a write of one
+"""The writer's one-partition loop (``ProducePipeline._run_one_partition``) against the general turns: a write of one
 writer to one partition on the fast route sends the same requests, byte for byte and in the same order, and keeps
 every invariant of the general path (first-acknowledgement rule, sequences, in-flight limits, refusals handed back).
 
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirror_core.codec.batch_codec import parse_batch
-from mirror_core.kafka import writer as writer_module
+from mirror_core.kafka import produce_pipeline
 from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, _check_ready
 from tests.unit.kafka import test_writer_fast_route_faults as faults
 from tests.unit.kafka.test_kafka_wire_pure import make_batch
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(120)
 
 NOT_LEADER = Errors.NotLeaderForPartitionError.errno
 _PARSE_PRODUCE = faults._parse_produce
-_RUN_ONE_PARTITION = writer_module._Pipeline._run_one_partition
+_RUN_ONE_PARTITION = produce_pipeline.ProducePipeline._run_one_partition
 
 
 def _write_recorded(monkeypatch, *, loop: bool, counts: list[int], script: list, max_inflight_bytes: int,
@@ -47,9 +47,9 @@ def _write_recorded(monkeypatch, *, loop: bool, counts: list[int], script: list,
         return ran
 
     monkeypatch.setattr(faults, "_parse_produce", recording)
-    monkeypatch.setattr(writer_module, "ONE_PARTITION_LOOP", loop)
-    monkeypatch.setattr(writer_module, "KEEP_QUEUED", keep_queued)
-    monkeypatch.setattr(writer_module._Pipeline, "_run_one_partition", counted)
+    monkeypatch.setattr(produce_pipeline, "ONE_PARTITION_LOOP", loop)
+    monkeypatch.setattr(produce_pipeline, "KEEP_QUEUED", keep_queued)
+    monkeypatch.setattr(produce_pipeline.ProducePipeline, "_run_one_partition", counted)
     tp = (topic, 0)
     offset, batches = 0, []
     for count in counts:
@@ -155,15 +155,15 @@ def test_answers_arriving_together_behind_a_refused_batch_are_not_acknowledged_o
     import time
 
     from mirror_core.errors import WriteOrderError
-    from mirror_core.kafka import wire_fastpath as fp
+    from mirror_core.kafka.fast_connection import FastConnection
 
-    wait = fp.FastConnection.wait
+    wait = FastConnection.wait
 
     def slow_wait(self, future, **kwargs):
         time.sleep(0.02)
         return wait(self, future, **kwargs)
 
-    monkeypatch.setattr(fp.FastConnection, "wait", slow_wait)
+    monkeypatch.setattr(FastConnection, "wait", slow_wait)
     if script[-1] == "forget":
         with pytest.raises(WriteOrderError):
             _write_recorded(monkeypatch, loop=True, counts=[1] * 12, script=script, max_inflight_bytes=8 << 20,

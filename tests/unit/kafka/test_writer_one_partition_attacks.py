@@ -44,11 +44,14 @@ from kafka.protocol.producer import (
 )
 
 from mirror_core.codec.batch_codec import parse_batch
+from mirror_core.codec.kafka_primitives import API_VERSIONS
+from mirror_core.codec.sasl_messages import API_SASL_AUTHENTICATE, API_SASL_HANDSHAKE
 from mirror_core.errors import ProducerFencedError
-from mirror_core.kafka import wire_fastpath as fp
-from mirror_core.kafka import writer as writer_module
+from mirror_core.kafka import produce_pipeline
+from mirror_core.kafka.fast_connection import FastConnection
+from mirror_core.kafka.produce_pipeline import next_sequence
 from mirror_core.kafka.wire_channel import FastSecurity, tls_context
-from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, next_sequence
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
 from tests.unit.kafka import test_writer_fast_route_faults as faults
 from tests.unit.kafka.test_kafka_wire_pure import make_batch
 from tests.unit.kafka.test_wire_channel_records import material  # noqa: F401 - fixture
@@ -98,16 +101,16 @@ class AttackCluster(faults.Cluster):
                 if frame is None:
                     return
                 api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
-                if api_key == fp.API_VERSIONS:
+                if api_key == API_VERSIONS:
                     apis = [(0, 3, 11), (1, 4, 17)] + ([(17, 0, 1), (36, 0, 1)] if self.session_ms else [])
                     body = struct.pack(">hi", 0, len(apis)) + b"".join(struct.pack(">hhh", *a) for a in apis)
                     conn.sendall(struct.pack(">ii", len(body) + 4, correlation_id) + body)
                     continue
-                if api_key == fp.API_SASL_HANDSHAKE:
+                if api_key == API_SASL_HANDSHAKE:
                     body = struct.pack(">hih", 0, 1, 5) + b"PLAIN"
                     conn.sendall(struct.pack(">ii", len(body) + 4, correlation_id) + body)
                     continue
-                if api_key == fp.API_SASL_AUTHENTICATE:   # v1: error, null message, empty auth bytes, lifetime
+                if api_key == API_SASL_AUTHENTICATE:   # v1: error, null message, empty auth bytes, lifetime
                     with self.lock:
                         self.logins.append((number, time.monotonic()))
                     session_ends = time.monotonic() + self.session_ms / 1000
@@ -226,8 +229,8 @@ def _run(monkeypatch, loop, script, n=30, *, delivery="whole", counts=None, keep
          **writer_kwargs):
     """One write of ``n`` one-record batches to ("t", 0) through the scripted cluster; returns what a caller and
     the broker see: (results or the error raised, the target log, the cluster, the client, the writer)."""
-    monkeypatch.setattr(writer_module, "ONE_PARTITION_LOOP", loop)
-    monkeypatch.setattr(writer_module, "KEEP_QUEUED", keep_queued)
+    monkeypatch.setattr(produce_pipeline, "ONE_PARTITION_LOOP", loop)
+    monkeypatch.setattr(produce_pipeline, "KEEP_QUEUED", keep_queued)
     tp = ("t", 0)
     cluster = AttackCluster({tp: 1}, {tp: list(script)}, delivery=delivery)
     client = TxnClient(cluster) if transactional else faults.FastClient(cluster)
@@ -384,7 +387,7 @@ def test_one_batch_larger_than_the_in_flight_limit_goes_alone(monkeypatch, count
 def test_sequences_continue_across_writes_of_the_same_writer(monkeypatch):
     """The next write of the same writer continues the partition's sequence (no new producer id, no gap): three
     writes through the loop, the second with a refusal in it."""
-    monkeypatch.setattr(writer_module, "ONE_PARTITION_LOOP", True)
+    monkeypatch.setattr(produce_pipeline, "ONE_PARTITION_LOOP", True)
     tp = ("t", 0)
     cluster = AttackCluster({tp: 1}, {tp: [0] * 12 + [NOT_LEADER]})
     client = faults.FastClient(cluster)
@@ -432,11 +435,11 @@ def test_a_write_interrupted_with_requests_in_flight_leaves_nothing_in_flight_an
     propagates, every request already handed to the connection is answered before it does (nothing lands behind
     the caller's back later), and a new write of the same writer from the first batch it had not acknowledged
     lands every record exactly once, in order (the broker dedupes the resent ones that had landed)."""
-    monkeypatch.setattr(writer_module, "ONE_PARTITION_LOOP", loop)
+    monkeypatch.setattr(produce_pipeline, "ONE_PARTITION_LOOP", loop)
     tp = ("t", 0)
     cluster = AttackCluster({tp: 1}, {tp: []})
     client = faults.FastClient(cluster)
-    target = writer_module._Pipeline._acknowledge if where == "acknowledge" else BatchWriter._stamp
+    target = produce_pipeline.ProducePipeline._acknowledge if where == "acknowledge" else BatchWriter._stamp
     calls = []
 
     def interrupting(*args):
@@ -449,17 +452,17 @@ def test_a_write_interrupted_with_requests_in_flight_leaves_nothing_in_flight_an
         writer = BatchWriter(client, retry_timeout_s=10)
         batches = _batches(30)
         if where == "acknowledge":
-            monkeypatch.setattr(writer_module._Pipeline, "_acknowledge", interrupting)
+            monkeypatch.setattr(produce_pipeline.ProducePipeline, "_acknowledge", interrupting)
         else:
             monkeypatch.setattr(BatchWriter, "_stamp", interrupting)
         with pytest.raises(KeyboardInterrupt):
             writer.write(batches)
         monkeypatch.undo()
-        monkeypatch.setattr(writer_module, "ONE_PARTITION_LOOP", loop)
+        monkeypatch.setattr(produce_pipeline, "ONE_PARTITION_LOOP", loop)
         assert all(conn.in_flight == 0 and not conn._unsent for conn in client.conns.values())
         landed = len(cluster.log[tp])
         done = writer._next_seq[tp]                     # one record per batch: the batches acknowledged
-        assert done <= landed <= done + writer_module.MAX_IN_FLIGHT
+        assert done <= landed <= done + produce_pipeline.MAX_IN_FLIGHT
         results = writer.write(batches[done:])
         assert cluster.log[tp] == list(range(30))
         assert results == list(range(done, 30))
@@ -481,8 +484,8 @@ class SecureClient(faults.FastClient):
     def fast_connection(self, node):
         conn = self.conns.get(node)
         if conn is None or conn.closed:
-            conn = self.conns[node] = fp.FastConnection("localhost", self.cluster.port(node), node_id=node,
-                                                        request_timeout_s=5, security=self.security)
+            conn = self.conns[node] = FastConnection("localhost", self.cluster.port(node), node_id=node,
+                                                     request_timeout_s=5, security=self.security)
         return conn
 
 
@@ -498,7 +501,7 @@ def test_a_long_write_over_tls_re_authenticates_on_its_connection_between_reques
     (The broker reads a pipelined request only after answering those before it, as Kafka does with a muted
     channel; the client's 5-15 % margin must cover that queue: with a 300 ms session and slow answers it does
     not, in both paths alike — a property of FastConnection's re-authentication, not of the loop.)"""
-    monkeypatch.setattr(writer_module, "ONE_PARTITION_LOOP", loop)
+    monkeypatch.setattr(produce_pipeline, "ONE_PARTITION_LOOP", loop)
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(material["cert"], material["key"])
     tp = ("t", 0)
@@ -520,16 +523,16 @@ def test_a_long_write_over_tls_re_authenticates_on_its_connection_between_reques
 def test_the_loop_takes_over_a_two_partition_write_once_one_partition_is_done(monkeypatch):
     """A write of two partitions becomes a one-partition write when the short one is done: the loop takes over with
     the general turns' requests still in flight, and a refusal and a dropped connection after that keep order."""
-    monkeypatch.setattr(writer_module, "ONE_PARTITION_LOOP", True)
+    monkeypatch.setattr(produce_pipeline, "ONE_PARTITION_LOOP", True)
     turns = []
-    run_one = writer_module._Pipeline._run_one_partition
+    run_one = produce_pipeline.ProducePipeline._run_one_partition
 
     def counted(self):
         ran = run_one(self)
         turns.append(ran)
         return ran
 
-    monkeypatch.setattr(writer_module._Pipeline, "_run_one_partition", counted)
+    monkeypatch.setattr(produce_pipeline.ProducePipeline, "_run_one_partition", counted)
     a, b = ("t", 0), ("t", 1)
     cluster = AttackCluster({a: 1, b: 1}, {b: [0] * 8 + [NOT_LEADER] + [0] * 6 + ["reset"]})
     client = faults.FastClient(cluster)
