@@ -162,8 +162,9 @@ class GroupLanes:
             self._drop(lane, "revoked by the group")
         # our lease records are released while the partitions are still ours (the revocation waits for released()),
         # so no other group daemon has written its record of the lane yet: the release cannot erase it
-        if closed and self._compat_records_live():
-            self._housekeeping("leases", lambda: self._release_own_leases(closed))
+        if closed and self.compat.live():
+            self._housekeeping("leases", lambda: self.compat.release(self.leases, self.worker_id, self.membership,
+                                                                   self.lanes, closed))
         # likewise our health records of the closed lanes (keyed per writer, so a late clear could not erase the next
         # holder's record either; cleared here so readers see none of ours once the partition is given back)
         if closed and self._health_written:
@@ -202,7 +203,7 @@ class GroupLanes:
         if seen != self._group_seen:
             self._hold_wanted(eligible, assigned, blocked, fenced, records)
             self._group_seen = (eligible, assigned, blocked, fenced, self._held_version)
-        self._write_compat_records(lease_based_daemon_seen(records, members, me, now), now)
+        self.compat.write(self.leases, me, self.held, lease_based_daemon_seen(records, members, me, now), now)
         self._write_health_records(now)
 
     def _hold_wanted(self, eligible: list[str], assigned, blocked: dict[str, str], fenced: set[str], records) -> None:
@@ -223,8 +224,8 @@ class GroupLanes:
                 continue
             self._drop(lane, f"leased by {blocked[lane]}" if lane in blocked else
                        "not eligible" if lane not in eligible else "not assigned")
-        if dropped and self._compat_records_live():
-            self._release_own_leases(dropped, records)
+        if dropped and self.compat.live():
+            self.compat.release(self.leases, me, self.membership, self.lanes, dropped, records)
         for lane in sorted(want - self.held):
             self.held.add(lane)
             self._held_since_answer = True
@@ -240,20 +241,20 @@ class GroupLanes:
 
     def _leave_group(self) -> None:
         """Shutdown (the round in progress has committed): drop every lane, release our lease records (while the
-        partitions are still ours: see _release_own_leases), leave."""
+        partitions are still ours: see CompatLeaseRecords.release), leave."""
         lanes = sorted(self.held)
         for lane in lanes:
             self._close_lane(self.lanes[lane])
             self._drop(lane, "shutdown")
-        if lanes and self._compat_records_live():
+        if lanes and self.compat.live():
             try:
-                self._release_own_leases(lanes)
+                self.compat.release(self.leases, self.worker_id, self.membership, self.lanes, lanes)
             except Exception as exc:  # noqa: BLE001 - best effort: an unreleased lease just expires
                 event("lease_release_failed", logging.WARNING, lanes=",".join(lanes), error=exc)
         if self._health_written:  # our lanes' health records: cleared (their next holders write their own)
             self._housekeeping("health_records", lambda: self._write_health_records(now_ms()))
-        if self._member_heartbeat:  # a lease-based daemon stops counting us (else: until the heartbeat expires)
-            self._housekeeping("leases", self._release_member_heartbeat)
+        if self.compat.heartbeat:  # a lease-based daemon stops counting us (else: until the heartbeat expires)
+            self._housekeeping("leases", lambda: self.compat.release_heartbeat(self.leases, self.worker_id))
         generation = self.membership.generation
         self.membership.released(self.membership.revoking(), as_of=generation)
         self.membership.close()

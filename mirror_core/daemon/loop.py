@@ -17,7 +17,9 @@ commit overlap with the other lanes' instead of queueing behind them; lanes are 
 Memory per round is bounded by ``fetch_max_bytes`` per source broker.
 
 This module holds the loop itself (:class:`ShallowMirrorDaemon`: its state, ``run`` and shutdown); the daemon's
-concerns live beside it, one module each, as parts of that one class (mixins sharing the daemon's books):
+concerns live beside it, one module each. Most are parts of this one class (mixins: they share the daemon's books —
+its lanes, held set, openings and metrics — declared in ``ShallowMirrorDaemon.__init__``); the compat lease records
+are a collaborator of their own (:class:`~mirror_core.daemon.compat_leases.CompatLeaseRecords`):
 
 - :mod:`~mirror_core.daemon.rescans` — new topics and partitions found, their targets prepared, configs synced;
 - :mod:`~mirror_core.daemon.eligibility` — which lanes the daemon may hold (handed off, not halted);
@@ -46,7 +48,7 @@ import time
 
 from mirror_core.config.names import CHECKPOINT_TOPIC, new_worker_id
 from mirror_core.config.pipeline_file import PipelineConfig
-from mirror_core.daemon.compat_leases import CompatLeases
+from mirror_core.daemon.compat_leases import CompatLeaseRecords
 from mirror_core.daemon.config_sync import ConfigSyncWatch
 from mirror_core.daemon.copy_round import CopyRounds
 from mirror_core.daemon.eligibility import Eligibility
@@ -81,8 +83,8 @@ class ForcedShutdown(BaseException):
     retry" handlers do not swallow it."""
 
 
-class ShallowMirrorDaemon(Rescans, Eligibility, GroupLanes, CompatLeases, LaneSessions, CopyRounds, Fences,
-                          LaneFailures, LaneHealthBooks):
+class ShallowMirrorDaemon(Rescans, Eligibility, GroupLanes, LaneSessions, CopyRounds, Fences, LaneFailures,
+                          LaneHealthBooks):
     """Mirrors a pipeline continuously. Invariant: a lane is written only through a session opened with its
     transactional.id while this process holds it — its source partition assigned by the group (or its lease
     taken) — so at most one live writer per lane (the broker fences the rest)."""
@@ -128,9 +130,7 @@ class ShallowMirrorDaemon(Rescans, Eligibility, GroupLanes, CompatLeases, LaneSe
         self.metrics.source_problem = lambda: self.source_reachability.problem(time.monotonic())
         self._group_changed = threading.Event()  # set by the membership's poll thread: assigned/revoking changed
         self._waiting_for_lease: set[str] = set()  # assigned lanes an older lease-based daemon still holds
-        self._compat_writing = False  # lease_compat records are being written (logged when that changes)
-        self._compat_records_until = 0  # wall-clock ms our last compat lease records expire (0: none written)
-        self._member_heartbeat = False  # our compat membership heartbeat was written and not yet tombstoned
+        self.compat = CompatLeaseRecords(config)  # lease_compat: our lease records, heartbeat
         self._health_written: dict[str, tuple[dict, int]] = {}  # lane → the health record we wrote, when (ms)
         self._group_topics: list[str] | None = None  # the subscription, as of the last rescan
         self._answered_generation = -1  # the membership generation _answer_revocations last looked at
