@@ -13,7 +13,8 @@ from confluent_kafka import TopicPartition
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.names import daemon_group_id as group_id
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
-from mirror_core.daemon.membership import GroupMembership, choose_protocol, consumer_settings
+from mirror_core.daemon.group_settings import choose_protocol, consumer_settings
+from mirror_core.daemon.membership import GroupMembership
 from mirror_core.errors import ConfigError
 from mirror_core.state.leases import Lease
 
