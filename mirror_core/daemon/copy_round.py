@@ -13,7 +13,8 @@ import time
 
 from mirror_core.daemon.events import event
 from mirror_core.daemon.lane_state import AUDIT_MAX_S, LaneState
-from mirror_core.daemon.standing_round import StandingPending, StandingRound
+from mirror_core.daemon.standing_pending import StandingPending
+from mirror_core.daemon.standing_round import StandingRound
 from mirror_core.engine.copier import FetchedOnce
 from mirror_core.kafka.broker_fetch import PartitionOutcome, RoundStats
 from mirror_core.kafka.fetcher import RawBatchFetcher

@@ -66,7 +66,8 @@ from mirror_core.daemon.metrics import DaemonMetrics
 from mirror_core.daemon.prune_watch import PruneWatch
 from mirror_core.daemon.rescans import Rescans
 from mirror_core.daemon.retention_watch import RetentionWatch
-from mirror_core.daemon.standing_round import StandingPending, StandingRound
+from mirror_core.daemon.standing_pending import StandingPending
+from mirror_core.daemon.standing_round import StandingRound
 from mirror_core.engine.checkpointed import LaneSession
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka.source_reachability import SourceReachability, is_transport_failure
