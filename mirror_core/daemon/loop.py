@@ -2,19 +2,17 @@
 
     shoal mirror run --config pipeline.yaml          (or: python -m mirror_core.daemon --config pipeline.yaml)
 
-Each loop: re-evaluate the topic regex now and then (new topics get their target topic through the same
-preflight as a copy, partitions added on the source are added on the target, and every ``config_sync_interval_s``
-the topic configs that matter are synced to the target), hold the eligible lanes the pipeline's consumer group
-assigned to this process (:mod:`mirror_core.daemon.membership`), then
-one **fetch round**: one Fetch request per source broker carrying every held partition it leads
-(:mod:`mirror_core.kafka.broker_fetch`, the Java consumer's way; the request long-polls ``poll_interval_ms``, so an idle
-daemon waits on the brokers, not on a timer), and each
-lane's share of the answer copied and committed, data and checkpoint together. The lanes' commits run side by side
-on ``commit_workers`` lane workers (:mod:`mirror_core.daemon.lane_workers`): a lane's session — its writer,
-transactional.id
-and producer state — lives on one worker's thread and clients, so the several target round trips of one lane's
-commit overlap with the other lanes' instead of queueing behind them; lanes are opened there too.
-Memory per round is bounded by ``fetch_max_bytes`` per source broker.
+Each loop: re-evaluate the topic regex now and then (new topics get their target topic through the same preflight as
+a copy, partitions added on the source are added on the target, and every ``config_sync_interval_s`` the topic
+configs that matter are synced to the target), hold the eligible lanes the pipeline's consumer group assigned to
+this process (:mod:`mirror_core.daemon.membership`), then one **fetch round**: one Fetch request per source broker
+carrying every held partition it leads (:mod:`mirror_core.kafka.broker_fetch`, the Java consumer's way; the request
+long-polls ``poll_interval_ms``, so an idle daemon waits on the brokers, not on a timer), and each lane's share of
+the answer copied and committed, data and checkpoint together. The lanes' commits run side by side on
+``commit_workers`` lane workers (:mod:`mirror_core.daemon.lane_workers`): a lane's session — its writer,
+transactional.id and producer state — lives on one worker's thread and clients, so the several target round trips of
+one lane's commit overlap with the other lanes' instead of queueing behind them; lanes are opened there too. Memory
+per round is bounded by ``fetch_max_bytes`` per source broker.
 
 This module holds the loop itself (:class:`ShallowMirrorDaemon`: its state, ``run`` and shutdown); the daemon's
 concerns live beside it, one module each. Most are parts of this one class (mixins: they share the daemon's books —
@@ -33,11 +31,17 @@ are a collaborator of their own (:class:`~mirror_core.daemon.compat_leases.Compa
 - :mod:`~mirror_core.daemon.lane_state` — what the daemon keeps per lane;
 - :mod:`~mirror_core.daemon.main` — ``main()``: arguments, metrics endpoint, signals.
 
+The collaborators it drives have modules of their own: the group membership (:mod:`~mirror_core.daemon.membership`,
+:mod:`~mirror_core.daemon.group_settings`), the openings' books (:mod:`~mirror_core.daemon.lane_openings`), the lane
+workers (:mod:`~mirror_core.daemon.lane_workers`), the standing fetch round (:mod:`~mirror_core.daemon.standing_round`,
+:mod:`~mirror_core.daemon.standing_pending`), the watches on threads of their own
+(:mod:`~mirror_core.daemon.retention_watch`, :mod:`~mirror_core.daemon.prune_watch`,
+:mod:`~mirror_core.daemon.config_sync`), the metrics endpoint and the structured events.
+
 Shutdown: SIGTERM lets the round in progress finish (it ends with a commit), leaves the group (and releases its
-compat lease records, if any) and exits; if that
-cannot finish within ``shutdown_grace_s`` (the target is down, say) the process stops without it: the open
-transaction is aborted by the broker and the next start resumes at the last committed checkpoint. SIGKILL loses
-nothing, for the same reason: every committed round carries its checkpoint.
+compat lease records, if any) and exits; if that cannot finish within ``shutdown_grace_s`` (the target is down, say)
+the process stops without it: the open transaction is aborted by the broker and the next start resumes at the last
+committed checkpoint. SIGKILL loses nothing, for the same reason: every committed round carries its checkpoint.
 """
 
 from __future__ import annotations
