@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "mirror":
             if args.action == "status":
                 return _mirror_status(args, console)
-            from mirror_core.daemon.loop import run_daemon
+            from mirror_core.daemon.main import run_daemon
 
             return run_daemon(args.config, args.worker_id)
         if args.command == "lanes":

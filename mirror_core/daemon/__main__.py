@@ -2,7 +2,7 @@
 
 import sys
 
-from mirror_core.daemon.loop import main
+from mirror_core.daemon.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,7 +4,8 @@ The daemons of one pipeline join one consumer group on the SOURCE cluster (``sho
 to the explicit topic names Shoal's own selection computed (never a broker-side regex: one regex dialect, Shoal's).
 Kafka does what the group protocol is for — membership, failure detection, balanced incremental assignment — with
 the ``consumer`` protocol (KIP-848: the broker computes the assignment) on Kafka 4 brokers and the classic protocol
-with the ``cooperative-sticky`` assignor on older ones. The group is used for membership only:
+with the ``cooperative-sticky`` assignor on older ones (the protocol, the consumer's settings and the group's timeouts:
+:mod:`mirror_core.daemon.group_settings`). The group is used for membership only:
 
 - assigned partitions are ``incremental_assign``-ed and paused in the same callback, so the consumer never fetches
   (the daemon's own fetch rounds read the source); no offset is ever committed through the group (so lag tools show
@@ -52,62 +53,16 @@ from dataclasses import dataclass
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.names import daemon_group_id as group_id
+from mirror_core.daemon.group_settings import MAX_POLL_INTERVAL_MS, consumer_settings
 from mirror_core.errors import ConfigError
 
 log = logging.getLogger("shoal.daemon.membership")
 
 POLL_S = 0.5                    # the poll thread's cadence (the group's liveness is librdkafka's, this only serves
-MAX_POLL_INTERVAL_MS = 300_000  # callbacks); the rebalance timeout the revocation wait must stay far below
+                                # callbacks)
 ERROR_LOG_EVERY_S = 30.0        # a repeated librdkafka error (the source unreachable) is logged this often
-PROTOCOLS = ("auto", "consumer", "classic")
 
 Partition = tuple[str, int]
-
-
-def choose_protocol(requested: str, broker_version: tuple[int, ...] | None) -> str:
-    """``consumer`` (KIP-848) on Kafka 4+ brokers, ``classic`` (cooperative-sticky) before; an explicit choice wins.
-    (Kafka 3.7–3.9 advertise the KIP-848 API but do not enable it by default, so the version decides, not the API
-    list.)"""
-    if requested not in PROTOCOLS:
-        raise ConfigError(f"group_protocol {requested!r} is not one of {', '.join(PROTOCOLS)}")
-    if requested != "auto":
-        return requested
-    return "consumer" if broker_version is not None and broker_version >= (4, 0) else "classic"
-
-
-def consumer_settings(source: ClusterConfig, pipeline: str, worker_id: str, protocol: str, *,
-                      classic_session_timeout_ms: int | None = None, metadata_refresh_ms: int | None = None) -> dict:
-    """librdkafka settings of the membership consumer: never commits, never fetches (everything it is assigned is
-    paused), client.id = the worker id (what `shoal mirror status` and lag tools show).
-
-    ``metadata_refresh_ms``: how often librdkafka refreshes the subscribed topics' metadata. With the classic
-    protocol a partition added to a subscribed topic is assigned only after the leader's next refresh (librdkafka's
-    default is 5 minutes); the daemon sets it to its rescan interval (at most those 5 minutes), so new partitions
-    become lanes as fast as new topics do. Not set with the consumer protocol: there the broker notices new
-    partitions itself, and with a long interval (a rescan interval of an hour) librdkafka never applied the
-    broker's assignment — the daemon subscribed, the broker computed the assignment, no lane was held."""
-    settings = {
-        "group.id": group_id(pipeline),
-        "client.id": worker_id,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "latest",
-        "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
-        "fetch.wait.max.ms": 500,
-        "queued.max.messages.kbytes": 64,  # should a fetch ever slip in before the pause: little memory
-        "log_level": 3,
-    }
-    if metadata_refresh_ms and protocol != "consumer":
-        settings["topic.metadata.refresh.interval.ms"] = max(1000, min(300_000, int(metadata_refresh_ms)))
-    if protocol == "consumer":
-        settings["group.protocol"] = "consumer"  # session and heartbeat are the broker's (group configs)
-    else:
-        settings["group.protocol"] = "classic"
-        settings["partition.assignment.strategy"] = "cooperative-sticky"
-        if classic_session_timeout_ms:
-            settings["session.timeout.ms"] = classic_session_timeout_ms
-            settings["heartbeat.interval.ms"] = max(100, classic_session_timeout_ms // 5)
-    return source.confluent(**settings)
 
 
 @dataclass(frozen=True)
@@ -375,37 +330,3 @@ class GroupMembership:
 
 def _names(partitions) -> str:
     return ",".join(f"{tp.topic}-{tp.partition}" for tp in partitions) or "-"
-
-
-def apply_group_timeouts(source: ClusterConfig, pipeline: str, session_timeout_ms: int, *,
-                         timeout_s: float = 15.0) -> None:
-    """KIP-848: a group's session timeout and heartbeat interval are broker-side; set them as configs of this
-    pipeline's group (``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms`` = a quarter of it).
-    The broker refuses values outside its ``group.consumer.min/max.session.timeout.ms`` and
-    ``group.consumer.min.heartbeat.interval.ms``: a :class:`ConfigError` names them."""
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-
-    group = group_id(pipeline)
-    heartbeat_ms = max(100, session_timeout_ms // 4)
-    entries = [ConfigEntry("consumer.session.timeout.ms", str(session_timeout_ms),
-                           incremental_operation=AlterConfigOpType.SET),
-               ConfigEntry("consumer.heartbeat.interval.ms", str(heartbeat_ms),
-                           incremental_operation=AlterConfigOpType.SET)]
-    admin = AdminClient(source.confluent(log_level=3))
-    futures = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group,
-                                                              incremental_configs=entries)])
-    for future in futures.values():
-        try:
-            future.result(timeout=timeout_s)
-        except Exception as exc:  # noqa: BLE001 - turned into a sentence an operator can act on
-            raise ConfigError(
-                f"cluster {source.name!r} refused the session timeout {session_timeout_ms} ms (heartbeat "
-                f"{heartbeat_ms} ms) for group {group!r}: {exc}; the broker bounds them with "
-                "group.consumer.min.session.timeout.ms / group.consumer.max.session.timeout.ms and "
-                "group.consumer.min.heartbeat.interval.ms (defaults 45 s / 60 s / 5 s)") from None
-
-
-
-
-
-

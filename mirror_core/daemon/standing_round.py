@@ -19,7 +19,8 @@ members from one round to the next instead:
   forgets the ones that left (KIP-227's own rule); a full request (the first, after a session error or eviction —
   FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR — or a transport failure)
   names every member of its broker.
-- **answers** (:meth:`StandingPending.collect`): only the news, as (lane, fetcher, start, outcome): every partition
+- **answers** (:meth:`StandingPending.collect <mirror_core.daemon.standing_pending.StandingPending.collect>`,
+  in :mod:`~mirror_core.daemon.standing_pending`): only the news, as (lane, fetcher, start, outcome): every partition
   an answer named (data, an error, a moved high watermark or log start offset), every member whose own state
   changed since the last request (joined or placed again: reported even when the broker left it out, with the
   session's kept ends; a moved position is news already), and every member that failed (no leader, its broker's
@@ -44,27 +45,16 @@ import logging
 import time
 from collections.abc import Sequence
 
-import kafka.errors as Errors
 from kafka.protocol.consumer import IsolationLevel
 
 from mirror_core.codec.fetch_messages import FetchPartitionSpec
-from mirror_core.kafka.broker_fetch import (
-    _UNREACHABLE,
-    PartitionOutcome,
-    RoundSessions,
-    RoundStats,
-    _failed,
-    _handle,
-    give_up_answer,
-    round_sessions,
-)
-from mirror_core.kafka.fetch_session import FetchSession, PartitionKey, SessionRequest
-from mirror_core.kafka.fetcher import RawBatchFetcher, send_fetch, wait_fetch
+from mirror_core.daemon.standing_pending import SentRequest, StandingPending
+from mirror_core.kafka.broker_fetch import _UNREACHABLE, RoundSessions, RoundStats, round_sessions
+from mirror_core.kafka.fetch_session import FetchSession, PartitionKey
+from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
 
 log = logging.getLogger(__name__)
-
-News = tuple[str, RawBatchFetcher, int, PartitionOutcome]   # lane, its fetcher, share start, what the round gave
 
 
 class _Member:
@@ -92,17 +82,6 @@ class _Broker:
         self.left: set[PartitionKey] = set()       # partitions gone since the last request
         self.joined: set[PartitionKey] = set()     # members placed since the last request (reported in its answer)
         self.without_id = 0                        # members whose topic has no id (the session names topics)
-
-
-class _Sent:
-    """One broker's request of a round: the request, its future, and the members it reports on (joined)."""
-
-    __slots__ = ("broker", "request", "future", "reported")
-
-    def __init__(self, broker: _Broker, reported: list[PartitionKey]):
-        self.broker, self.reported = broker, reported
-        self.request: SessionRequest | None = None
-        self.future = None
 
 
 class StandingRound:
@@ -153,7 +132,7 @@ class StandingRound:
         pending = StandingPending(self, failed, stats, sent_at)
         for broker in self._brokers.values():
             if broker.members:
-                sent = _Sent(broker, list(broker.joined))
+                sent = SentRequest(broker, list(broker.joined))
                 broker.joined.clear()
                 if pending._send(sent, rotation):
                     pending._in_flight.append(sent)
@@ -283,138 +262,3 @@ class StandingRound:
         if broker.members.get(member.key) != entry:
             broker.members[member.key] = entry
             broker.changed.add(member.key)
-
-
-class StandingPending:
-    """A standing round's requests, sent; :meth:`collect` takes the answers (news only), :meth:`discard` drops
-    them. In-flight state only: no fetcher has moved yet."""
-
-    def __init__(self, owner: StandingRound, failed: list[tuple[_Member, BaseException]], stats: RoundStats | None,
-                 sent_at: float):
-        self._owner, self._stats = owner, stats
-        # when the round was sent (monotonic): its answers say the source answered a request of that time, not of
-        # when they are taken — the round in flight when the source went down is answered, then nothing is
-        self.sent_at = sent_at
-        self._failed = failed
-        self._in_flight: list[_Sent] = []
-        self.collected = False
-        self.answered = 0   # brokers whose answer was taken (a source that answers is reachable)
-
-    def collect(self) -> list[News]:
-        """Wait for every broker's answer; hand each named partition's part to its fetcher; return the news."""
-        if self.collected:
-            raise RuntimeError("a fetch round is collected once")
-        self.collected = True
-        news: list[tuple[_Member, int, PartitionOutcome]] = []
-        failed, self._failed = self._failed, []
-        for member, exc in failed:
-            outcome = PartitionOutcome()
-            _failed(member.fetcher, outcome, exc)
-            news.append((member, member.fetcher.position, outcome))
-        for sent in self._in_flight:
-            self._collect_one(sent, news, resent=False)
-        self._in_flight = []
-        for member, _start, _outcome in news:
-            self._owner._renew(member)
-        return [(member.lane, member.fetcher, start, outcome) for member, start, outcome in news]
-
-    def discard(self) -> None:
-        """Give the round up unread (as :meth:`mirror_core.kafka.broker_fetch.PendingRound.discard`): no fetcher moves,
-        each session starts afresh, a connection with an answer still coming is closed (or drained)."""
-        if self.collected:
-            return
-        self.collected = True
-        for sent in self._in_flight:
-            future = sent.future
-            if sent.request is not None:
-                sent.broker.session.failed(sent.request)
-            give_up_answer(self._owner.client, future)
-        self._in_flight = []
-
-    def _send(self, sent: _Sent, rotation: int = 0) -> bool:
-        owner, broker, stats = self._owner, sent.broker, self._stats
-        sent.request = broker.session.build_changes(broker.members, broker.changed, broker.left,
-                                                    by_id=broker.without_id == 0, rotation=rotation)
-        broker.changed.clear()   # any failure of this request loses the session: the next one is full
-        broker.left.clear()
-        try:
-            sent.future = send_fetch(owner.client, broker.leader, sent.request.topics, max_wait_ms=owner.max_wait_ms,
-                                     max_bytes=owner.max_bytes, isolation=owner.isolation, session=sent.request)
-        except Exception as exc:  # noqa: BLE001 - e.g. authentication: every partition of this broker fails
-            broker.session.failed(sent.request)
-            self._failed.extend((member, exc) for member in broker.lanes.values())
-            return False
-        if stats is not None:
-            stats.count_request(sent.request, len(broker.members))
-        return True
-
-    def _collect_one(self, sent: _Sent, news: list, *, resent: bool) -> None:
-        broker, future = sent.broker, sent.future
-        try:
-            wait_fetch(self._owner.client, future)
-        except Exception as exc:  # noqa: BLE001 - e.g. authentication failing now: this broker's partitions fail
-            broker.session.failed(sent.request)
-            self._fail_all(sent, news, exc)
-            return
-        if future.failed():
-            broker.session.failed(sent.request)
-            self._fail_all(sent, news, future.exception)
-            return
-        answer = broker.session.answer(sent.request, future.value)
-        if answer.resend_full and not resent:  # the session was lost: ask again at once, as a full request
-            if self._stats is not None:
-                self._stats.sessions_lost += 1
-            if self._send(sent):
-                self._collect_one(sent, news, resent=True)
-            else:
-                news.extend((m, m.fetcher.position, o) for m, o in self._take_failed(broker))
-            return
-        if answer.resend_full or answer.error_code:
-            self._fail_all(sent, news, Errors.for_code(answer.error_code or future.value.error_code)())
-            return
-        self.answered += 1
-        if self._stats is not None:
-            self._stats.answered += len(answer.parts)
-        lanes, told = broker.lanes, set()
-        for key, data in answer.parts.items():
-            member = lanes[key]
-            start = member.fetcher.position
-            outcome = PartitionOutcome()
-            _handle(member.fetcher, outcome, data)
-            news.append((member, start, outcome))
-            told.add(key)
-        for key in answer.missing:
-            member = lanes[key]
-            outcome = PartitionOutcome()
-            _failed(member.fetcher, outcome, Errors.KafkaConnectionError(
-                f"fetch response without {key.topic}-{key.partition}"))
-            news.append((member, member.fetcher.position, outcome))
-            told.add(key)
-        for key in sent.reported:   # members joined or placed again: their news even when the broker had none
-            member = lanes.get(key)
-            if member is None or key in told:
-                continue
-            ends = broker.session.ends(key)
-            outcome = PartitionOutcome()
-            if ends is None:
-                _failed(member.fetcher, outcome, Errors.KafkaConnectionError(
-                    f"fetch response without {key.topic}-{key.partition}"))
-            else:
-                outcome.result = member.fetcher.unchanged(ends)
-            news.append((member, member.fetcher.position, outcome))
-
-    def _take_failed(self, broker: _Broker) -> list[tuple[_Member, PartitionOutcome]]:
-        """The failures :meth:`_send` noted while collecting (a resend that could not be sent), as outcomes."""
-        failed, self._failed = self._failed, []
-        out = []
-        for member, exc in failed:
-            outcome = PartitionOutcome()
-            _failed(member.fetcher, outcome, exc)
-            out.append((member, outcome))
-        return out
-
-    def _fail_all(self, sent: _Sent, news: list, exc: BaseException) -> None:
-        for member in list(sent.broker.lanes.values()):
-            outcome = PartitionOutcome()
-            _failed(member.fetcher, outcome, exc)
-            news.append((member, member.fetcher.position, outcome))

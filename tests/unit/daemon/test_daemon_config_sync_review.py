@@ -21,6 +21,7 @@ import pytest
 import mirror_core.daemon.loop as D
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
 from mirror_core.daemon.config_sync import ConfigSyncWatch
+from mirror_core.daemon.lane_state import LaneState
 from mirror_core.daemon.metrics import DaemonMetrics
 from mirror_core.errors import BatchRejectedError
 from tests.unit.daemon.test_daemon_rescan import BASE
@@ -80,7 +81,7 @@ def test_the_batched_sync_does_not_undo_a_repair_made_while_it_ran(monkeypatch):
     assert world.batch_planned.wait(5)
     # meanwhile: the source raised it again, a 3 MB batch was written and copied, the target refused it
     world.topics["a:9092"]["orders.a"]["max.message.bytes"] = _entry("4000000")
-    state = D.LaneState("orders.a", 0, "dr.orders.a", "dr.orders.a-0", health=daemon._new_health())
+    state = LaneState("orders.a", 0, "dr.orders.a", "dr.orders.a-0", health=daemon._new_health())
     rejected = BatchRejectedError("target", "dr.orders.a", 0, 100, "MESSAGE_SIZE_TOO_LARGE")
     repair = threading.Thread(target=lambda: repaired.append(daemon._repaired_by_config_sync(state, rejected)),
                               daemon=True)
@@ -133,7 +134,7 @@ def test_a_rejection_the_periodic_sync_repaired_meanwhile_is_retried_not_halted(
     daemon.config_sync.submit([("orders.a", "dr.orders.a")])  # the periodic sync, on its thread, meanwhile
     assert daemon.config_sync.idle(10)
     assert world.topics["b:9092"]["dr.orders.a"]["max.message.bytes"].value == "4000000"
-    state = D.LaneState("orders.a", 0, "dr.orders.a", "dr.orders.a-0", health=daemon._new_health())
+    state = LaneState("orders.a", 0, "dr.orders.a", "dr.orders.a-0", health=daemon._new_health())
     assert daemon._repaired_by_config_sync(state, rejected), \
         "the lane halts: its repair found the target already raised (by the periodic sync, after the refusal)"
     assert not daemon._repaired_by_config_sync(state, rejected)  # the same batch refused again: halts, as before

@@ -5,18 +5,28 @@ from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
+import kafka.errors as Errors
 import pytest
 
 import mirror_core.daemon.loop as D
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon import compat_leases, group_lanes, lane_failures, lane_health
+from mirror_core.daemon.lane_state import LaneState
 from mirror_core.kafka.broker_fetch import PartitionOutcome
 from mirror_core.kafka.fetcher import FetchResult
 from mirror_core.model.lane_status import COPYING, RETRYING, STALLED
 from mirror_core.state.lane_health_records import HEALTH_REFRESH_S
+from mirror_core.state.leases import now_ms
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
         "include": "orders.*"}
 LANES = 50
+
+
+def set_clock(monkeypatch, clock) -> None:
+    """The daemon's wall clock (``now_ms``), in every daemon module that reads it."""
+    for module in (compat_leases, group_lanes, lane_failures, lane_health):
+        monkeypatch.setattr(module, "now_ms", clock)
 
 
 def held_daemon(lanes: int) -> D.ShallowMirrorDaemon:
@@ -24,7 +34,7 @@ def held_daemon(lanes: int) -> D.ShallowMirrorDaemon:
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="me")
     for p in range(lanes):
         lane = f"orders-{p}"
-        daemon.lanes[lane] = D.LaneState("orders", p, "orders", lane, health=daemon._new_health())
+        daemon.lanes[lane] = LaneState("orders", p, "orders", lane, health=daemon._new_health())
         daemon.held.add(lane)
     return daemon
 
@@ -53,7 +63,7 @@ def test_idle_rounds_publish_lane_states_only_when_one_changed(daemon, monkeypat
         daemon._publish_lane_states()
     assert len(published) == 1
     health = daemon.lanes["orders-7"].health
-    health.failed("target_unavailable", "broker down", D.now_ms(), position=3)
+    health.failed("target_unavailable", "broker down", now_ms(), position=3)
     daemon._publish_lane_states()
     assert len(published) == 2 and _lane_states(daemon)["orders-7"] == RETRYING
     health.since_ms -= 3_600_000  # failing for an hour: past stall_after_s, with no new event
@@ -62,7 +72,7 @@ def test_idle_rounds_publish_lane_states_only_when_one_changed(daemon, monkeypat
     daemon.lanes["orders-7"].health.succeeded()
     daemon._publish_lane_states()
     assert _lane_states(daemon)["orders-7"] == COPYING
-    daemon.lanes["orders-new"] = D.LaneState("orders", LANES, "orders", "orders-new", health=daemon._new_health())
+    daemon.lanes["orders-new"] = LaneState("orders", LANES, "orders", "orders-new", health=daemon._new_health())
     daemon._publish_lane_states()  # a lane discovered by a rescan shows at once
     assert "orders-new" in _lane_states(daemon)
 
@@ -108,7 +118,7 @@ class Publications:
 
 def _fail(daemon, lane: str, error: str = "broker down") -> None:
     """A lane's copy failed (the daemon's own path: classified, backoff, health)."""
-    daemon._failed(daemon.lanes[lane], D.Errors.KafkaConnectionError(error))
+    daemon._failed(daemon.lanes[lane], Errors.KafkaConnectionError(error))
 
 
 @pytest.mark.timeout(10)
@@ -134,8 +144,8 @@ def test_a_round_publishes_only_the_lanes_whose_health_changed(daemon, monkeypat
 def test_a_retrying_lane_turns_stalled_by_time_alone_with_no_event_and_no_walk(daemon, monkeypatch):
     seen = Publications(daemon, monkeypatch)
     daemon._publish_round_states([])
-    clock = {"ms": D.now_ms()}
-    monkeypatch.setattr(D, "now_ms", lambda: clock["ms"])
+    clock = {"ms": now_ms()}
+    set_clock(monkeypatch, lambda: clock["ms"])
     _fail(daemon, "orders-7")
     assert _lane_states(daemon)["orders-7"] == RETRYING
     stall_ms = daemon.config.stall_after_s * 1000
@@ -156,7 +166,7 @@ def test_the_walk_of_every_lane_still_runs_as_a_check(daemon, monkeypatch):
     seen = Publications(daemon, monkeypatch)
     daemon._publish_round_states([])
     health = daemon.lanes["orders-9"].health
-    health.failed("unknown", "changed behind the daemon's back", D.now_ms())  # no event told the books
+    health.failed("unknown", "changed behind the daemon's back", now_ms())  # no event told the books
     daemon._publish_round_states([])
     assert _lane_states(daemon)["orders-9"] == COPYING
     daemon._next_health_walk = 0.0     # HEALTH_WALK_S later
@@ -170,21 +180,21 @@ def test_health_records_look_only_at_lanes_that_failed(daemon, monkeypatch):
     daemon.health_records = NS(write=lambda pipeline, holder, writes, clears, now: written.append(
         (sorted(writes), sorted(clears))))
     looked = []
-    real = D.live_health
-    monkeypatch.setattr(D, "live_health", lambda health: (looked.append(1), real(health))[1])
-    daemon._write_health_records(D.now_ms())
+    real = lane_health.live_health
+    monkeypatch.setattr(lane_health, "live_health", lambda health: (looked.append(1), real(health))[1])
+    daemon._write_health_records(now_ms())
     assert written == [] and looked == [], "no lane failed: no lane looked at"
     _fail(daemon, "orders-3")
     _fail(daemon, "orders-5")
-    daemon._write_health_records(D.now_ms())
+    daemon._write_health_records(now_ms())
     assert written == [(["orders-3", "orders-5"], [])] and len(looked) == 2
     daemon.lanes["orders-3"].health.succeeded()
-    daemon._write_health_records(D.now_ms())
+    daemon._write_health_records(now_ms())
     assert written[-1] == ([], ["orders-3"])
     looked.clear()
-    daemon._write_health_records(D.now_ms())  # orders-5's record is fresh: nothing due; orders-3 left the watch
+    daemon._write_health_records(now_ms())  # orders-5's record is fresh: nothing due; orders-3 left the watch
     assert len(written) == 2 and len(looked) == 1
-    later = D.now_ms() + int(HEALTH_REFRESH_S * 1000) + 1  # still failing: rewritten every HEALTH_REFRESH_S
+    later = now_ms() + int(HEALTH_REFRESH_S * 1000) + 1  # still failing: rewritten every HEALTH_REFRESH_S
     daemon.lanes["orders-5"].health.stall_after_s = 1e9
     daemon._write_health_records(later)
     assert written[-1] == (["orders-5"], [])
@@ -261,8 +271,8 @@ def test_a_lane_turns_stalled_while_another_lanes_commit_hangs(daemon, monkeypat
     from mirror_core.daemon.lane_workers import LaneWorkerPool
 
     daemon._publish_round_states([])
-    clock = {"ms": D.now_ms()}
-    monkeypatch.setattr(D, "now_ms", lambda: clock["ms"])
+    clock = {"ms": now_ms()}
+    set_clock(monkeypatch, lambda: clock["ms"])
     _fail(daemon, "orders-7")
     assert _lane_states(daemon)["orders-7"] == RETRYING
     seen_stalled = threading.Event()

@@ -3,11 +3,12 @@ grow, and what a lane given up must not keep showing."""
 
 from __future__ import annotations
 
+import kafka.errors as Errors
 import pytest
 
-import mirror_core.daemon.loop as D
 from mirror_core.model.lane_status import COPYING, STALLED
-from tests.unit.daemon.test_daemon_idle_rounds import _lane_states, held_daemon
+from mirror_core.state.leases import now_ms
+from tests.unit.daemon.test_daemon_idle_rounds import _lane_states, held_daemon, set_clock
 
 LANES = 20
 
@@ -18,7 +19,7 @@ def daemon():
 
 
 def _fail(daemon, lane: str) -> None:
-    daemon._failed(daemon.lanes[lane], D.Errors.KafkaConnectionError("flaky target"))
+    daemon._failed(daemon.lanes[lane], Errors.KafkaConnectionError("flaky target"))
 
 
 @pytest.mark.timeout(10)
@@ -27,8 +28,8 @@ def test_a_flapping_lane_does_not_grow_the_stall_heap(daemon, monkeypatch):
     time: each run's due time is pushed, and the superseded ones stay in the heap until their time comes —
     stall_after_s later (300 s by default, a day if configured). The heap must stay bounded by the lanes, not grow
     with the failure rate times stall_after_s."""
-    clock = {"ms": D.now_ms()}
-    monkeypatch.setattr(D, "now_ms", lambda: clock["ms"])
+    clock = {"ms": now_ms()}
+    set_clock(monkeypatch, lambda: clock["ms"])
     daemon._publish_round_states([])
     state = daemon.lanes["orders-3"]
     for _ in range(2000):  # 200 s of a lane failing and recovering every 100 ms: within stall_after_s (300 s)
@@ -49,8 +50,8 @@ def test_a_lane_given_up_while_retrying_does_not_turn_stalled_here(daemon, monke
     """A lane retrying (a flaky target) is revoked by the group and copies fine at its next holder. This process
     no longer holds it: its /readyz must not turn ``stalled`` (not ready) stall_after_s later for a lane it does not
     copy — an operator would restart a healthy daemon, and the holder's own health says copying."""
-    clock = {"ms": D.now_ms()}
-    monkeypatch.setattr(D, "now_ms", lambda: clock["ms"])
+    clock = {"ms": now_ms()}
+    set_clock(monkeypatch, lambda: clock["ms"])
     daemon._publish_round_states([])
     _fail(daemon, "orders-5")
     daemon._drop("orders-5", "revoked by the group")
@@ -72,8 +73,8 @@ def test_a_lane_reacquired_long_after_it_was_given_up_while_retrying_writes_no_s
     written = []
     daemon.health_records = NS(write=lambda pipeline, holder, writes, clears, now: written.append(
         (dict(writes), sorted(clears))))
-    clock = {"ms": D.now_ms()}
-    monkeypatch.setattr(D, "now_ms", lambda: clock["ms"])
+    clock = {"ms": now_ms()}
+    set_clock(monkeypatch, lambda: clock["ms"])
     daemon._publish_round_states([])
     _fail(daemon, "orders-6")
     daemon._write_health_records(clock["ms"])

@@ -15,6 +15,8 @@ import pytest
 
 import mirror_core.daemon.loop as D
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon import lane_sessions
+from mirror_core.daemon.lane_state import LaneState
 from mirror_core.daemon.lane_workers import LaneClients, LaneWorkerPool
 from mirror_core.errors import MirrorError
 from mirror_core.model.lane_status import COPYING
@@ -34,12 +36,12 @@ def _daemon(monkeypatch, open_lane):
             time.sleep(OPEN_S)
             return open_lane()
 
-    monkeypatch.setattr(D, "CheckpointedCopier", FakeCopier)
+    monkeypatch.setattr(lane_sessions, "CheckpointedCopier", FakeCopier)
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="me")
     daemon.workers = LaneWorkerPool(2, lambda: LaneClients(None, None, NS(read_own=lambda *a: None)))
     daemon.source = None
     daemon.store = NS(read_own_many=lambda pipeline, lanes: {lane: None for lane in lanes})  # no checkpoints yet
-    state = D.LaneState("orders", 0, "orders", "orders-0", health=daemon._new_health())
+    state = LaneState("orders", 0, "orders", "orders-0", health=daemon._new_health())
     daemon.lanes = {"orders-0": state}
     daemon.held = {"orders-0"}
     daemon._next_lease = time.monotonic() + OPEN_S / 2  # the group round falls due while the worker opens the lane

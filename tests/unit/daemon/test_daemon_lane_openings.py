@@ -9,11 +9,15 @@ from types import SimpleNamespace as NS
 import pytest
 
 import mirror_core.daemon.loop as D
+from mirror_core.config.names import DAEMON_OWNER
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon import lane_sessions
 from mirror_core.daemon.lane_openings import LaneOpenings, audit
+from mirror_core.daemon.lane_state import AUDIT_MAX_S, LaneState
 from mirror_core.daemon.lane_workers import TaskOutcome
 from mirror_core.errors import MirrorError
 from mirror_core.model.lane_status import HALTED, PersistedLaneState
+from mirror_core.state.leases import now_ms
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
         "include": "orders.*"}
@@ -50,7 +54,7 @@ def opening_daemon(monkeypatch, mapping: dict, lanes: int) -> D.ShallowMirrorDae
     monkeypatch.setattr(daemon, "_open_lanes", open_lanes)
     for p in range(lanes):
         lane = f"orders-{p}"
-        daemon.lanes[lane] = D.LaneState("orders", p, "orders", lane, health=daemon._new_health())
+        daemon.lanes[lane] = LaneState("orders", p, "orders", lane, health=daemon._new_health())
         daemon.held.add(lane)
     return daemon
 
@@ -125,7 +129,7 @@ def test_dropped_halted_and_reacquired_lanes(daemon, monkeypatch):
 def test_a_resumed_lane_is_opened_again(daemon, monkeypatch):
     _round(daemon)
     state = daemon.lanes["orders-4"]
-    state.health.stop(PersistedLaneState(HALTED, "rejected", "bad", D.now_ms(), 5, None))
+    state.health.stop(PersistedLaneState(HALTED, "rejected", "bad", now_ms(), 5, None))
     state.halt_stored = True
     daemon.openings.touch("orders-4")
     assert "orders-4" not in _round(daemon)
@@ -144,13 +148,13 @@ def test_the_audit_repairs_a_lane_missing_from_the_books(daemon, clock):
     _round(daemon)
     assert state.session is None and state.fetcher is None and daemon.opened[1:] == []  # not reopened
     events = []
-    real_event = D.event
-    D.event = lambda name, *a, **k: (events.append((name, k)), real_event(name, *a, **k))
+    real_event = lane_sessions.event
+    lane_sessions.event = lambda name, *a, **k: (events.append((name, k)), real_event(name, *a, **k))
     try:
         daemon._next_openings_audit = clock.t  # the audit period comes
         assert "orders-9" in _round(daemon)
     finally:
-        D.event = real_event
+        lane_sessions.event = real_event
     assert tuple(name for name, _ in events if name == "lane_openings_repaired") == ("lane_openings_repaired", )
     assert [k for name, k in events if name == "lane_openings_repaired"][0]["first"] == "orders-9"
     assert state.session is not None and state.fetcher is not None
@@ -202,7 +206,7 @@ def fenced(clock, monkeypatch):
     daemon._next_fence_walk = clock.t + 3600
     for p in range(LANES):
         lane = f"orders-{p}"
-        state = daemon.lanes[lane] = D.LaneState("orders", p, "orders", lane, health=daemon._new_health())
+        state = daemon.lanes[lane] = LaneState("orders", p, "orders", lane, health=daemon._new_health())
         daemon.held.add(lane)
         state.session = FenceSession(clock)
         if p % 2:  # half the lanes were opened 30 s later: their fences fall due 30 s later
@@ -297,7 +301,7 @@ class FakeStore:
 def test_the_group_round_decodes_checkpoints_only_when_they_changed_and_still_sees_a_new_owner(daemon, monkeypatch):
     store = daemon.store = FakeStore()
     for p in range(LANES):
-        store.write("orders", p, NS(owner=D.DAEMON_OWNER, lane_state=None, target_topic="orders",
+        store.write("orders", p, NS(owner=DAEMON_OWNER, lane_state=None, target_topic="orders",
                                     target_partition=p))
     assert daemon._eligible() == sorted(daemon.lanes) and store.decodes == LANES
     for _ in range(5):  # group rounds with nothing changed: nothing decoded, same answer
@@ -309,10 +313,10 @@ def test_the_group_round_decodes_checkpoints_only_when_they_changed_and_still_se
     monkeypatch.setattr(daemon, "_persist", lambda *a: False)
     daemon._halt(daemon.lanes["orders-6"], MirrorError("bad batch"), "rejected")  # halted here (not stored)
     assert "orders-6" not in daemon._eligible()
-    daemon.lanes["orders-new"] = D.LaneState("orders", LANES, "orders", "orders-new", health=daemon._new_health())
+    daemon.lanes["orders-new"] = LaneState("orders", LANES, "orders", "orders-new", health=daemon._new_health())
     assert "orders-new" in daemon._eligible()  # discovered by a rescan: eligible at once
-    stored = PersistedLaneState(HALTED, "rejected", "bad", D.now_ms(), 3, None)
-    store.write("orders", 7, NS(owner=D.DAEMON_OWNER, lane_state=stored, target_topic="orders", target_partition=7))
+    stored = PersistedLaneState(HALTED, "rejected", "bad", now_ms(), 3, None)
+    store.write("orders", 7, NS(owner=DAEMON_OWNER, lane_state=stored, target_topic="orders", target_partition=7))
     assert "orders-7" not in daemon._eligible()  # halted by another daemon (persisted): followed here
     assert daemon.lanes["orders-7"].health.state == HALTED
 
@@ -369,14 +373,14 @@ def test_the_audits_walk_the_held_lanes_every_audit_period_not_every_rescan(cloc
     round's cost per held lane (issue #18). They run every AUDIT_MAX_S, whatever the rescan interval."""
     daemon = opening_daemon(monkeypatch, {**BASE, "rescan_interval_s": 1}, LANES)
     walks = []
-    real = D.audit_openings
-    monkeypatch.setattr(D, "audit_openings", lambda *a: (walks.append(clock.t), real(*a))[1])
+    real = lane_sessions.audit_openings
+    monkeypatch.setattr(lane_sessions, "audit_openings", lambda *a: (walks.append(clock.t), real(*a))[1])
     audits = []
     rounds = NS(sync=lambda lanes: None, audit=lambda: (audits.append(clock.t), [])[1],
                 send=lambda **k: NS())
     monkeypatch.setattr(daemon, "_standing", lambda: rounds)
     start = clock.t
-    for _ in range(int(D.AUDIT_MAX_S) * 4):  # idle rounds, a quarter second apart, for one audit period
+    for _ in range(int(AUDIT_MAX_S) * 4):  # idle rounds, a quarter second apart, for one audit period
         ready = daemon._open_ready()
         daemon._send_round(ready)
         clock.t += 0.25

@@ -9,9 +9,13 @@ from types import SimpleNamespace as NS
 import pytest
 
 import mirror_core.daemon.loop as D
+from mirror_core.config.names import DAEMON_OWNER
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon import fences
+from mirror_core.daemon.lane_state import AUDIT_MAX_S, LaneState
 from mirror_core.daemon.lane_workers import TaskOutcome
 from mirror_core.model.lane_status import HALTED, PersistedLaneState
+from mirror_core.state.leases import now_ms
 from tests.unit.daemon.test_daemon_lane_openings import Clock, FakeStore, FenceSession, opening_daemon
 
 HOURLY = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
@@ -52,7 +56,7 @@ class ReadOwnStore(FakeStore):
         return self.checkpoints.get((pipeline, topic, partition))
 
 
-def _cp(p: int, owner: str = D.DAEMON_OWNER, lane_state=None):
+def _cp(p: int, owner: str = DAEMON_OWNER, lane_state=None):
     return NS(owner=owner, lane_state=lane_state, target_topic="orders", target_partition=p, position=5,
               lost_ranges=())
 
@@ -65,7 +69,7 @@ def test_a_handoff_read_into_the_cache_by_a_resume_check_is_not_hidden_by_the_el
     eligible) stands until some other checkpoint write — on an idle pipeline, indefinitely."""
     daemon = _daemon(monkeypatch, HOURLY)
     store = daemon.store = ReadOwnStore()
-    halt = PersistedLaneState(HALTED, "rejected", "bad", D.now_ms(), 5, None)
+    halt = PersistedLaneState(HALTED, "rejected", "bad", now_ms(), 5, None)
     for p in range(LANES):
         store.write("orders", p, _cp(p, lane_state=halt if p == 4 else None))
     assert "orders-4" not in daemon._eligible() and daemon.lanes["orders-4"].health.stopped
@@ -88,19 +92,19 @@ def test_a_lane_lost_from_the_openings_books_is_reopened_within_the_audit_cap_on
     state = daemon.lanes["orders-3"]
     state.reset()  # a reset no hook saw: the lane leaves the books
     daemon.openings.ready.pop("orders-3")
-    clock.t += D.AUDIT_MAX_S + 1
+    clock.t += AUDIT_MAX_S + 1
     _round(daemon)
     assert daemon.opened[1:] == [["orders-3"]], "a held lane stays unopened until the hourly rescan audits the books"
     assert state.session is not None and state.fetcher is not None and "orders-3" in _round(daemon)
 
 
-def _one_lane_at_least_once() -> tuple[D.ShallowMirrorDaemon, D.LaneState]:
+def _one_lane_at_least_once() -> tuple[D.ShallowMirrorDaemon, LaneState]:
     """An at-least-once daemon on an hourly rescan holding one lane, its worker tasks run inline."""
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping({**HOURLY, "mode": "at-least-once"}),
                                    worker_id="me")
     daemon.workers = NS(run=lambda tasks, tick=None: [TaskOutcome(value=fn(None)) for _lane, fn in tasks],
                         release=lambda lane: None)
-    state = daemon.lanes["orders-0"] = D.LaneState("orders", 0, "orders", "orders-0", health=daemon._new_health())
+    state = daemon.lanes["orders-0"] = LaneState("orders", 0, "orders", "orders-0", health=daemon._new_health())
     daemon.held.add("orders-0")
     return daemon, state
 
@@ -114,7 +118,7 @@ def test_a_fence_missed_by_the_heap_is_renewed_within_the_audit_cap_on_an_hourly
     state.session = FenceSession(clock)  # installed without _schedule_fence (a missed hook)
     clock.t += 61.0  # its fence is due
     daemon._renew_fences()
-    clock.t += D.AUDIT_MAX_S
+    clock.t += AUDIT_MAX_S
     daemon._renew_fences()
     assert state.session.renewals == 1, "a held lane's fence stays lapsed until the hourly walk"
 
@@ -142,8 +146,8 @@ def test_the_fence_walk_does_not_cry_repaired_for_a_fence_the_heap_holds(monkeyp
     clock = TickingClock()
     monkeypatch.setattr(D.time, "monotonic", clock)
     events = []
-    real_event = D.event
-    monkeypatch.setattr(D, "event", lambda name, *a, **k: (events.append(name), real_event(name, *a, **k)))
+    real_event = fences.event
+    monkeypatch.setattr(fences, "event", lambda name, *a, **k: (events.append(name), real_event(name, *a, **k)))
     daemon, state = _one_lane_at_least_once()
     state.session = TickingFenceSession(clock)
     state.session.fenced_at = clock.t - state.session.INTERVAL + 0.0015  # falls due just after the next ``now``

@@ -10,12 +10,13 @@ import pytest
 import mirror_core.daemon.loop as D
 import mirror_core.kafka.list_offsets as list_offsets
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon.lane_state import LaneState
 from tests.unit.daemon.test_daemon_idle_rounds import BASE
 
 
 def _states(daemon, n):
     daemon.source = object()  # the source client run() makes (lookup_offsets is replaced)
-    return [D.LaneState("orders", p, "orders", f"orders-{p}", health=daemon._new_health()) for p in range(n)]
+    return [LaneState("orders", p, "orders", f"orders-{p}", health=daemon._new_health()) for p in range(n)]
 
 
 @pytest.mark.timeout(10)

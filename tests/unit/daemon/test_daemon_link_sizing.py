@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
-from mirror_core.daemon import loop as daemon_module
+from mirror_core.daemon import events
 from mirror_core.daemon.loop import ShallowMirrorDaemon
 from mirror_core.errors import ClusterUnavailableError, ConfigError
 from mirror_core.model.preflight_rules import LINK_ROUND_CAP, SourceLink, round_bytes_for_link
@@ -54,7 +54,7 @@ def test_the_daemon_sizes_its_rounds_for_the_slowest_broker(monkeypatch):
 
 
 def test_unmeasured_links_keep_the_configured_sizes(monkeypatch, caplog):
-    caplog.set_level(logging.WARNING, logger=daemon_module.log.name)
+    caplog.set_level(logging.WARNING, logger=events.log.name)
     for links in ([], ClusterUnavailableError("source", "s:9092", "metadata: timed out")):
         caplog.clear()
         daemon = _daemon(monkeypatch, links, link_mbps=20)

@@ -13,7 +13,8 @@ from confluent_kafka import TopicPartition
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.names import daemon_group_id as group_id
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
-from mirror_core.daemon.membership import GroupMembership, choose_protocol, consumer_settings
+from mirror_core.daemon.group_settings import choose_protocol, consumer_settings
+from mirror_core.daemon.membership import GroupMembership
 from mirror_core.errors import ConfigError
 from mirror_core.state.leases import Lease
 
@@ -206,7 +207,8 @@ class RecordingLeases:
 
 
 def group_daemon(lanes=("t-0", "t-1"), **overrides):
-    from mirror_core.daemon.loop import LaneState, ShallowMirrorDaemon
+    from mirror_core.daemon.lane_state import LaneState
+    from mirror_core.daemon.loop import ShallowMirrorDaemon
 
     cfg = pipeline_config_from_mapping({"pipeline": "p", "source": {"bootstrap.servers": "a:1"},
                                         "target": {"bootstrap.servers": "b:1"}, "include": "t", "metrics_port": 0,
@@ -413,12 +415,12 @@ def test_lease_records_are_released_before_the_revocation_completes_and_only_whi
 def test_deleted_topics_are_confirmed_once_for_all_their_revoked_lanes(monkeypatch):
     """Revoked lanes of a deleted source topic: one confirmation wait for the topic, not DELETION_CONFIRM_S per
     lane (the revocation callback is waiting meanwhile)."""
-    import mirror_core.daemon.loop as daemon_module
+    from mirror_core.daemon import lane_failures
 
     daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(6)), lease_compat=False)
     daemon._maintain_group()
     sleeps, lookups = [], []
-    monkeypatch.setattr(daemon_module.time, "sleep", lambda s: sleeps.append(s))
+    monkeypatch.setattr(lane_failures.time, "sleep", lambda s: sleeps.append(s))
     daemon._topics_missing_on_source = lambda topics: lookups.append(set(topics)) or set(topics)
     daemon._source_topic_missing = lambda topic: pytest.fail("a per-lane deletion check")
     halted = []
@@ -426,7 +428,7 @@ def test_deleted_topics_are_confirmed_once_for_all_their_revoked_lanes(monkeypat
     daemon.membership.full.clear()
     daemon.membership.generation += 1
     daemon._answer_revocations()
-    assert sleeps == [daemon_module.DELETION_CONFIRM_S] and len(lookups) == 2
+    assert sleeps == [lane_failures.DELETION_CONFIRM_S] and len(lookups) == 2
     assert sorted(halted) == sorted(daemon.lanes) and daemon.held == set()
 
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 import yaml
 
-from mirror_core.daemon.loop import run_daemon
+from mirror_core.daemon.main import run_daemon
 
 
 @pytest.mark.timeout(20)

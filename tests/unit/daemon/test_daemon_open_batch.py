@@ -17,6 +17,8 @@ import pytest
 import mirror_core.daemon.loop as D
 from mirror_core.config.names import DAEMON_OWNER
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon import lane_sessions
+from mirror_core.daemon.lane_state import LaneState
 from mirror_core.daemon.lane_workers import LaneClients, LaneWorkerPool
 from mirror_core.model.lane_status import HALTED
 from mirror_core.state.checkpoint import Checkpoint, checkpoint_key, checkpoint_partition
@@ -84,13 +86,13 @@ def _daemon(monkeypatch, store: Store):
             assert read_checkpoint is False, "a batched open reads the checkpoints itself, after every fence"
             return Session()
 
-    monkeypatch.setattr(D, "CheckpointedCopier", FakeCopier)
-    monkeypatch.setattr(D, "list_offsets", lambda *a, **k: 0)
+    monkeypatch.setattr(lane_sessions, "CheckpointedCopier", FakeCopier)
+    monkeypatch.setattr(lane_sessions, "list_offsets", lambda *a, **k: 0)
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="me")
     daemon.workers = LaneWorkerPool(2, lambda: LaneClients(None, None, None))
     daemon.source = None
     daemon.store = store
-    daemon.lanes = {f"orders-{p}": D.LaneState("orders", p, "orders", f"orders-{p}", health=daemon._new_health())
+    daemon.lanes = {f"orders-{p}": LaneState("orders", p, "orders", f"orders-{p}", health=daemon._new_health())
                     for p in range(LANES)}
     daemon.held = set(daemon.lanes)
     monkeypatch.setattr(daemon, "_maintain_group", lambda: None)

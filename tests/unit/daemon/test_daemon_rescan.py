@@ -21,6 +21,8 @@ from kafka.protocol.metadata import MetadataResponse
 
 import mirror_core.daemon.loop as D
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon import lane_failures
+from mirror_core.daemon.lane_state import LaneState
 from mirror_core.kafka.source_reachability import UNREACHABLE_AFTER_S
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
@@ -125,7 +127,7 @@ def test_a_rescan_finding_nothing_new_prepares_nothing_even_for_lanes_added_else
     kept book is extended by them, not stale."""
     daemon._rescan()
     daemon.source.topics["orders.c"] = 1
-    daemon.lanes["dr.orders.c-0"] = D.LaneState("orders.c", 0, "dr.orders.c", "dr.orders.c-0",
+    daemon.lanes["dr.orders.c-0"] = LaneState("orders.c", 0, "dr.orders.c", "dr.orders.c-0",
                                                 health=daemon._new_health())
     daemon._rescan()
     daemon._rescan()
@@ -152,9 +154,9 @@ def test_a_deleted_topic_is_still_confirmed_deleted(daemon, monkeypatch):
     daemon._rescan()                                                 # the rescan drops no lane by itself
     assert _lanes(daemon) == {("orders.a", 0), ("orders.a", 1)}
     slept = []
-    monkeypatch.setattr(D.time, "sleep", slept.append)
+    monkeypatch.setattr(lane_failures.time, "sleep", slept.append)
     assert daemon._deleted_source_topics({"orders.a"}) == {"orders.a"}
-    assert slept == [D.DELETION_CONFIRM_S]                           # missing twice, this far apart
+    assert slept == [lane_failures.DELETION_CONFIRM_S]                           # missing twice, this far apart
 
 
 @pytest.mark.timeout(20)

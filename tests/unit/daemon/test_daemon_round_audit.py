@@ -12,6 +12,7 @@ import pytest
 
 import mirror_core.daemon.loop as D
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon import copy_round
 
 BASE = {"pipeline": "p", "source": {"bootstrap.servers": "a:9092"}, "target": {"bootstrap.servers": "b:9092"},
         "include": "orders.*"}
@@ -41,7 +42,7 @@ def test_the_standing_rounds_books_are_audited_at_least_every_minute_whatever_th
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, "rescan_interval_s": rescan_s}),
                                    worker_id="me")
     clock = [1000.0]
-    monkeypatch.setattr(D, "time", NS(monotonic=lambda: clock[0]))   # the daemon's clock only
+    monkeypatch.setattr(copy_round, "time", NS(monotonic=lambda: clock[0]))   # the daemon's clock only
     daemon.source = NS(name="source")
     rounds = daemon._rounds = _Rounds(daemon.source, clock)
     for _ in range(600):                # ten minutes of rounds, one every second

@@ -21,7 +21,7 @@ import pytest
 from kafka.future import Future
 from kafka.protocol.metadata import MetadataResponse
 
-import mirror_core.daemon.loop as D
+from mirror_core.daemon.lane_state import LaneState
 from tests.unit.daemon.test_daemon_rescan import _lanes, rescan_daemon
 
 T = MetadataResponse.MetadataResponseTopic
@@ -96,7 +96,7 @@ def test_partitions_without_lanes_get_them_even_when_the_lane_count_matches(daem
     del daemon.source.topics["orders.a"]
     daemon._rescan()
     for p in (2, 3):
-        daemon.lanes[f"dr.orders.a-{p}"] = D.LaneState("orders.a", p, "dr.orders.a", f"dr.orders.a-{p}",
+        daemon.lanes[f"dr.orders.a-{p}"] = LaneState("orders.a", p, "dr.orders.a", f"dr.orders.a-{p}",
                                                        health=daemon._new_health())
     daemon.source.topics["orders.a"] = 2
     daemon._rescan()

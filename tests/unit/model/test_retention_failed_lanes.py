@@ -11,17 +11,19 @@ import pytest
 
 import mirror_core.daemon.loop as D
 from mirror_core.config.pipeline_file import pipeline_config_from_mapping
+from mirror_core.daemon.lane_state import LaneState
+from mirror_core.errors import MirrorError
 from mirror_core.model.held_positions import HeldPositions
 from tests.unit.daemon.test_daemon_idle_rounds import BASE
 
 TP = ("orders", 3)
 
 
-def _daemon(new_partitions: str = "earliest", cached=None) -> tuple[D.ShallowMirrorDaemon, D.LaneState]:
+def _daemon(new_partitions: str = "earliest", cached=None) -> tuple[D.ShallowMirrorDaemon, LaneState]:
     daemon = D.ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, "new_partitions": new_partitions}),
                                    worker_id="me")
     daemon.store = NS(cached=lambda pipeline, topic, partition: cached)
-    state = D.LaneState("orders", 3, "orders", "orders-3", health=daemon._new_health())
+    state = LaneState("orders", 3, "orders", "orders-3", health=daemon._new_health())
     return daemon, state
 
 
@@ -86,7 +88,7 @@ def test_an_undecodable_checkpoint_places_the_lane_where_it_would_start_and_rais
     daemon, state = _daemon()
 
     def cached(*_a):
-        raise D.MirrorError("checkpoint format 99 is not supported")
+        raise MirrorError("checkpoint format 99 is not supported")
 
     daemon.store = NS(cached=cached)
     daemon._place_failed_lane(state, None)  # inside _failed: must not raise over the lane's own error

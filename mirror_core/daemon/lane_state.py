@@ -1,0 +1,57 @@
+"""What the daemon keeps per lane (:class:`LaneState`), what it reports of itself (:class:`DaemonStatus`), and how
+often the books it keeps by events are checked against the lanes (:data:`AUDIT_MAX_S`).
+
+A lane is a source partition mirrored to its target partition under one transactional.id. Its state is the main
+thread's books: a lane worker's task (opening the lane) sets only ``start``, once; whatever else a worker produced
+(a session, a fetcher, an error) is installed by the main thread, and only if ``generation`` did not move meanwhile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mirror_core.engine.checkpointed import LaneSession
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.model.lane_status import LaneHealth
+
+# the standing round's and the openings' books audited, and the fence walk: this often, whatever the rescan
+# interval. They are nets for a bug in the books kept by events (a drift is repaired and logged), each a walk of
+# every held lane: on the rescan cadence (10 s by default) they were most of what an idle round cost per held lane
+# (issue #18), though nothing about discovering topics makes a drift likelier or its repair more urgent.
+AUDIT_MAX_S = 30.0
+
+
+@dataclass
+class LaneState:
+    topic: str
+    partition: int
+    target_topic: str
+    lane: str
+    session: LaneSession | None = None
+    fetcher: RawBatchFetcher | None = None  # at the session's committed position; dropped with the session
+    health: LaneHealth = field(default_factory=LaneHealth)  # what the user sees (lane_status); halted: not reopened
+    retry_at: float = 0.0
+    failures: int = 0
+    start: int | None = None  # where a lane without checkpoint starts (new_partitions), fixed at first sight
+    fetch_failures: int = 0
+    last_stable: int | None = None  # the source partition's last stable offset at the last fetch
+    repaired_at: int | None = None  # source offset of the rejected batch a config sync last repaired
+    shown_lag: int | None = None  # the lag gauge's value for the lane (None: not set by this process, or removed)
+    # the lane's halt is stored in its checkpoint (we wrote it, or read it there): from then on a checkpoint of the
+    # lane without a halt can only be the operator's resume (no clock is compared: machines' clocks differ)
+    halt_stored: bool = False
+    # bumped whenever the lane is dropped: work a worker began before (an open, a fence renewal, a copy) finds a
+    # different number when it returns, and its result (a session, a fetcher, an error) is not this lane's any more
+    generation: int = 0
+
+    def reset(self) -> None:
+        """Forget the open session and fetch position: the next round reopens the lane (fencing any older writer
+        of it, aborting our open transaction) and resumes from the committed checkpoint."""
+        self.session = None
+        self.fetcher = None
+
+
+@dataclass
+class DaemonStatus:
+    lanes_held: list[str] = field(default_factory=list)
+    halted: dict[str, str] = field(default_factory=dict)
