@@ -35,7 +35,7 @@ from mirror_core.codec.batch_codec import PreparedBatch
 from mirror_core.codec.batch_deep import decode_record_tail, read_records
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.config.names import DAEMON_OWNER, default_lane, lane_transactional_id
-from mirror_core.engine.copier import BatchSource, CopyOptions, CopyResult, PartitionRange, Progress, RangeCopier
+from mirror_core.engine.copier import BatchSource, CopyOptions, CopyResult, Progress, RangeCopier
 from mirror_core.errors import (
     ConfigError,
     CoordinatorUnavailableError,
@@ -54,6 +54,7 @@ from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter
 from mirror_core.model.map_segments import LaneMap
 from mirror_core.model.offset_map import normalise_ranges
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import Checkpoint, CheckpointStore, checkpoint_key, checkpoint_partition
 
 log = logging.getLogger(__name__)

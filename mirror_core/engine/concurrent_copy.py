@@ -37,13 +37,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from mirror_core.engine.copier import CopyOptions, CopyResult, FetchedOnce, PartitionRange, RangeCopier
+from mirror_core.engine.copier import CopyOptions, CopyResult, FetchedOnce, RangeCopier
 from mirror_core.errors import MirrorError, PartitionUnavailableError
 from mirror_core.kafka.broker_fetch import PartitionOutcome, PendingRound, RoundStats, deal_to_connections, send_round
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.shared_produce import SharedProduce
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.offset_map import OffsetRuns
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.model.throttle import Throttle
 
 log = logging.getLogger(__name__)

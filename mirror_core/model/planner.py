@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from mirror_core.config.positions import parse_position
 from mirror_core.errors import ConfigError, DataLossError, SkipRefusedError
 from mirror_core.model.preflight_rules import KAFKA_INTERNAL_TOPICS, is_internal_topic, target_topic_name
+from mirror_core.model.ranges import PartitionRange
 
 PLAN_VERSION = 1
 MODES = ("exactly-once", "at-least-once")
@@ -394,15 +395,10 @@ class PlanInputs:
 # -- the plan --------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class WorkUnit:
-    """One source partition's range ``[start, end)`` and the target partition (lane) it is copied into."""
+class WorkUnit(PartitionRange):
+    """One source partition's range ``[start, end)`` and the target partition (lane) it is copied into, with what
+    orders it: its size estimate and its retention deadline."""
 
-    topic: str
-    partition: int
-    start: int
-    end: int
-    target_topic: str
-    target_partition: int
     bytes_estimate: int
     deadline_ms: int | None = None
     start_from: str = ""  # what the start resolved from: "earliest", "checkpoint", "log start (accept-loss)", ...
@@ -428,8 +424,11 @@ class WorkUnit:
     @classmethod
     def from_dict(cls, body: Mapping) -> WorkUnit:
         _check_keys(body, _UNIT_KEYS, {"start_from"}, "work unit")
+        start, end = _typed(body, "start", int), _typed(body, "end", int)
+        if not 0 <= start < end:  # before the range refuses it, so the message names the unit
+            raise ConfigError(f"work unit {body['unit_id']!r}: range [{start}, {end}) is empty or negative")
         unit = cls(topic=_typed(body, "topic", str), partition=_typed(body, "partition", int),
-                   start=_typed(body, "start", int), end=_typed(body, "end", int),
+                   start=start, end=end,
                    target_topic=_typed(body, "target_topic", str),
                    target_partition=_typed(body, "target_partition", int),
                    bytes_estimate=_typed(body, "bytes_estimate", int),
@@ -438,8 +437,6 @@ class WorkUnit:
         for key in ("unit_id", "lane"):
             if body[key] != getattr(unit, key):
                 raise ConfigError(f"work unit {body[key]!r}: {key} should be {getattr(unit, key)!r}")
-        if not 0 <= unit.start < unit.end:
-            raise ConfigError(f"work unit {unit.unit_id!r}: range [{unit.start}, {unit.end}) is empty or negative")
         return unit
 
 
