@@ -67,6 +67,7 @@ import kafka.errors as Errors
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.config.names import CHECKPOINT_TOPIC, DAEMON_OWNER, default_lane, lane_transactional_id, new_worker_id
 from mirror_core.config.pipeline_file import PipelineConfig, load_pipeline_config
+from mirror_core.config.topic_selection import NamingPolicy, TopicPattern
 from mirror_core.daemon import thread_sampler
 from mirror_core.daemon.config_sync import ConfigSyncWatch
 from mirror_core.daemon.events import event
@@ -102,7 +103,6 @@ from mirror_core.model.lane_status import (
     PersistedLaneState,
     classify_failure,
 )
-from mirror_core.model.planner import NamingPolicy, TopicPattern
 from mirror_core.model.preflight_rules import is_internal_topic
 from mirror_core.services.preflight import run_preflight
 from mirror_core.state.checkpoint import Checkpoint, CheckpointStore, checkpoint_key, checkpoint_partition

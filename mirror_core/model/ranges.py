@@ -2,7 +2,7 @@
 copied into.
 
 The copier copies a :class:`PartitionRange`; the backfill planner's work units are ranges with a size estimate and
-a deadline (:class:`~mirror_core.model.planner.WorkUnit`). Invariants: ``0 <= start <= end`` (an empty range is a
+a deadline (:class:`~mirror_core.model.plan.WorkUnit`). Invariants: ``0 <= start <= end`` (an empty range is a
 range; the planner refuses empty *units* itself); partitions map one to one, so the lane is
 ``<target_topic>-<target_partition>``.
 """

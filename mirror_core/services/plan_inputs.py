@@ -21,19 +21,18 @@ from pathlib import Path
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.names import CHECKPOINT_TOPIC
+from mirror_core.config.plan_request import PlanRequest
 from mirror_core.errors import ConfigError
 from mirror_core.kafka.list_offsets import lookup_offsets
 from mirror_core.kafka.topic_counts import list_topic_counts
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.plan import Plan, render_plan_table
 from mirror_core.model.planner import (
     CheckpointPosition,
     DeadlineFor,
     PartitionState,
-    Plan,
     PlanInputs,
-    PlanRequest,
     plan_backfill,
-    render_plan_table,
     select_topics,
 )
 from mirror_core.state.checkpoint import CheckpointStore

@@ -75,7 +75,7 @@ EDGE_EXCEPTIONS = {
     ("shoal_airflow/operators.py", "kafka.verify"), ("shoal_airflow/operators.py", "kafka.wire_client"),
     ("shoal_airflow/operators.py", "model.planner"), ("shoal_airflow/operators.py", "model.preflight_rules"),
     ("shoal_airflow/operators.py", "model.retention"), ("shoal_airflow/operators.py", "state.checkpoint"),
-    ("shoal_airflow/operators.py", "state.ledger"), ("shoal_airflow/params.py", "model.planner"),
+    ("shoal_airflow/operators.py", "state.ledger"), ("shoal_airflow/operators.py", "model.plan"),
     ("shoal_airflow/params.py", "state.run_claims"), ("shoal_airflow/rehearsal.py", "kafka.list_offsets"),
     ("shoal_airflow/rehearsal.py", "kafka.retention_inputs"), ("shoal_airflow/rehearsal.py", "kafka.wire_client"),
     ("shoal_airflow/sensors.py", "kafka.retention_inputs"), ("shoal_airflow/sensors.py", "model.retention"),

@@ -10,23 +10,18 @@ import re
 import pytest
 from rich.console import Console
 
+from mirror_core.config.plan_request import BoundSpec, PlanRequest, parse_partition_offsets
+from mirror_core.config.topic_selection import NamingPolicy, split_alternatives
 from mirror_core.errors import ConfigError, DataLossError, MirrorError
+from mirror_core.model.plan import Plan, WorkUnit, render_plan_table
 from mirror_core.model.planner import (
-    BoundSpec,
     CheckpointPosition,
-    NamingPolicy,
     PartitionState,
-    Plan,
     PlanDataLossError,
     PlanInputs,
-    PlanRequest,
-    WorkUnit,
     order_units,
-    parse_partition_offsets,
     plan_backfill,
-    render_plan_table,
     select_topics,
-    split_alternatives,
 )
 
 TOPICS = {"orders": 3, "orders.dlq": 1, "payments.eu": 2, "payments.us": 2, "audit": 1,
