@@ -79,8 +79,9 @@ from mirror_core.daemon.metrics import DaemonMetrics, serve_metrics
 from mirror_core.daemon.prune_watch import PruneWatch
 from mirror_core.daemon.retention_watch import RetentionWatch
 from mirror_core.daemon.standing_round import StandingPending, StandingRound
-from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode, LaneSession, OwnershipError
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
 from mirror_core.engine.copier import CopyOptions, FetchedOnce
+from mirror_core.engine.lane_session import LaneSession, OwnershipError
 from mirror_core.errors import (
     BatchRejectedError,
     ConfigError,

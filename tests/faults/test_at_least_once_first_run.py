@@ -60,7 +60,7 @@ def test_an_at_least_once_first_run_stopped_before_its_first_commit_leaves_only_
 
         # the restarted process: a new writer of the lane (fencing the first), resuming from what is stored
         session = _copier(source, target, store, pipeline).open_lane(topic, 0, target_topic, 0)
-        with caplog.at_level(logging.WARNING, logger="mirror_core.engine.checkpointed"):
+        with caplog.at_level(logging.WARNING, logger="mirror_core.engine.resume_landing"):
             result = session.copy(start, RECORDS)
     assert result.source_end == RECORDS
     values = [r.value for r in target_cluster.read_all(target_topic)]
