@@ -43,7 +43,7 @@ from mirror_core.kafka.broker_fetch import PartitionOutcome, PendingRound, Round
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.shared_produce import SharedProduce
 from mirror_core.kafka.wire_client import WireClient
-from mirror_core.model.offset_map import OffsetRuns
+from mirror_core.model.offset_runs import OffsetRuns
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.model.throttle import Throttle
 

@@ -41,7 +41,7 @@ from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
-from mirror_core.model.offset_map import OffsetRuns
+from mirror_core.model.offset_runs import OffsetRuns
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.model.throttle import Throttle
 

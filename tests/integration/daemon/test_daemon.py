@@ -577,7 +577,8 @@ def test_seam_check_detects_duplicate_and_gap(source_cluster, target_cluster, un
     map source [0, N) → target [0, N)) handed off at X. The clean control passes; each injected fault fails and is
     named."""
     from mirror_core.kafka.writer import BatchWriter
-    from mirror_core.model.offset_map import OffsetMap, OffsetRun
+    from mirror_core.model.offset_map import OffsetMap
+    from mirror_core.model.offset_runs import OffsetRun
     from mirror_core.services.handoff import verify_seam
 
     n, x = 300, 120

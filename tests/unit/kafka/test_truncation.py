@@ -19,7 +19,8 @@ from mirror_core.kafka import wire_fastpath as fp
 from mirror_core.kafka.epochs import EpochEnd, check_truncation
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher, kafka_python_fetch_request
 from mirror_core.model.group_translation import translation_refusal
-from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRun
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import Checkpoint
 from tests.unit.kafka.test_kafka_wire_pure import make_batch
