@@ -313,7 +313,7 @@ def child_deep(spec: dict) -> dict:
 
 
 def child_null(spec: dict) -> dict:
-    from mirror_core.codec.batch_codec import prepare_for_target
+    from mirror_core.codec.batch_prepare import prepare_for_target
     from mirror_core.kafka.fetcher import RawBatchFetcher
     from mirror_core.kafka.wire_client import WireClient
     from mirror_core.kafka.writer import BatchWriter, OutgoingBatch

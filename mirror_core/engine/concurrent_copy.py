@@ -339,7 +339,7 @@ def plain_share_writer(source: WireClient, target: WireClient, options: CopyOpti
 
 
 def lane_share_writer(session, rng: PartitionRange) -> ShareWriter:
-    """Exactly-once / at-least-once: the lane's :class:`~mirror_core.engine.checkpointed.LaneSession` (opened, so
+    """Exactly-once / at-least-once: the lane's :class:`~mirror_core.engine.lane_session.LaneSession` (opened, so
     older writers are fenced and the checkpoint is read); each share commits with its checkpoint. The first share
     is asked from ``rng.start``, so a start past the checkpoint is refused or recorded as an accepted loss
     exactly as a single copy does; later shares start at the checkpoint the previous one committed."""

@@ -36,7 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mirror_core.codec.batch_codec import PreparedBatch, RecordsDigest, prepare_for_target
+from mirror_core.codec.batch_codec import PreparedBatch
+from mirror_core.codec.batch_prepare import prepare_for_target
+from mirror_core.codec.records_digest import RecordsDigest
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient

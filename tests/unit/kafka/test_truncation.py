@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from mirror_core.codec.batch_codec import PARTITION_LEADER_EPOCH_OFFSET, prepare_for_target, walk_batches
+from mirror_core.codec.batch_codec import PARTITION_LEADER_EPOCH_OFFSET, walk_batches
+from mirror_core.codec.batch_prepare import prepare_for_target
 from mirror_core.engine.copier import CopyResult, FetchedOnce, _advance_end
 from mirror_core.errors import SourceTruncatedError
 from mirror_core.kafka import wire_fastpath as fp
