@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mirror_core.errors import ConfigError
+from mirror_core.model.copy_capacity import CopyCapacity
 from mirror_core.model.preflight_rules import LINK_EFFICIENCY, fetch_bytes_for_link
-from mirror_core.model.retention import CopyCapacity
 
 DEFAULT_AT_RISK_BELOW_S = 3600.0        # a margin under an hour pages someone
 DEFAULT_LINK_BYTES_PER_S = 100e6        # link bandwidth for the estimate, and the ceiling for more streams

@@ -139,7 +139,8 @@ def retention_deadlines(source: ClusterConfig):
     """``deadline_for(topic, partition, start)``: when the source may delete the oldest record of the unit, from the
     retention model (None: never, e.g. infinite retention)."""
     from mirror_core.kafka.retention_inputs import gather_inputs
-    from mirror_core.model.retention import CopyCapacity, assess_partition
+    from mirror_core.model.copy_capacity import CopyCapacity
+    from mirror_core.model.retention import assess_partition
 
     # a deadline is when the source may delete the unit's oldest record, whatever the copy's speed: no copy
     # figures enter it (the retention check after planning judges the ETA with the measured ones)
