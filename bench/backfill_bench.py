@@ -80,7 +80,7 @@ def generate(source_conf: dict, topic: str, partitions: int, records: int) -> No
 def make_plan(source, target, topic: str, prefix: str, pipeline: str, path: Path) -> dict:
     import re
 
-    from mirror_core.model.planner import PlanRequest
+    from mirror_core.config.plan_request import PlanRequest
     from mirror_core.services.plan_inputs import build_plan
 
     request = PlanRequest.parse(pipeline=pipeline, source_cluster=source.name, target_cluster=target.name,

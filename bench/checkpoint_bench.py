@@ -31,7 +31,8 @@ from pathlib import Path
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.model.map_segments import LaneMap
-from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRun
 from mirror_core.state.checkpoint import Checkpoint, CheckpointStore
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -248,9 +248,10 @@ class _Phase:
 
 
 def child_shallow(spec: dict) -> dict:
-    from mirror_core.engine.copier import CopyOptions, PartitionRange, RangeCopier
+    from mirror_core.engine.copier import CopyOptions, RangeCopier
     from mirror_core.kafka.wire_client import WireClient
     from mirror_core.kafka.writer import BatchWriter
+    from mirror_core.model.ranges import PartitionRange
 
     fast = spec.get("fast_path", True)
     with WireClient("source", spec["source"], fast_path=fast) as source, \
@@ -312,7 +313,7 @@ def child_deep(spec: dict) -> dict:
 
 
 def child_null(spec: dict) -> dict:
-    from mirror_core.codec.batch_codec import prepare_for_target
+    from mirror_core.codec.batch_prepare import prepare_for_target
     from mirror_core.kafka.fetcher import RawBatchFetcher
     from mirror_core.kafka.wire_client import WireClient
     from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
@@ -351,8 +352,9 @@ def child_concurrent(spec: dict) -> dict:
     from mirror_core.config.commit_policy import CommitPolicy
     from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
     from mirror_core.engine.concurrent_copy import ConcurrentCopy, lane_share_writer, plain_share_writer
-    from mirror_core.engine.copier import CopyOptions, PartitionRange
+    from mirror_core.engine.copier import CopyOptions
     from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.model.ranges import PartitionRange
     from mirror_core.state.checkpoint import CheckpointStore
 
     mode, combine = CONCURRENT_MIRRORS[spec["mirror"]]

@@ -19,9 +19,10 @@ from bench.copy_bench import MIRROR_CORE, _status_kib, default_cases, describe_s
 
 def _copy(source_conf: dict, target_conf: dict, src: str, dst: str, data: dict, fetch_max_bytes: int,
           max_inflight_bytes: int):
-    from mirror_core.engine.copier import CopyOptions, PartitionRange, RangeCopier
+    from mirror_core.engine.copier import CopyOptions, RangeCopier
     from mirror_core.kafka.wire_client import WireClient
     from mirror_core.kafka.writer import BatchWriter
+    from mirror_core.model.ranges import PartitionRange
 
     with WireClient("source", source_conf) as source, WireClient("target", target_conf) as target:
         writer = BatchWriter(target)

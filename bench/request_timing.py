@@ -104,12 +104,13 @@ def child(mirror: str, spec: dict) -> dict:
         writer = BatchWriter(target)
         writer.init_producer_id()
         if mirror == "shallow":
-            from mirror_core.engine.copier import CopyOptions, PartitionRange, RangeCopier
+            from mirror_core.engine.copier import CopyOptions, RangeCopier
+            from mirror_core.model.ranges import PartitionRange
             copier = RangeCopier(source, target, writer, CopyOptions())
             rng = PartitionRange(spec["src_topic"], 0, spec["start"], spec["end"], spec["dst_topic"], 0)
             work = lambda: copier.copy(rng)  # noqa: E731
         else:
-            from mirror_core.codec.batch_codec import prepare_for_target
+            from mirror_core.codec.batch_prepare import prepare_for_target
             from mirror_core.kafka.fetcher import RawBatchFetcher
             from mirror_core.kafka.writer import OutgoingBatch
             batches = []

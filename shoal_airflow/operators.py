@@ -50,10 +50,10 @@ def run_dir(work_dir: str, context) -> Path:
 
 
 def load_plan(plan_path: str):
-    from mirror_core.model.planner import Plan
+    from mirror_core.services.plan_inputs import read_plan
 
     with airflow_errors():
-        return Plan.from_json(Path(plan_path).read_text())
+        return read_plan(plan_path)
 
 
 class ShoalPreflightOperator(BaseOperator):
@@ -73,8 +73,9 @@ class ShoalPreflightOperator(BaseOperator):
         self.create_missing = create_missing
 
     def execute(self, context) -> dict:
+        from mirror_core.config.plan_request import PlanRequest
         from mirror_core.kafka.wire_client import WireClient
-        from mirror_core.model.planner import PlanRequest, select_topics
+        from mirror_core.model.planner import select_topics
         from mirror_core.services.plan_inputs import list_topics
         from mirror_core.services.preflight import run_preflight
 
@@ -137,7 +138,7 @@ class ShoalPlanOperator(BaseOperator):
         self.use_deadlines, self.work_dir = use_deadlines, work_dir
 
     def execute(self, context) -> dict:
-        from mirror_core.model.planner import PlanRequest
+        from mirror_core.config.plan_request import PlanRequest
         from mirror_core.services.plan_inputs import build_plan, retention_deadlines
 
         with airflow_errors():

@@ -52,8 +52,8 @@ def validate_backfill_request(params: dict[str, Any]) -> dict[str, Any]:
     parse and whose end is not before their start. Raises AirflowFailException naming the field."""
     from airflow.sdk.exceptions import AirflowFailException
 
+    from mirror_core.config.plan_request import BoundSpec, PlanRequest
     from mirror_core.errors import MirrorError
-    from mirror_core.model.planner import BoundSpec, PlanRequest
     from shoal_airflow.hooks import ShoalKafkaHook
 
     problems: list[str] = []

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 from mirror_core.codec.batch_codec import walk_batches
-from mirror_core.engine.copier import CopyOptions, CopyResult, PartitionRange, RangeCopier
+from mirror_core.engine.copier import CopyOptions, CopyResult, RangeCopier
 from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.services.preflight import run_preflight
 
 ROOT = Path(__file__).resolve().parents[1]

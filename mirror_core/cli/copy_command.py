@@ -16,10 +16,11 @@ from mirror_core.engine.concurrent_copy import (
     lane_share_writer,
     plain_share_writer,
 )
-from mirror_core.engine.copier import CopyOptions, CopyResult, PartitionRange
+from mirror_core.engine.copier import CopyOptions, CopyResult
 from mirror_core.kafka.ranges import resolve_range
 from mirror_core.kafka.topics import topic_metadata_or_error
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.ranges import PartitionRange
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ def cli_policy(args: argparse.Namespace) -> RetentionPolicy:
 
 
 def run(args: argparse.Namespace, sandbox, console) -> int:
-    from mirror_core.cli.main import resolve_cluster
+    from mirror_core.cli.clusters import resolve_cluster
     from mirror_core.config.positions import parse_partitions
     from mirror_core.kafka.topics import topic_metadata_or_error
     from mirror_core.kafka.wire_client import WireClient

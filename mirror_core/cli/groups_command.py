@@ -73,7 +73,7 @@ def compile_group_pattern(text: str) -> re.Pattern:
 
 
 def run(args: argparse.Namespace, sandbox, console) -> int:
-    from mirror_core.cli.main import resolve_cluster
+    from mirror_core.cli.clusters import resolve_cluster
 
     if args.action != "sync":
         raise ConfigError(f"unknown groups action {args.action!r}")

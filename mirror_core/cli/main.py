@@ -1,27 +1,33 @@
 """``shoal``: the command line of Shoal.
 
-Entry point only: parses arguments, reads the environment (the one place that does), calls library code, prints
-with rich, and turns a :class:`~mirror_core.errors.MirrorError` into one readable error and an exit code
-(2: bad input or configuration; 1: anything else that went wrong) instead of a stack trace.
+Entry point only: parses arguments, reads the environment (the one place that does), dispatches to the command
+modules (``sandbox_command``, ``handoff_command``, ``lanes_command``, ``copy_command``, ``plan_command``,
+``backfill_command``, ``deadlines_command``, ``groups_command``; what ``--source``/``--target`` name:
+``clusters``), and turns a :class:`~mirror_core.errors.MirrorError` into one readable error and an exit code (2: bad
+input or configuration; 1: anything else that went wrong) instead of a stack trace.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mirror_core.cli import deadlines_command, groups_command, plan_command
+from mirror_core.cli import (
+    deadlines_command,
+    groups_command,
+    handoff_command,
+    lanes_command,
+    plan_command,
+    sandbox_command,
+)
+from mirror_core.cli.clusters import resolve_cluster
 from mirror_core.dev.sandbox import sandbox_from_environ
 from mirror_core.errors import ConfigError, MirrorError
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
-
-
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,25 +165,25 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     console, err = Console(), Console(stderr=True)
     try:
         if args.command == "sandbox":
-            return _sandbox(args, sandbox_from_environ(environ), console)
+            return sandbox_command.run_sandbox(args, sandbox_from_environ(environ), console)
         if args.command == "probe":
-            return _probe(args, sandbox_from_environ(environ), console)
+            return sandbox_command.run_probe(args, sandbox_from_environ(environ), console)
         if args.command == "copy":
             return _copy(args, sandbox_from_environ(environ), console)
         if args.command == "backfill":
             return _backfill(args, sandbox_from_environ(environ), console, environ)
         if args.command == "mirror":
             if args.action == "status":
-                return _mirror_status(args, console)
+                return lanes_command.run_mirror_status(args, console)
             from mirror_core.daemon.main import run_daemon
 
             return run_daemon(args.config, args.worker_id)
         if args.command == "lanes":
-            return _lanes(args, sandbox_from_environ(environ), console)
+            return lanes_command.run_lanes(args, sandbox_from_environ(environ), console)
         if args.command == "handoff":
-            return _handoff(args, sandbox_from_environ(environ), console)
+            return handoff_command.run_handoff(args, sandbox_from_environ(environ), console)
         if args.command == "verify":
-            return _verify_seam(args, sandbox_from_environ(environ), console)
+            return handoff_command.run_verify_seam(args, sandbox_from_environ(environ), console)
         if args.command == "groups":
             return groups_command.run(args, sandbox_from_environ(environ), console)
         if args.command == "deadlines":
@@ -202,73 +208,6 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         err.print("shoal: interrupted")
         return 130
     raise AssertionError(f"unhandled command {args.command}")
-
-
-def _sandbox(args: argparse.Namespace, sandbox, console) -> int:
-    from mirror_core.dev.sandbox import DEFAULT_CLUSTERS
-
-    if args.action == "up":
-        names = args.clusters or list(DEFAULT_CLUSTERS)
-        t0 = time.monotonic()
-        with console.status(f"starting {', '.join(names)} (first run downloads Kafka from Maven Central)…"):
-            sandbox.up(names, timeout=args.timeout)
-        console.print(f"sandbox up in {time.monotonic() - t0:.1f}s")
-        _print_status(console, sandbox.status(names))
-    elif args.action == "down":
-        stopped = sandbox.down(args.clusters or None)
-        console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
-    elif args.action == "wipe":
-        names = args.clusters or None
-        for b in [sandbox.broker(n) for n in (names or [s.name for s in sandbox.status()])]:
-            b.wipe()
-        console.print(f"wiped: {', '.join(names or ['all clusters'])}")
-    elif args.action == "status":
-        statuses = sandbox.status()
-        if args.json:
-            console.print_json(json.dumps([{**s.__dict__, "log_file": str(s.log_file)} for s in statuses]))
-        else:
-            _print_status(console, statuses)
-    return 0
-
-
-def _print_status(console, statuses) -> None:
-    from rich.table import Table
-
-    table = Table(title="Shoal sandbox")
-    for col in ("cluster", "kafka", "state", "bootstrap", "SASL_SSL"):
-        table.add_column(col, no_wrap=True)
-    for s in statuses:
-        state = f"[green]running[/] pid {s.pid}" if s.running else "[dim]stopped[/]"
-        table.add_row(s.name, s.version, state, s.bootstrap, s.secure_bootstrap or "-")
-    console.print(table)
-    for s in statuses:
-        files = f", open-file limit {s.open_files}" if s.open_files is not None else ""
-        console.print(f"{s.name}: cluster id {s.cluster_id or '-'}, log {s.log_file}{files}", highlight=False,
-                      soft_wrap=True)
-
-
-def resolve_cluster(spec: str, sandbox, *, role: str):
-    """A cluster from a sandbox name, a YAML/JSON settings file, or a bare ``host:port`` bootstrap."""
-    from mirror_core.config.cluster import ClusterConfig
-    from mirror_core.dev.sandbox import CLUSTERS
-
-    path = Path(spec)
-    if path.is_file():
-        import yaml
-
-        try:
-            settings = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--{role} {spec}: not valid YAML/JSON ({exc})") from None
-        if not isinstance(settings, dict):
-            raise ConfigError(f"--{role} {spec}: expected a mapping of librdkafka settings")
-        return ClusterConfig(path.stem, {str(k): str(v) for k, v in settings.items()})
-    if spec in CLUSTERS:
-        return ClusterConfig(spec, sandbox.client_config(spec))
-    if ":" in spec:
-        return ClusterConfig(role, {"bootstrap.servers": spec})
-    raise ConfigError(f"--{role} {spec!r} is neither a settings file, a sandbox cluster ({', '.join(CLUSTERS)}) "
-                      "nor host:port")
 
 
 def _copy(args: argparse.Namespace, sandbox, console) -> int:
@@ -303,158 +242,6 @@ def _backfill(args: argparse.Namespace, sandbox, console, environ: Mapping[str, 
     clusters = args.clusters or sandbox.write_clusters_file()
     return run_backfill(plan=args.plan, clusters=clusters, ledger=args.ledger, master=args.master,
                         run_id=args.run_id, console=console, environ=environ)
-
-
-def _handoff(args: argparse.Namespace, sandbox, console) -> int:
-    from mirror_core.services.handoff import hand_off
-
-    target = resolve_cluster(args.target, sandbox, role="target")
-    partitions = _handed_partitions(args, target)
-    source = resolve_cluster(args.source, sandbox, role="source") if args.wait_s > 0 else None
-    done = hand_off(target, args.pipeline, args.topic, partitions, wait_for_daemon_s=args.wait_s, source=source)
-    for cp in done:
-        console.print(f"{cp.topic}-{cp.partition}: owner {cp.owner} epoch {cp.owner_epoch}, daemon resumes at "
-                      f"{cp.position} (target {cp.target_topic}-{cp.target_partition} next offset {cp.target_next})",
-                      highlight=False)
-    return 0
-
-
-def _handed_partitions(args: argparse.Namespace, target) -> list[int]:
-    from mirror_core.config.positions import parse_partitions
-    from mirror_core.kafka.wire_client import WireClient
-    from mirror_core.state.checkpoint import CheckpointStore
-
-    with WireClient.for_cluster(target) as client:
-        known = sorted(p for (_pl, topic, p) in CheckpointStore(target, client).read_all(args.pipeline)
-                       if topic == args.topic)
-    if not known:
-        raise ConfigError(f"pipeline {args.pipeline!r} has no checkpoints for topic {args.topic!r}")
-    if args.partitions is None:
-        return known
-    return parse_partitions(args.partitions, max(known) + 1, args.topic)
-
-
-def _verify_seam(args: argparse.Namespace, sandbox, console) -> int:
-    from mirror_core.services.handoff import verify_seam
-
-    source = resolve_cluster(args.source, sandbox, role="source")
-    target = resolve_cluster(args.target, sandbox, role="target")
-    failed = 0
-    for partition in _handed_partitions(args, target):
-        report = verify_seam(source, target, args.pipeline, args.topic, partition, window=args.window)
-        verdict = "[green]contiguous[/]" if report.ok else f"[red]BROKEN[/]: {report.problem}"
-        console.print(f"{args.topic}-{partition}: seam at {report.handoff_position}, "
-                      f"{report.checked_source_records} records compared: {verdict}", highlight=False)
-        failed += not report.ok
-    return 1 if failed else 0
-
-
-def _lanes(args: argparse.Namespace, sandbox, console) -> int:
-    from mirror_core.state.lane_control import lane_states, resume_lane
-
-    target = resolve_cluster(args.target, sandbox, role="target")
-    if args.action == "status":
-        return _print_lanes(console, lane_states(target, args.pipeline), args.json)
-    source = resolve_cluster(args.source, sandbox, role="source") if args.source else None
-    decision = resume_lane(target, args.pipeline, args.topic, args.partition, ledger_dir=args.ledger_dir,
-                           accept_loss=args.accept_loss, source=source,
-                           transactional=args.mode == "exactly-once")
-    cp, halt = decision.checkpoint, decision.previous
-    what = (f"offsets [{decision.lost_range[0]}, {decision.lost_range[1]}) recorded as lost"
-            if decision.lost_range else "resumed")
-    console.print(f"{args.topic}-{args.partition}: {what}; it had halted ({halt.reason}): {halt.message}; the daemon "
-                  f"continues at {cp.position}" + (" (lane retired)" if cp.lane_state else "") +
-                  f"; ledger: {decision.ledger_path}", highlight=False, soft_wrap=True)
-    return 0
-
-
-def _mirror_status(args: argparse.Namespace, console) -> int:
-    """The daemon group's members and who holds which lane (from the source), each lane's state and lag (from the
-    checkpoints and the source), merged with the live states of a daemon whose /readyz answers on this machine."""
-    import urllib.error
-    import urllib.request
-
-    from mirror_core.config.pipeline_file import load_pipeline_config
-    from mirror_core.services.mirror_status import gather_mirror_status
-
-    config = load_pipeline_config(args.config)
-    status = gather_mirror_status(config)
-    rows = {row["lane"]: row for row in status.lanes}
-    if config.metrics_port:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{config.metrics_port}/readyz", timeout=5) as resp:
-                live = json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            live = json.loads(exc.read())
-        except OSError:
-            live = {"lanes": []}
-        for lane in live["lanes"]:
-            row = rows.setdefault(lane["lane"], {"lane": lane["lane"]})
-            row.update({k: lane[k] for k in ("topic", "partition", "state", "reason", "message", "since_ms",
-                                              "position", "range_end", "attempts")})
-    if not args.json:
-        _print_group(console, config, status)
-    return _print_lanes(console, sorted(rows.values(), key=lambda r: r["lane"]), args.json, extra=not args.json)
-
-
-def _print_group(console, config, status) -> None:
-    group = status.group
-    if group is None:
-        console.print(f"daemon group of pipeline {config.pipeline!r}: not readable: {status.group_error}",
-                      highlight=False, soft_wrap=True)
-        return
-    console.print(f"daemon group {group.group} on cluster {config.source.name!r}: protocol {group.protocol}, "
-                  f"state {group.state}, {len(group.members)} member(s)", highlight=False, soft_wrap=True)
-    for member in group.members:
-        console.print(f"  {member.worker} ({member.host}): {len(member.partitions)} partition(s) "
-                      f"{', '.join(f'{t}-{p}' for t, p in member.partitions) or '-'}", highlight=False,
-                      soft_wrap=True)
-
-
-def _print_lanes(console, rows: list[dict], as_json: bool, *, extra: bool = False) -> int:
-    """Exit code 1 when a lane is halted or stalled, so scripts can alert. ``extra``: holder and lag columns."""
-    from rich.table import Table
-
-    from mirror_core.model.lane_status import NOT_READY
-
-    if as_json:
-        console.print_json(json.dumps(rows))
-    else:
-        table = Table(title="Shoal lanes")
-        columns = ["lane", "source partition", "state", "reason", "position", "range end", "attempts", "detail"]
-        if extra:
-            columns[3:3] = ["holder", "lag"]
-        for col in columns:
-            table.add_column(col)
-        for r in rows:
-            cells = [r["lane"], f"{r.get('topic')}-{r.get('partition')}", r.get("state", "-"), r.get("reason", "-"),
-                     str(r.get("position")), str(r.get("range_end") or "-"), str(r.get("attempts", "-")),
-                     r.get("message") or ""]
-            if extra:
-                cells[3:3] = [r.get("holder") or "-", "-" if r.get("lag") is None else str(r["lag"])]
-            table.add_row(*cells)
-        console.print(table)
-    return 1 if any(r.get("state") in NOT_READY for r in rows) else 0
-
-
-def _probe(args: argparse.Namespace, sandbox, console) -> int:
-    from rich.table import Table
-
-    from mirror_core.config.cluster import ClusterConfig
-    from mirror_core.kafka.probe import probe_cluster
-
-    name = f"{args.cluster}{'-secure' if args.secure else ''}"
-    probe = probe_cluster(ClusterConfig(name, sandbox.client_config(args.cluster, secure=args.secure)))
-    console.print(f"cluster {name!r}: id {probe.cluster_id}, brokers {', '.join(probe.brokers)}")
-    table = Table(title="finalized features")
-    table.add_column("feature")
-    table.add_column("level")
-    for feat, (lo, hi) in sorted(probe.finalized_features.items()):
-        table.add_row(feat, f"{lo}..{hi}" if lo != hi else str(hi))
-    console.print(table)
-    console.print("APIs: " + ", ".join(f"{k} v{lo}-{hi}" for k, (lo, hi) in probe.api_versions.items()
-                                       if k in ("Produce", "Fetch", "ListOffsets", "InitProducerId", "EndTxn")))
-    return 0
 
 
 if __name__ == "__main__":

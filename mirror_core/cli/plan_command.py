@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.model.planner import PlanRequest
+from mirror_core.config.plan_request import PlanRequest
 from mirror_core.services.plan_inputs import retention_deadlines
 
 

@@ -21,7 +21,7 @@ from mirror_core.daemon.events import event
 from mirror_core.daemon.group_settings import apply_group_timeouts, choose_protocol
 from mirror_core.daemon.lane_state import LaneState
 from mirror_core.daemon.membership import GroupMembership
-from mirror_core.engine.checkpointed import LaneSession
+from mirror_core.engine.lane_session import LaneSession
 from mirror_core.errors import MirrorError
 from mirror_core.model.lane_status import RETRYING, STALLED
 from mirror_core.state.leases import lease_based_daemon_seen, now_ms

@@ -22,7 +22,7 @@ from mirror_core.config.names import DAEMON_OWNER
 from mirror_core.daemon.events import event
 from mirror_core.daemon.lane_sessions import NotHandedOffError
 from mirror_core.daemon.lane_state import LaneState
-from mirror_core.engine.checkpointed import OwnershipError
+from mirror_core.engine.lane_session import OwnershipError
 from mirror_core.errors import (
     BatchRejectedError,
     MirrorError,

@@ -21,8 +21,9 @@ from mirror_core.daemon.events import event, log
 from mirror_core.daemon.lane_openings import audit as audit_openings
 from mirror_core.daemon.lane_state import AUDIT_MAX_S, LaneState
 from mirror_core.daemon.lane_workers import LaneClients, TaskOutcome
-from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode, LaneSession
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
 from mirror_core.engine.copier import CopyOptions
+from mirror_core.engine.lane_session import LaneSession
 from mirror_core.errors import MirrorError
 from mirror_core.kafka.epochs import EpochEnd, epoch_ends_many
 from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mirror_core.engine.checkpointed import LaneSession
+from mirror_core.engine.lane_session import LaneSession
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.model.lane_status import LaneHealth
 

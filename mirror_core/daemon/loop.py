@@ -52,6 +52,7 @@ import time
 
 from mirror_core.config.names import CHECKPOINT_TOPIC, new_worker_id
 from mirror_core.config.pipeline_file import PipelineConfig
+from mirror_core.config.topic_selection import NamingPolicy, TopicPattern
 from mirror_core.daemon.compat_leases import CompatLeaseRecords
 from mirror_core.daemon.config_sync import ConfigSyncWatch
 from mirror_core.daemon.copy_round import CopyRounds
@@ -72,11 +73,10 @@ from mirror_core.daemon.rescans import Rescans
 from mirror_core.daemon.retention_watch import RetentionWatch
 from mirror_core.daemon.standing_pending import StandingPending
 from mirror_core.daemon.standing_round import StandingRound
-from mirror_core.engine.checkpointed import LaneSession
+from mirror_core.engine.lane_session import LaneSession
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka.source_reachability import SourceReachability, is_transport_failure
 from mirror_core.kafka.wire_client import WireClient
-from mirror_core.model.planner import NamingPolicy, TopicPattern
 from mirror_core.state.checkpoint import CheckpointStore
 from mirror_core.state.lane_health_records import LaneHealthWriter, health_refresh_s
 from mirror_core.state.leases import LeaseStore

@@ -14,12 +14,13 @@ from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.dev.demo_data import DEMO_TOPIC, produce_demo_data, produce_demo_transactions
 from mirror_core.engine.checkpointed import CheckpointedCopier
-from mirror_core.engine.copier import CopyResult, PartitionRange
+from mirror_core.engine.copier import CopyResult
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka.fetcher import list_offsets
 from mirror_core.kafka.topics import TopicAdmin
 from mirror_core.kafka.verify import compare_topics
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.services.preflight import run_preflight
 from mirror_core.state.checkpoint import CheckpointStore
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass, replace
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
-from mirror_core.engine.copier import CopyOptions, PartitionRange
+from mirror_core.engine.copier import CopyOptions
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import CheckpointStore
 from mirror_core.state.ledger import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, LedgerRow
 

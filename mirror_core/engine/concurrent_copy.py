@@ -37,13 +37,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from mirror_core.engine.copier import CopyOptions, CopyResult, FetchedOnce, PartitionRange, RangeCopier
+from mirror_core.engine.copier import CopyOptions, CopyResult, FetchedOnce, RangeCopier
 from mirror_core.errors import MirrorError, PartitionUnavailableError
 from mirror_core.kafka.broker_fetch import PartitionOutcome, PendingRound, RoundStats, deal_to_connections, send_round
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.shared_produce import SharedProduce
 from mirror_core.kafka.wire_client import WireClient
-from mirror_core.model.offset_map import OffsetRuns
+from mirror_core.model.offset_runs import OffsetRuns
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.model.throttle import Throttle
 
 log = logging.getLogger(__name__)
@@ -338,7 +339,7 @@ def plain_share_writer(source: WireClient, target: WireClient, options: CopyOpti
 
 
 def lane_share_writer(session, rng: PartitionRange) -> ShareWriter:
-    """Exactly-once / at-least-once: the lane's :class:`~mirror_core.engine.checkpointed.LaneSession` (opened, so
+    """Exactly-once / at-least-once: the lane's :class:`~mirror_core.engine.lane_session.LaneSession` (opened, so
     older writers are fenced and the checkpoint is read); each share commits with its checkpoint. The first share
     is asked from ``rng.start``, so a start past the checkpoint is refused or recorded as an accepted loss
     exactly as a single copy does; later shares start at the checkpoint the previous one committed."""

@@ -36,38 +36,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mirror_core.codec.batch_codec import PreparedBatch, RecordsDigest, prepare_for_target
+from mirror_core.codec.batch_codec import PreparedBatch
+from mirror_core.codec.batch_prepare import prepare_for_target
+from mirror_core.codec.records_digest import RecordsDigest
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
-from mirror_core.model.offset_map import OffsetRuns
+from mirror_core.model.offset_runs import OffsetRuns
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.model.throttle import Throttle
 
 RECORDS_SECTION = 61  # RecordBatch v2 header size: the digest covers what follows it
 # A concurrent copy's fetch round never asks for more than this by default, whatever its partition count (memory):
 # the copy holds about two rounds plus one round's prepared batches (see mirror_core.engine.concurrent_copy)
 DEFAULT_ROUND_MAX_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class PartitionRange:
-    """Source ``topic-partition`` offsets ``[start, end)`` to be written to ``target_topic-target_partition``."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-    target_topic: str
-    target_partition: int
-
-    def __post_init__(self) -> None:
-        if self.start < 0 or self.end < self.start:
-            raise ConfigError(f"{self.topic}-{self.partition}: invalid range [{self.start}, {self.end})")
-
-    def __str__(self) -> str:
-        return (f"{self.topic}-{self.partition} [{self.start}, {self.end}) -> "
-                f"{self.target_topic}-{self.target_partition}")
 
 
 @dataclass(frozen=True)

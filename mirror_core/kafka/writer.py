@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import kafka.errors as Errors
 from kafka.protocol.producer import ProduceRequest
 
-from mirror_core.codec.batch_codec import LOG_OVERHEAD, V2_HEADER, parse_batch, stamp_producer_in_place
+from mirror_core.codec.batch_codec import LOG_OVERHEAD, V2_HEADER, parse_batch
+from mirror_core.codec.batch_prepare import stamp_producer_in_place
 from mirror_core.errors import (
     AmbiguousWriteError,
     BatchRejectedError,

@@ -32,7 +32,8 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from mirror_core.model.offset_map import OffsetMap, OffsetRuns
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRuns
 
 SEGMENT_RUNS = 1024  # seal the open tail once it holds this many runs ...
 SEGMENT_BYTES = 6 * 1024  # ... or once its encoding outgrows this; no sealed segment's value is larger either

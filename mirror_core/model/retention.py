@@ -34,14 +34,13 @@ We never see segments, only record batches (Fetch) and offsets/timestamps (ListO
 - infinite retention (``-1``) gives no deadline, and so does a partition with nothing unmirrored.
 
 Catch-up ETA is ``unmirrored bytes / (copy throughput - ingest rate)``; never when copying is not faster than
-ingest. Copy throughput is measured, or estimated for one copy stream from the round-trip time and the fetch size:
-each round trip moves ``D`` bytes in ``RTT + D/B`` seconds, ``TP = B·D / (B·RTT + D)``. ``margin = time to loss -
-ETA``; comparing the *whole* backlog's ETA with the *oldest* record's deadline is conservative (later records
-expire later), so a margin >= 0 means no loss at these rates. Status: LOST (position below the log start: the
-exact offsets ``[position, log start)`` are gone), LOSING (ETA beyond time to loss), AT_RISK (margin under the
-threshold), else SAFE. Each non-SAFE status names what would fix it: copy streams needed, or how much longer the
-source retention must be. Times are wall-clock ms against record timestamps (CreateTime is the producer's clock;
-clock skew shifts the deadline by the same amount).
+ingest (:mod:`mirror_core.model.copy_capacity` holds the throughput, its estimate and this arithmetic).
+``margin = time to loss - ETA``; comparing the *whole* backlog's ETA with the *oldest* record's deadline is
+conservative (later records expire later), so a margin >= 0 means no loss at these rates. Status: LOST (position
+below the log start: the exact offsets ``[position, log start)`` are gone), LOSING (ETA beyond time to loss),
+AT_RISK (margin under the threshold), else SAFE. Each non-SAFE status names what would fix it: copy streams
+needed, or how much longer the source retention must be. Times are wall-clock ms against record timestamps
+(CreateTime is the producer's clock; clock skew shifts the deadline by the same amount).
 """
 
 from __future__ import annotations
@@ -52,6 +51,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mirror_core.errors import ConfigError, MirrorError
+from mirror_core.model.copy_capacity import CopyCapacity, catch_up_eta, streams_needed
 
 INF = math.inf
 DEFAULT_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms default
@@ -172,50 +172,6 @@ class PartitionSnapshot:
 
 
 @dataclass(frozen=True)
-class CopyCapacity:
-    """Copy throughput of one stream for one partition, and the most any number of streams can reach."""
-
-    bytes_per_s: float
-    ceiling_bytes_per_s: float | None = None   # e.g. the link bandwidth; None: unknown, streams scale linearly
-    how: str = "measured"
-    # the figures an estimate used (None: not estimated), for reports: link rate, round trip, fetch size
-    link_bytes_per_s: float | None = None
-    rtt_s: float | None = None
-    fetch_bytes: int | None = None
-
-    @classmethod
-    def estimate(cls, *, bandwidth_bytes_per_s: float, rtt_s: float, fetch_bytes: int, link_how: str = "",
-                 rtt_how: str = "", fetch_how: str = "") -> CopyCapacity:
-        """``TP = B·D / (B·RTT + D)``; the ``*_how`` texts say where each figure came from (shown in ``how``)."""
-        def note(text: str) -> str:
-            return f" ({text})" if text else ""
-
-        how = (f"estimated: RTT {rtt_s * 1000:.2f} ms{note(rtt_how)}, fetch {fetch_bytes} B{note(fetch_how)}, "
-               f"link {bandwidth_bytes_per_s / 1e6:.4g}MB/s{note(link_how)}")
-        return cls(estimate_copy_throughput(bandwidth_bytes_per_s, rtt_s, fetch_bytes), bandwidth_bytes_per_s, how=how,
-                   link_bytes_per_s=bandwidth_bytes_per_s, rtt_s=rtt_s, fetch_bytes=fetch_bytes)
-
-    def figures(self) -> dict:
-        """The estimate's inputs and result, JSON-ready (None where measured rather than estimated)."""
-        return {"bytes_per_s": round(self.bytes_per_s, 3),
-                "link_bytes_per_s": self.link_bytes_per_s,
-                "rtt_ms": None if self.rtt_s is None else round(self.rtt_s * 1000, 3),
-                "fetch_bytes": self.fetch_bytes, "how": self.how}
-
-    def with_streams(self, streams: int) -> float:
-        rate = self.bytes_per_s * streams
-        return rate if self.ceiling_bytes_per_s is None else min(rate, self.ceiling_bytes_per_s)
-
-
-def estimate_copy_throughput(bandwidth_bytes_per_s: float, rtt_s: float, fetch_bytes: int) -> float:
-    """``TP = B·D / (B·RTT + D)``: one request of ``D`` bytes per round trip over a link of ``B`` bytes/s."""
-    if bandwidth_bytes_per_s <= 0 or fetch_bytes <= 0 or rtt_s < 0:
-        raise ConfigError("bandwidth and fetch size must be positive and the round-trip time not negative")
-    b, d = float(bandwidth_bytes_per_s), float(fetch_bytes)
-    return b * d / (b * rtt_s + d)
-
-
-@dataclass(frozen=True)
 class Remedy:
     """What would make a partition SAFE: more copy streams and/or longer source retention (new config values)."""
 
@@ -308,14 +264,6 @@ def lost_cause(snap: PartitionSnapshot, topic: TopicRetention) -> LossCause:
     return LossCause.TIME if topic.retention_ms is not None else LossCause.SIZE
 
 
-def catch_up_eta(backlog_bytes: int, ingest_bytes_per_s: float, copy_bytes_per_s: float) -> float:
-    """Seconds until the copy reaches the log end; 0 when caught up, INF when copying is not faster than ingest."""
-    if backlog_bytes <= 0:
-        return 0.0
-    net = copy_bytes_per_s - ingest_bytes_per_s
-    return backlog_bytes / net if net > 0 else INF
-
-
 def _deadlines(snap: PartitionSnapshot, topic: TopicRetention,
                check_interval_ms: int) -> tuple[dict[str, float], tuple[float, float] | None]:
     """Lower bounds, in seconds from now, per cause (absent: no deadline), and the time-based deletion window."""
@@ -402,15 +350,6 @@ def _remedy(status: Status, snap: PartitionSnapshot, topic: TopicRetention, copy
 
 def margin_ok(deadlines: Mapping[str, float], eta: float, threshold: float) -> bool:
     return min(deadlines.values(), default=INF) - eta >= threshold
-
-
-def streams_needed(backlog: int, ingest: float, copy: CopyCapacity, within_s: float) -> int | None:
-    """Copy streams so the backlog is copied within ``within_s`` while ingest continues; None if impossible."""
-    if within_s <= 0 or copy.bytes_per_s <= 0:
-        return None
-    required = ingest + (0.0 if math.isinf(within_s) else backlog / within_s)
-    n = max(1, math.floor(required / copy.bytes_per_s) + 1)   # strictly faster than required
-    return n if copy.with_streams(n) > required else None
 
 
 def assess_partitions(snapshots: Iterable[PartitionSnapshot], topics: Mapping[str, TopicRetention],

@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mirror_core.errors import ConfigError
+from mirror_core.model.copy_capacity import CopyCapacity
 from mirror_core.model.preflight_rules import LINK_EFFICIENCY, fetch_bytes_for_link
-from mirror_core.model.retention import CopyCapacity
 
 DEFAULT_AT_RISK_BELOW_S = 3600.0        # a margin under an hour pages someone
 DEFAULT_LINK_BYTES_PER_S = 100e6        # link bandwidth for the estimate, and the ceiling for more streams
@@ -102,29 +102,39 @@ class RetentionPolicy:
         changes = {k: v for k, v in {"at_risk_below_s": at_risk_below_s, **others}.items() if v is not None}
         return replace(self, **changes) if changes else self
 
+    def estimated_capacity(self, rtt_s: float, *, link_bytes_per_s: float | None = None,
+                           rtt_how: str = "") -> CopyCapacity:
+        """The one capacity recipe: one stream's throughput estimated at round trip ``rtt_s``
+        (:meth:`CopyCapacity.estimate`).
+
+        The default assumption, when the copy declares no link: the policy's link rate
+        (:data:`DEFAULT_LINK_BYTES_PER_S`, 100 MB/s, unless a pipeline's ``link_mb_s`` says otherwise) and its
+        configured fetch size (:data:`DEFAULT_FETCH_BYTES`, the copier's). With a declared ``link_bytes_per_s``:
+        that rate, and the fetch size the copy sizes for it at ``rtt_s`` (one stream alone on the link), never
+        below the policy's ``fetch_bytes``."""
+        if link_bytes_per_s:
+            link, link_how = link_bytes_per_s, "declared for the copy"
+            fetch = fetch_bytes_for_link(link_bytes_per_s=link_bytes_per_s, rtt_s=rtt_s, partitions=1,
+                                         floor=self.fetch_bytes, cap=max(self.fetch_bytes, MAX_SIZED_FETCH_BYTES),
+                                         efficiency=LINK_EFFICIENCY)
+            fetch_how = "sized for the link" if fetch != self.fetch_bytes else "configured; enough for the link"
+        else:  # the default assumption
+            link, link_how, fetch, fetch_how = self.link_bytes_per_s, "assumed", self.fetch_bytes, "configured"
+        return CopyCapacity.estimate(bandwidth_bytes_per_s=link, rtt_s=rtt_s, fetch_bytes=fetch, rtt_how=rtt_how,
+                                     link_how=link_how, fetch_how=fetch_how)
+
     def capacity(self, rtt_s: float, *, throttle_bytes_per_s: float | None = None, streams: int = 1,
                  link_bytes_per_s: float | None = None, rtt_how: str = "") -> CopyCapacity:
         """One stream's copy throughput; with a throttle shared by ``streams`` streams, capped at its share, and
         never above the throttle however many streams run.
 
-        ``link_bytes_per_s``: the copy's declared link rate; the estimate then uses it instead of the policy's
-        link, and the fetch size the copy sizes for it at ``rtt_s`` (one stream alone on the link), never below the
-        policy's ``fetch_bytes``. ``rtt_how`` says where ``rtt_s`` came from (shown with the figures)."""
+        Unless a throughput was measured, the estimate is :meth:`estimated_capacity`'s (``link_bytes_per_s``: the
+        copy's declared link rate). ``rtt_how`` says where ``rtt_s`` came from (shown with the figures)."""
         if self.throughput_bytes_per_s is not None:
             base = CopyCapacity(self.throughput_bytes_per_s, self.link_bytes_per_s,
                                 how=f"measured {self.throughput_bytes_per_s / 1e6:.4g} MB/s")
-        elif link_bytes_per_s:
-            fetch = fetch_bytes_for_link(link_bytes_per_s=link_bytes_per_s, rtt_s=rtt_s, partitions=1,
-                                         floor=self.fetch_bytes, cap=max(self.fetch_bytes, MAX_SIZED_FETCH_BYTES),
-                                         efficiency=LINK_EFFICIENCY)
-            base = CopyCapacity.estimate(
-                bandwidth_bytes_per_s=link_bytes_per_s, rtt_s=rtt_s, fetch_bytes=fetch, rtt_how=rtt_how,
-                link_how="declared for the copy",
-                fetch_how="sized for the link" if fetch != self.fetch_bytes else "configured; enough for the link")
         else:
-            base = CopyCapacity.estimate(bandwidth_bytes_per_s=self.link_bytes_per_s, rtt_s=rtt_s,
-                                         fetch_bytes=self.fetch_bytes, rtt_how=rtt_how,
-                                         link_how="assumed", fetch_how="configured")
+            base = self.estimated_capacity(rtt_s, link_bytes_per_s=link_bytes_per_s, rtt_how=rtt_how)
         if not throttle_bytes_per_s:
             return base
         share = throttle_bytes_per_s / max(1, streams)

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mirror_core.errors import ConfigError
-from mirror_core.model.retention import CopyCapacity, RetentionStatus, Status, order_by_deadline
+from mirror_core.model.copy_capacity import CopyCapacity
+from mirror_core.model.retention import RetentionStatus, Status, order_by_deadline
 
 COLOURS = {Status.SAFE: "#2e7d32", Status.AT_RISK: "#f9a825", Status.LOSING: "#ef6c00", Status.LOST: "#c62828"}
 ETA_COLOUR = "#1a237e"

@@ -24,8 +24,9 @@ class PipelineLag:
 
 
 def selected_partitions(source, pipeline: str, include: str, exclude: str | None = None) -> list[tuple[str, int]]:
+    from mirror_core.config.plan_request import PlanRequest
     from mirror_core.kafka.wire_client import WireClient
-    from mirror_core.model.planner import PlanRequest, select_topics
+    from mirror_core.model.planner import select_topics
     from mirror_core.services.plan_inputs import list_topics
 
     request = PlanRequest.parse(pipeline=pipeline, source_cluster=source.name, target_cluster=source.name,

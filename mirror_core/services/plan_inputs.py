@@ -21,19 +21,18 @@ from pathlib import Path
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.names import CHECKPOINT_TOPIC
+from mirror_core.config.plan_request import PlanRequest
 from mirror_core.errors import ConfigError
 from mirror_core.kafka.list_offsets import lookup_offsets
 from mirror_core.kafka.topic_counts import list_topic_counts
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.plan import Plan, render_plan_table
 from mirror_core.model.planner import (
     CheckpointPosition,
     DeadlineFor,
     PartitionState,
-    Plan,
     PlanInputs,
-    PlanRequest,
     plan_backfill,
-    render_plan_table,
     select_topics,
 )
 from mirror_core.state.checkpoint import CheckpointStore
@@ -132,6 +131,11 @@ def dry_run(plan: Plan, path: str | Path, console=None) -> Path:
     return path
 
 
+def read_plan(path: str | Path) -> Plan:
+    """A plan file as :func:`dry_run` (or ``shoal backfill plan``) wrote it, in this or an earlier release's format."""
+    return Plan.from_json(Path(path).read_text())
+
+
 def _partitions(topics: Mapping[str, int], selected: Iterable[str]) -> list[TopicPartition]:
     return [(t, p) for t in selected for p in range(topics[t])]
 
@@ -140,7 +144,8 @@ def retention_deadlines(source: ClusterConfig):
     """``deadline_for(topic, partition, start)``: when the source may delete the oldest record of the unit, from the
     retention model (None: never, e.g. infinite retention)."""
     from mirror_core.kafka.retention_inputs import gather_inputs
-    from mirror_core.model.retention import CopyCapacity, assess_partition
+    from mirror_core.model.copy_capacity import CopyCapacity
+    from mirror_core.model.retention import assess_partition
 
     # a deadline is when the source may delete the unit's oldest record, whatever the copy's speed: no copy
     # figures enter it (the retention check after planning judges the ETA with the measured ones)

@@ -198,7 +198,7 @@ def test_a_job_that_refuses_its_input_fails_the_spark_task_without_retries(airfl
 
     from airflow.sdk.exceptions import AirflowFailException
 
-    from mirror_core.model.planner import PlanRequest
+    from mirror_core.config.plan_request import PlanRequest
     from mirror_core.services.plan_inputs import build_plan
     from shoal_airflow.hooks import ShoalKafkaHook
     from shoal_airflow.operators import ShoalSparkBackfillOperator

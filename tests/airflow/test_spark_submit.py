@@ -13,7 +13,7 @@ import pytest
 
 
 def _plan_file(work_dir, source_cluster, unique_name) -> str:
-    from mirror_core.model.planner import PlanRequest
+    from mirror_core.config.plan_request import PlanRequest
     from mirror_core.services.plan_inputs import build_plan
     from shoal_airflow.hooks import ShoalKafkaHook
 

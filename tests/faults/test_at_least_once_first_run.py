@@ -12,8 +12,9 @@ import pytest
 
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
-from mirror_core.engine.copier import CopyOptions, PartitionRange
+from mirror_core.engine.copier import CopyOptions
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import CheckpointStore
 
 RECORDS = 200
@@ -59,7 +60,7 @@ def test_an_at_least_once_first_run_stopped_before_its_first_commit_leaves_only_
 
         # the restarted process: a new writer of the lane (fencing the first), resuming from what is stored
         session = _copier(source, target, store, pipeline).open_lane(topic, 0, target_topic, 0)
-        with caplog.at_level(logging.WARNING, logger="mirror_core.engine.checkpointed"):
+        with caplog.at_level(logging.WARNING, logger="mirror_core.engine.resume_landing"):
             result = session.copy(start, RECORDS)
     assert result.source_end == RECORDS
     values = [r.value for r in target_cluster.read_all(target_topic)]

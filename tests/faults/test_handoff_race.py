@@ -16,11 +16,12 @@ import mirror_core.services.handoff as handoff
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.config.names import default_lane, lane_transactional_id
 from mirror_core.engine.checkpointed import CheckpointedCopier
-from mirror_core.engine.copier import CopyOptions, PartitionRange
+from mirror_core.engine.copier import CopyOptions
 from mirror_core.errors import ProducerFencedError
 from mirror_core.kafka.fetcher import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.services.preflight import run_preflight
 from mirror_core.state.checkpoint import CheckpointStore
 from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture

@@ -26,8 +26,9 @@ from mirror_core.config.cluster import ClusterConfig
 from mirror_core.dev.sandbox import CLUSTERS, sandbox_from_environ
 from mirror_core.dev.sandbox.broker import LOG_CONFIG
 from mirror_core.engine.checkpointed import CheckpointedCopier
-from mirror_core.engine.copier import CopyOptions, PartitionRange
+from mirror_core.engine.copier import CopyOptions
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.services.preflight import run_preflight
 from mirror_core.state.checkpoint import CheckpointStore
 from tests.conftest import unavailable

@@ -37,7 +37,7 @@ def test_at_least_once_copies_to_a_target_whose_transaction_coordinator_never_an
         store.ensure_topic()
         copier = CheckpointedCopier(source, target, store, pipeline=f"p.{topic}", policy=POLICY,
                                     mode=DeliveryMode.AT_LEAST_ONCE)
-        with caplog.at_level(logging.WARNING, logger="mirror_core.engine.checkpointed"):
+        with caplog.at_level(logging.WARNING, logger="mirror_core.engine.lane_fence"):
             session = copier.open_lane(topic, 0, target_topic, 0)
         assert not session.fenced_by_broker
         assert "no transaction coordinator answered" in caplog.text and "best effort" in caplog.text

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 
-from mirror_core.codec.batch_codec import prepare_for_target
+from mirror_core.codec.batch_prepare import prepare_for_target
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.names import CHECKPOINT_TOPIC
 from mirror_core.errors import ProducerFencedError, TransactionTimedOutError

@@ -79,7 +79,6 @@ EDGE_EXCEPTIONS = {
     ("shoal_airflow/operators.py", "model.retention"),
     ("shoal_airflow/operators.py", "state.checkpoint"),
     ("shoal_airflow/operators.py", "state.ledger"),
-    ("shoal_airflow/params.py", "model.planner"),
     ("shoal_airflow/params.py", "state.run_claims"),
     ("shoal_airflow/sensors.py", "model.retention"),
     ("shoal_airflow/shoal_ui.py", "model.retention_policy"),

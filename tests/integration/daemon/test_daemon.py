@@ -495,8 +495,9 @@ def test_backfill_then_handoff_under_load_seam_is_clean(sandbox, source_cluster,
     refused (OwnershipError) and the daemon, whose writer it fenced on the way, recovers by itself."""
     from mirror_core.config.commit_policy import CommitPolicy
     from mirror_core.config.names import DAEMON_OWNER
-    from mirror_core.engine.checkpointed import CheckpointedCopier, OwnershipError
-    from mirror_core.engine.copier import PartitionRange
+    from mirror_core.engine.checkpointed import CheckpointedCopier
+    from mirror_core.engine.lane_session import OwnershipError
+    from mirror_core.model.ranges import PartitionRange
     from mirror_core.services.handoff import verify_seam
     from mirror_core.services.preflight import run_preflight
 
@@ -576,7 +577,8 @@ def test_seam_check_detects_duplicate_and_gap(source_cluster, target_cluster, un
     map source [0, N) → target [0, N)) handed off at X. The clean control passes; each injected fault fails and is
     named."""
     from mirror_core.kafka.writer import BatchWriter
-    from mirror_core.model.offset_map import OffsetMap, OffsetRun
+    from mirror_core.model.offset_map import OffsetMap
+    from mirror_core.model.offset_runs import OffsetRun
     from mirror_core.services.handoff import verify_seam
 
     n, x = 300, 120

@@ -14,9 +14,10 @@ import pytest
 
 from mirror_core.daemon.standing_round import StandingRound
 from mirror_core.engine.concurrent_copy import plain_share_writer
-from mirror_core.engine.copier import CopyOptions, FetchedOnce, PartitionRange
+from mirror_core.engine.copier import CopyOptions, FetchedOnce
 from mirror_core.kafka.broker_fetch import RoundSessions, RoundStats
 from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.model.ranges import PartitionRange
 from tests.integration.kafka.test_fetch_sessions import (  # noqa: F401 - clients and route are fixtures
     _by_partition,
     _meddle,

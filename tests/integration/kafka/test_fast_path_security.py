@@ -24,12 +24,13 @@ from mirror_core.codec.fetch_messages import FetchPartitionSpec, FetchTopicSpec
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.dev.sandbox.broker import SandboxBroker
 from mirror_core.dev.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
-from mirror_core.engine.copier import CopyOptions, PartitionRange, RangeCopier
+from mirror_core.engine.copier import CopyOptions, RangeCopier
 from mirror_core.errors import ClusterUnavailableError
 from mirror_core.kafka.fast_connection import FastConnection
 from mirror_core.kafka.fetcher import list_offsets
 from mirror_core.kafka.wire_channel import FastSecurity
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.ranges import PartitionRange
 from tests.conftest import unavailable
 from tests.copy_helpers import raw_batches
 from tests.integration.daemon.test_daemon import free_port

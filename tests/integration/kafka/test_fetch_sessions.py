@@ -16,12 +16,13 @@ import pytest
 
 from mirror_core.codec.batch_deep import decode_record_tail, read_records
 from mirror_core.engine.concurrent_copy import plain_share_writer
-from mirror_core.engine.copier import CopyOptions, FetchedOnce, PartitionRange
+from mirror_core.engine.copier import CopyOptions, FetchedOnce
 from mirror_core.kafka.broker_fetch import RoundSessions, RoundStats, fetch_round, round_sessions
 from mirror_core.kafka.fast_connection import FastConnection
 from mirror_core.kafka.fetch_session import FETCH_SESSION_ID_NOT_FOUND, next_epoch
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.ranges import PartitionRange
 from tests.kafka_helpers import private_broker
 
 pytestmark = pytest.mark.integration

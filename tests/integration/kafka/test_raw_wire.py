@@ -10,7 +10,8 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from mirror_core.codec.batch_codec import BatchView, prepare_for_target
+from mirror_core.codec.batch_codec import BatchView
+from mirror_core.codec.batch_prepare import prepare_for_target
 from mirror_core.errors import BatchRejectedError, ClusterUnavailableError, DataLossError, ProducerFencedError
 from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
 from mirror_core.kafka.wire_client import WireClient

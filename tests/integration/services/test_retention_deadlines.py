@@ -15,7 +15,8 @@ from rich.console import Console
 
 from mirror_core.cli import deadlines_command
 from mirror_core.kafka.retention_inputs import gather_inputs
-from mirror_core.model.retention import CopyCapacity, LossCause, Status, assess_partitions
+from mirror_core.model.copy_capacity import CopyCapacity
+from mirror_core.model.retention import LossCause, Status, assess_partitions
 from mirror_core.services.deadlines_report import CHART_WIDTH_PX, COLOURS, chart_height_px
 from tests.unit.model.test_retention_report import _runs as colour_runs
 

@@ -303,7 +303,8 @@ def _lane_commits(store: CheckpointStore, rounds: int, *, floor_at: int | None =
     """A lane's commits of a growing map (sealed every 8 runs), as (checkpoint, batches) per round; the whole map
     (one list of runs) is returned alongside, as the oracle."""
     from mirror_core.model.map_segments import LaneMap
-    from mirror_core.model.offset_map import OffsetMap, OffsetRun
+    from mirror_core.model.offset_map import OffsetMap
+    from mirror_core.model.offset_runs import OffsetRun
 
     lane_map, whole = LaneMap(tail_start=0, segment_runs=8), OffsetMap(0, 0)
     out = []

@@ -22,19 +22,20 @@ from mirror_core.codec.batch_codec import (
     CONTROL_COMMIT,
     BatchKind,
     Codec,
-    RecordsDigest,
     control_type,
     iter_batches,
     parse_batch,
+    verify_crc,
+    walk_batches,
+)
+from mirror_core.codec.batch_prepare import (
     prepare_for_target,
-    records_digest,
     rewrite_header,
     rewrite_header_in_place,
     rewrite_header_into,
     stamp_producer_in_place,
-    verify_crc,
-    walk_batches,
 )
+from mirror_core.codec.records_digest import RecordsDigest, records_digest
 from mirror_core.errors import CorruptBatchError
 
 pytestmark = pytest.mark.unit

@@ -8,8 +8,8 @@ import pytest
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.engine.backfill import LaneJob, drive_lane, lane_copy_options, lane_jobs, unsized_fetch_bytes
 from mirror_core.engine.copier import CopyOptions
-from mirror_core.model.planner import Plan
-from mirror_core.model.retention import estimate_copy_throughput
+from mirror_core.model.copy_capacity import estimate_copy_throughput
+from mirror_core.model.plan import Plan
 from mirror_core.services.backfill_link import MAX_ROUND_BYTES, size_lanes_for_link
 from mirror_core.state.ledger import STATUS_FAILED, STATUS_OK, LedgerRow
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from mirror_core.engine.concurrent_copy import _Lane, plan_round, request_max_bytes
-from mirror_core.engine.copier import CopyResult, PartitionRange
+from mirror_core.engine.copier import CopyResult
+from mirror_core.model.ranges import PartitionRange
 
 
 class _Position:

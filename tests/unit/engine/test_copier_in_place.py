@@ -11,9 +11,12 @@ from types import SimpleNamespace
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from mirror_core.codec.batch_codec import parse_batch, prepare_for_target, records_digest, walk_batches
-from mirror_core.engine.copier import CopyOptions, FetchedOnce, PartitionRange, RangeCopier
+from mirror_core.codec.batch_codec import parse_batch, walk_batches
+from mirror_core.codec.batch_prepare import prepare_for_target
+from mirror_core.codec.records_digest import records_digest
+from mirror_core.engine.copier import CopyOptions, FetchedOnce, RangeCopier
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
+from mirror_core.model.ranges import PartitionRange
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(30)]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from mirror_core.engine.copier import CopyResult, PartitionRange
+from mirror_core.engine.copier import CopyResult
 from mirror_core.engine.copy_stopped import landed_position, lane_rows
+from mirror_core.model.ranges import PartitionRange
 
 
 def lane(partition: int, start: int, end: int, reached: int, next_target: int | None, records: int = 0):

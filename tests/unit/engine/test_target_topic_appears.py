@@ -9,7 +9,7 @@ from types import SimpleNamespace as NS
 import kafka.errors as Errors
 import pytest
 
-import mirror_core.engine.checkpointed as C
+import mirror_core.engine.lane_session as C
 from mirror_core.errors import ConfigError, TopicRecreatedError
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from mirror_core.codec.batch_codec import Codec, walk_batches
-from mirror_core.engine.copier import CopyOptions, FetchedOnce, PartitionRange, RangeCopier
+from mirror_core.engine.copier import CopyOptions, FetchedOnce, RangeCopier
 from mirror_core.kafka.fetcher import FetchResult, batches_reaching_below
+from mirror_core.model.ranges import PartitionRange
 from tests.unit.codec.test_batch_codec import RECORDS, build, decoded, legacy
 
 pytestmark = pytest.mark.unit

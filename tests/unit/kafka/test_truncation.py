@@ -12,15 +12,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
-from mirror_core.codec.batch_codec import PARTITION_LEADER_EPOCH_OFFSET, prepare_for_target, walk_batches
+from mirror_core.codec.batch_codec import PARTITION_LEADER_EPOCH_OFFSET, walk_batches
+from mirror_core.codec.batch_prepare import prepare_for_target
 from mirror_core.codec.fetch_messages import EpochEndOffset, FetchTopicSpec, decode_fetch_response
 from mirror_core.codec.kafka_primitives import uvarint
-from mirror_core.engine.copier import CopyResult, FetchedOnce, PartitionRange, _advance_end
+from mirror_core.engine.copier import CopyResult, FetchedOnce, _advance_end
 from mirror_core.errors import SourceTruncatedError
 from mirror_core.kafka.epochs import EpochEnd, check_truncation
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher, kafka_python_fetch_request
 from mirror_core.model.group_translation import translation_refusal
-from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRun
+from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import Checkpoint
 from tests.unit.kafka.test_kafka_wire_pure import make_batch
 

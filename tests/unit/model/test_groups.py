@@ -17,7 +17,8 @@ from mirror_core.model.group_translation import (
     select_groups,
     translation_refusal,
 )
-from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRun
 from mirror_core.services.group_sync import GroupSyncResult
 from mirror_core.state.checkpoint import Checkpoint
 

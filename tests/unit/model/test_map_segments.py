@@ -23,7 +23,8 @@ from mirror_core.model.map_segments import (
     segment_key_prefix,
     split_for_records,
 )
-from mirror_core.model.offset_map import OffsetMap, OffsetRun, OffsetRuns
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRun, OffsetRuns
 from mirror_core.state.checkpoint import Checkpoint
 
 # a step: ("records", source gap, length, target gap) appends a run; ("commit", floor fraction or None)

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mirror_core.model.offset_map import OffsetMap, OffsetRun, OffsetRuns
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRun, OffsetRuns
 
 
 def test_contiguous_batches_merge_into_one_run():

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mirror_core.codec.batch_codec import PreparedBatch
-from mirror_core.model.offset_map import OffsetMap, OffsetRuns
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRuns
 
 # one step of a copy: ("batch", source gap before it, kept-mask of its span, target gap before it)
 #                  or ("advance", source gap, target gap): markers / aborted data with nothing to copy

@@ -10,23 +10,18 @@ import re
 import pytest
 from rich.console import Console
 
+from mirror_core.config.plan_request import BoundSpec, PlanRequest, parse_partition_offsets
+from mirror_core.config.topic_selection import NamingPolicy, split_alternatives
 from mirror_core.errors import ConfigError, DataLossError, MirrorError
+from mirror_core.model.plan import Plan, WorkUnit, render_plan_table
 from mirror_core.model.planner import (
-    BoundSpec,
     CheckpointPosition,
-    NamingPolicy,
     PartitionState,
-    Plan,
     PlanDataLossError,
     PlanInputs,
-    PlanRequest,
-    WorkUnit,
     order_units,
-    parse_partition_offsets,
     plan_backfill,
-    render_plan_table,
     select_topics,
-    split_alternatives,
 )
 
 TOPICS = {"orders": 3, "orders.dlq": 1, "payments.eu": 2, "payments.us": 2, "audit": 1,
@@ -395,6 +390,41 @@ def test_json_round_trip_and_schema():
     assert body["losses"] == [{"topic": "orders", "partition": 0, "lost_start": 10, "lost_end": 30}]
     assert Plan.from_json(original.to_json()) == original
     assert Plan.from_dict(original.to_dict()).to_dict() == original.to_dict()
+
+
+# A plan file as Shoal wrote it before the range type moved to mirror_core.model.ranges (no link_mb_s: older still)
+PLAN_WRITTEN_BEFORE = """{
+  "version": 1, "plan_id": "p.19700101T000001Z.abc123", "pipeline": "p", "created_ms": 1000,
+  "source_cluster": "source", "target_cluster": "target", "mode": "exactly-once", "exact_bounds": false,
+  "throttle_mb_s": null, "accept_loss": true,
+  "units": [{"unit_id": "orders-1", "topic": "orders", "partition": 1, "start": 0, "end": 100,
+             "target_topic": "dr.orders", "target_partition": 1, "lane": "dr.orders-1", "bytes_estimate": 10000,
+             "deadline_ms": 7000, "start_from": "offset"},
+            {"unit_id": "orders-0", "topic": "orders", "partition": 0, "start": 30, "end": 100,
+             "target_topic": "dr.orders", "target_partition": 0, "lane": "dr.orders-0", "bytes_estimate": 7000,
+             "deadline_ms": null}],
+  "losses": [{"topic": "orders", "partition": 0, "lost_start": 10, "lost_end": 30}],
+  "empty": [{"topic": "audit", "partition": 0, "offset": 5}],
+  "request": {"include": "orders,audit", "exclude": null, "naming": "prefix:dr.", "start": "earliest",
+              "end": "latest"},
+  "summary": {"units": 2, "empty": 1, "partitions": 3, "offsets": 170, "bytes_estimate": 17000, "losses": 1,
+              "lost_offsets": 20}
+}
+"""
+
+
+def test_a_plan_file_written_before_still_loads():
+    loaded = Plan.from_json(PLAN_WRITTEN_BEFORE)
+    first, second = loaded.units
+    assert (first.topic, first.partition, first.start, first.end, first.target_topic, first.target_partition) == \
+        ("orders", 1, 0, 100, "dr.orders", 1)
+    assert (first.lane, first.bytes_estimate, first.deadline_ms, first.start_from) == \
+        ("dr.orders-1", 10_000, 7_000, "offset")
+    assert (second.unit_id, second.start, second.deadline_ms, second.start_from) == ("orders-0", 30, None, "")
+    assert loaded.link_mb_s is None and loaded.losses[0].lost_start == 10 and loaded.empty[0].offset == 5
+    body = json.loads(loaded.to_json())
+    assert body["units"][0] == json.loads(PLAN_WRITTEN_BEFORE)["units"][0]
+    assert Plan.from_json(loaded.to_json()) == loaded
 
 
 def _mutated(change) -> dict:

@@ -9,20 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mirror_core.errors import ConfigError
+from mirror_core.model.copy_capacity import CopyCapacity, catch_up_eta, estimate_copy_throughput, streams_needed
 from mirror_core.model.retention import (
     INF,
-    CopyCapacity,
     LossCause,
     PartitionSnapshot,
     RetentionLossError,
     Status,
     TopicRetention,
     assess_partition,
-    catch_up_eta,
-    estimate_copy_throughput,
     guard_plan,
     order_by_deadline,
-    streams_needed,
 )
 
 NOW = 1_800_000_000_000

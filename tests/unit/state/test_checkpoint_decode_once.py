@@ -8,7 +8,8 @@ import pytest
 
 import mirror_core.state.checkpoint as C
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRun
 from mirror_core.state.checkpoint import Checkpoint, CheckpointStore, _PartitionCache, checkpoint_partition
 
 

@@ -9,7 +9,8 @@ import pytest
 from mirror_core.errors import MirrorError
 from mirror_core.model.lane_status import PersistedLaneState
 from mirror_core.model.map_segments import SegmentChain
-from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRun
 from mirror_core.state.checkpoint import CHECKPOINT_TOPIC_CONFIG, FORMAT_VERSION, Checkpoint, checkpoint_topic_problems
 
 

@@ -4,7 +4,8 @@ records it as lost (translation declines inside it) and a deleted topic's lane i
 from __future__ import annotations
 
 from mirror_core.model.lane_status import PersistedLaneState
-from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRun
 from mirror_core.state.checkpoint import Checkpoint
 from mirror_core.state.lane_control import _ledger_row, _with_loss
 

@@ -1,0 +1,149 @@
+"""The landing rule of a lane's copies: each copy's first batch must land where the lane's checkpoint says the target
+ends, and anything else in between is judged (:class:`ResumeLanding`); and the reader of committed records the rule
+and a lane takeover use to look at what lies on the target (:func:`committed_records`).
+
+Invariant: a budget overrun (:data:`TOO_MANY`) never reads as "no records".
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kafka.protocol.consumer import IsolationLevel
+
+from mirror_core.codec.batch_codec import PreparedBatch
+from mirror_core.codec.batch_deep import decode_record_tail, read_records
+from mirror_core.errors import ForeignWriteError
+from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.kafka.wire_client import WireClient
+
+if TYPE_CHECKING:
+    from mirror_core.engine.lane_session import LaneSession
+
+log = logging.getLogger(__name__)
+
+
+class ResumeLanding:
+    """The landing rule for a copy's first batch: it must land where the lane's checkpoint says the target ends.
+
+    ``[checkpoint.target_next, landing)`` may hold aborted data and transaction markers (an exactly-once commit
+    writes one marker right after its data, and an at-least-once open fences the lane with one abort marker, so
+    the next copy lands one further on: ``own_marker``), never a committed record — except in at-least-once
+    mode, where a crash between the data's acknowledgement and the checkpoint leaves partial copies of the
+    source from the checkpoint on, at most one commit window of distinct records: those are reported as
+    duplicates. Anything else (a foreign writer, a foreign transaction left open in between, a truncated or
+    recreated target) raises :class:`ForeignWriteError` naming both offsets. Checked once per copy, so every
+    daemon round checks it; the common case (landing exactly where expected) costs nothing, and the check never
+    waits on a transaction: the target's last stable offset is looked up first.
+    """
+
+    def __init__(self, session: LaneSession):
+        self.session = session
+
+    def before_first_write(self, prepared: PreparedBatch) -> None:
+        session = self.session
+        if session.checkpoint is None and not session.exactly_once:
+            session.write_first_checkpoint(prepared.source_first_offset)
+
+    def first_landing(self, prepared: PreparedBatch, base: int) -> None:
+        session = self.session
+        checkpoint = session.checkpoint
+        if checkpoint is None or checkpoint.target_next is None:
+            return  # nothing of ours on the target yet
+        expected = checkpoint.target_next
+        own_marker = 1 if session.exactly_once or session.fence_marker_pending else 0
+        session.fence_marker_pending = False
+        if base == expected or base == expected + own_marker:
+            return
+        target, topic, partition = session.owner.target, session.target_topic, session.target_partition
+        where = (target.cluster_name, topic, partition, expected, base)
+        if base < expected:
+            raise ForeignWriteError(*where, "the target partition ends before the checkpoint (truncated or "
+                                            "recreated target topic)")
+        # exactly-once, our own transaction starts at ``base``; anything open below it is another producer's
+        stable = list_offsets(target, topic, partition, "last_stable")
+        if stable < base:
+            raise ForeignWriteError(*where, f"another producer's transaction is open at offset {stable}")
+        lo = max(expected, list_offsets(target, topic, partition, "earliest"))
+        if lo >= base:
+            return  # retention already removed what lay in between: nothing of it can be read any more
+        window = session.owner.policy.commit_bytes
+        found = committed_records(target, topic, partition, lo, base, limit=1 if session.exactly_once else None,
+                                   max_bytes=2 * window)
+        if found is not TOO_MANY and not found:
+            return  # aborted transactions and markers only
+        if session.exactly_once:
+            raise ForeignWriteError(*where, "committed records from another writer lie in between")
+        if found is TOO_MANY or lo > expected:
+            detail = "more than one commit window of records" if found is TOO_MANY else "records whose start " \
+                     "retention removed"
+            raise ForeignWriteError(*where, f"{detail} lie in between, more than an at-least-once restart leaves")
+        copied = committed_records(session.owner.source, session.topic, session.partition, checkpoint.position,
+                                    None, limit=len(found), max_bytes=2 * window)
+        if copied is TOO_MANY or not restarted_copies(found, copied):
+            raise ForeignWriteError(*where, f"{len(found)} committed record(s) in between are not the source's "
+                                            f"records from offset {checkpoint.position}")
+        session.duplicates_reported += len(found)
+        session.checkpoint_now = True
+        log.warning("cluster %r %s-%d: at-least-once resume found %d record(s) at [%d, %d) equal to the source's "
+                    "from offset %d: a crash between write and checkpoint duplicated them", target.cluster_name,
+                    topic, partition, len(found), expected, base, checkpoint.position)
+
+
+def restarted_copies(found: list[tuple], source: list[tuple]) -> bool:
+    """Whether ``found`` is one or more partial copies of ``source`` each starting at its beginning (every crashed
+    at-least-once run after the checkpoint started there)."""
+    j = 0
+    for record in found:
+        if j < len(source) and record == source[j]:
+            j += 1
+        elif source and record == source[0]:
+            j = 1
+        else:
+            return False
+    return True
+
+
+class TooMany:
+    """The type of :data:`TOO_MANY`. Truthy and not a list: a budget overrun must never read as "no records"
+    (an empty list did once, and a record larger than the budget let a backfill take over a lane the daemon had
+    written to, and let the landing rule pass foreign records); callers test ``is TOO_MANY`` first."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "TOO_MANY"
+
+
+TOO_MANY = TooMany()  # sentinel: committed_records read past its byte budget
+
+
+def committed_records(client: WireClient, topic: str, partition: int, start: int, end: int | None, *,
+                       limit: int | None = None, max_bytes: int) -> list[tuple] | TooMany:
+    """(timestamp, key, value, headers) of the committed records in ``[start, end)`` (or the first ``limit``
+    from ``start``), as a READ_COMMITTED consumer sees them; never past the last stable offset (it does not
+    wait for open transactions) and never more than ``max_bytes`` of keys and values (then :data:`TOO_MANY`)."""
+    out: list[tuple] = []
+    size = 0
+    fetcher = RawBatchFetcher(client, topic, partition, start, end, isolation=IsolationLevel.READ_COMMITTED,
+                              max_bytes=1024 * 1024)
+    while not fetcher.done and (limit is None or len(out) < limit):
+        fetched = fetcher.fetch()
+        for view in fetched.batches:
+            for record in read_records(view):
+                if limit is not None and len(out) >= limit:
+                    return out
+                if record.offset >= start and (end is None or record.offset < end):
+                    key, value, headers = decode_record_tail(record.tail)
+                    size += len(key or b"") + len(value or b"")
+                    if size > max_bytes:
+                        return TOO_MANY
+                    out.append((record.timestamp, key, value, headers))
+        if fetcher.position >= fetched.last_stable_offset:
+            break  # the rest is not decided (or not there): READ_COMMITTED readers stop here too
+    return out
+
