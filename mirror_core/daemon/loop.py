@@ -90,7 +90,8 @@ from mirror_core.errors import (
 )
 from mirror_core.kafka.broker_fetch import PartitionOutcome, RoundStats
 from mirror_core.kafka.epochs import EpochEnd, epoch_ends_many
-from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.source_reachability import SourceReachability, is_transport_failure
 from mirror_core.kafka.wire_client import WireClient, is_retriable
 from mirror_core.model.lane_status import (

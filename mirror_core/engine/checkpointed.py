@@ -49,7 +49,8 @@ from mirror_core.errors import (
     TransactionsUnavailableError,
 )
 from mirror_core.kafka.epochs import EpochEnd, validate_position
-from mirror_core.kafka.fetcher import RawBatchFetcher, fresh_topic_metadata, list_offsets, metadata_stamp_of
+from mirror_core.kafka.fetcher import RawBatchFetcher, fresh_topic_metadata, metadata_stamp_of
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter
 from mirror_core.model.map_segments import LaneMap

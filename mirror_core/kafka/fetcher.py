@@ -1,4 +1,4 @@
-"""Fetch committed raw record batches of one source partition, and look up partition offsets.
+"""Fetch committed raw record batches of one source partition.
 
 A Fetch response's ``records`` field is a run of whole record batches, except that the last one may be cut off by
 the size limit, and the first one may start before the requested offset. With isolation READ_COMMITTED the broker
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import kafka.errors as Errors
 from kafka.future import Future
-from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsRequest, OffsetSpec
+from kafka.protocol.consumer import FetchRequest, IsolationLevel
 
 from mirror_core.codec.batch_codec import CONTROL_ABORT, BatchView, control_type, walk_batches
 from mirror_core.errors import (
@@ -35,7 +35,8 @@ from mirror_core.errors import (
 )
 from mirror_core.kafka.epochs import validate_position
 from mirror_core.kafka.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSession, SessionRequest
-from mirror_core.kafka.wire_client import Backoff, WireClient, is_retriable, partition_request_with_retries
+from mirror_core.kafka.list_offsets import list_offsets
+from mirror_core.kafka.wire_client import Backoff, WireClient, is_retriable
 from mirror_core.kafka.wire_fastpath import FetchPartitionSpec, FetchTopicSpec
 
 log = logging.getLogger(__name__)
@@ -479,53 +480,3 @@ def wait_fetch(client: WireClient, future: Future, *, timeout_s: float | None = 
         conn.wait(future) if timeout_s is None else conn.wait(future, timeout_s=timeout_s)
     elif not future.is_done:
         client.wait(future) if timeout_s is None else client.wait(future, timeout_s=timeout_s)
-
-
-_WHICH = {
-    "earliest": (OffsetSpec.EARLIEST, IsolationLevel.READ_UNCOMMITTED),
-    "latest": (OffsetSpec.LATEST, IsolationLevel.READ_UNCOMMITTED),
-    "last_stable": (OffsetSpec.LATEST, IsolationLevel.READ_COMMITTED),
-}
-
-
-def list_offsets(client: WireClient, topic: str, partition: int, which: str | int, *,
-                 retry_timeout_s: float = 60.0) -> int | None:
-    """Offset lookup on the partition leader.
-
-    ``which``: ``"earliest"`` (log start), ``"latest"`` (high watermark), ``"last_stable"`` (LSO, what a
-    READ_COMMITTED copy may read up to), or a timestamp in ms (first offset with timestamp >= it; None if none).
-    """
-    if isinstance(which, str):
-        if which not in _WHICH:
-            raise ValueError(f"which must be one of {sorted(_WHICH)} or a timestamp, got {which!r}")
-        timestamp, isolation = _WHICH[which]
-    else:
-        if which < 0:
-            raise ValueError(f"timestamp must be >= 0, got {which}")
-        timestamp, isolation = int(which), IsolationLevel.READ_UNCOMMITTED
-
-    def attempt() -> int | None:
-        offset = _list_offset_once(client, topic, partition, int(timestamp), isolation)
-        if offset == -1 and isinstance(which, str):
-            raise Errors.OffsetNotAvailableError()
-        return None if offset == -1 else offset
-
-    return partition_request_with_retries(client, topic, partition, f"ListOffsets({which})", attempt,
-                                          retry_timeout_s=retry_timeout_s)
-
-
-def _list_offset_once(client: WireClient, topic: str, partition: int, timestamp: int,
-                      isolation: IsolationLevel) -> int:
-    leader, epoch = client.leader_for(topic, partition)
-    Topic = ListOffsetsRequest.ListOffsetsTopic
-    request = ListOffsetsRequest(
-        replica_id=-1, isolation_level=int(isolation), timeout_ms=client.request_timeout_ms,
-        topics=[Topic(name=topic, partitions=[Topic.ListOffsetsPartition(
-            partition_index=partition, current_leader_epoch=epoch, timestamp=timestamp)])],
-        min_version=max(1, ListOffsetsRequest.min_version_for_isolation_level(isolation)))
-    response = client.send(leader, request)
-    data = response.topics[0].partitions[0]
-    error = Errors.for_code(data.error_code)
-    if error is not Errors.NoError:
-        raise error()
-    return data.offset

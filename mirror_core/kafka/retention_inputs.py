@@ -26,12 +26,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import kafka.errors as Errors
-from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsRequest, OffsetSpec
+from kafka.protocol.consumer import FetchRequest, IsolationLevel
 
 from mirror_core.codec.batch_codec import walk_batches
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import ConfigError, FetchError, MirrorError, PartitionUnavailableError
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets, lookup_offsets, newest_timestamps
 from mirror_core.kafka.topics import TopicAdmin
 from mirror_core.kafka.wire_client import Backoff, WireClient, is_retriable
 from mirror_core.model.retention import DEFAULT_CHECK_INTERVAL_MS, PartitionSnapshot, TopicRetention
@@ -79,8 +79,6 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
     which ``oldest`` (kept by a caller that assesses again and again, e.g. the daemon's retention watch) answers
     from the previous assessment while the log start has not moved (issue #18: 2,000 idle lanes cost ~4 CPU-s
     per assessment when every partition took four to five round trips)."""
-    from mirror_core.kafka.list_offsets import lookup_offsets
-
     positions = positions or {}
     admin = TopicAdmin(cluster)
     with WireClient.for_cluster(cluster) as client:
@@ -303,65 +301,6 @@ def _probe_once(client: WireClient, topic: str, partition: int, offset: int, max
                          max_ts=max(stamps) if stamps else None, bytes_from_position=sum(b.size for b in batches),
                          reached_segment_end=reached_end, next_offset=batches[-1].next_offset,
                          first_base_offset=batches[0].base_offset)
-
-
-def newest_timestamp(client: WireClient, topic: str, partition: int) -> int | None:
-    """The largest record timestamp in the partition (ListOffsets MAX_TIMESTAMP, Kafka 3.0+); None if unknown."""
-    Topic = ListOffsetsRequest.ListOffsetsTopic
-    try:
-        leader, epoch = client.leader_for(topic, partition)
-        request = ListOffsetsRequest(
-            replica_id=-1, isolation_level=int(IsolationLevel.READ_UNCOMMITTED), timeout_ms=client.request_timeout_ms,
-            topics=[Topic(name=topic, partitions=[Topic.ListOffsetsPartition(
-                partition_index=partition, current_leader_epoch=epoch, timestamp=int(OffsetSpec.MAX_TIMESTAMP))])],
-            min_version=7)
-        data = client.send(leader, request).topics[0].partitions[0]
-    except Errors.KafkaError:
-        return None
-    if data.error_code or data.timestamp is None or data.timestamp < 0:
-        return None
-    return int(data.timestamp)
-
-
-def newest_timestamps(client: WireClient, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
-    """:func:`newest_timestamp` of many partitions: one ListOffsets (MAX_TIMESTAMP) per leader; a partition the
-    batched answer left out or refused is asked on its own."""
-    Topic = ListOffsetsRequest.ListOffsetsTopic
-    by_leader: dict[int, dict[str, list]] = {}
-    found: dict[tuple[str, int], int | None] = {}
-    alone: list[tuple[str, int]] = []
-    for topic, partition in partitions:
-        try:
-            leader, epoch = client.leader_for(topic, partition)
-        except Errors.KafkaError:
-            alone.append((topic, partition))
-            continue
-        by_leader.setdefault(leader, {}).setdefault(topic, []).append(Topic.ListOffsetsPartition(
-            partition_index=partition, current_leader_epoch=epoch, timestamp=int(OffsetSpec.MAX_TIMESTAMP)))
-    for leader, grouped in by_leader.items():
-        asked = [(t, p.partition_index) for t, ps in grouped.items() for p in ps]
-        request = ListOffsetsRequest(
-            replica_id=-1, isolation_level=int(IsolationLevel.READ_UNCOMMITTED), timeout_ms=client.request_timeout_ms,
-            topics=[Topic(name=t, partitions=ps) for t, ps in grouped.items()], min_version=7)
-        try:
-            response = client.send(leader, request)
-        except Errors.KafkaError:
-            alone.extend(asked)
-            continue
-        answered = {}
-        for t in response.topics:
-            for p in t.partitions:
-                if not p.error_code:
-                    answered[(t.name, p.partition_index)] = \
-                        None if p.timestamp is None or p.timestamp < 0 else int(p.timestamp)
-        for tp in asked:
-            if tp in answered:
-                found[tp] = answered[tp]
-            else:
-                alone.append(tp)
-    for tp in alone:
-        found[tp] = newest_timestamp(client, *tp)
-    return found
 
 
 @dataclass(frozen=True)

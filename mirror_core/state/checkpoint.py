@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import kafka.errors as Errors
-from kafka.protocol.consumer import IsolationLevel, ListOffsetsRequest, OffsetSpec
+from kafka.protocol.consumer import IsolationLevel
 
 from mirror_core.codec.batch_codec import CONTROL_COMMIT, Codec, control_type
 from mirror_core.codec.batch_deep import (
@@ -53,7 +53,8 @@ from mirror_core.errors import (
     PartitionUnavailableError,
     TopicRecreatedError,
 )
-from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.list_offsets import list_offsets, lookup_offsets
 from mirror_core.kafka.wire_client import Backoff, WireClient, is_retriable
 from mirror_core.kafka.writer import OutgoingBatch
 from mirror_core.model.lane_status import PersistedLaneState
@@ -75,13 +76,6 @@ CHECKPOINT_TOPIC_CONFIG = {  # explicit, so a cluster's defaults cannot change w
 }
 SETTLE_TIMEOUT_S = 1.0  # how long a read waits for transactions written before it to settle (CheckpointStore.refresh)
 READ_STALL_S = 30.0  # a checkpoint read making no progress this long ends in CheckpointReadStalledError
-
-_OFFSET_SPECS = {  # as mirror_core.kafka.fetcher.list_offsets
-    "earliest": (OffsetSpec.EARLIEST, IsolationLevel.READ_UNCOMMITTED),
-    "latest": (OffsetSpec.LATEST, IsolationLevel.READ_UNCOMMITTED),
-    "last_stable": (OffsetSpec.LATEST, IsolationLevel.READ_COMMITTED),
-}
-
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -716,32 +710,8 @@ class CheckpointStore:
     def _offsets(self, partitions: list[int], which: str) -> dict[int, int]:
         """partition → offset (``which`` as in :func:`list_offsets`): one ListOffsets request per leader; what
         that cannot answer (leader moved, transient errors) goes through :func:`list_offsets` and its retries."""
-        timestamp, isolation = _OFFSET_SPECS[which]
-        out: dict[int, int] = {}
-        try:
-            by_leader: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
-            for partition in partitions:
-                leader, epoch = self.client.leader_for(self.topic, partition)
-                by_leader[leader].append((partition, epoch))
-            Topic = ListOffsetsRequest.ListOffsetsTopic
-            for leader, parts in by_leader.items():
-                request = ListOffsetsRequest(
-                    replica_id=-1, isolation_level=int(isolation), timeout_ms=self.client.request_timeout_ms,
-                    topics=[Topic(name=self.topic, partitions=[
-                        Topic.ListOffsetsPartition(partition_index=p, current_leader_epoch=epoch, timestamp=timestamp)
-                        for p, epoch in parts])],
-                    min_version=max(1, ListOffsetsRequest.min_version_for_isolation_level(isolation)))
-                response = self.client.send(leader, request)
-                for topic in response.topics:
-                    for data in topic.partitions:
-                        if data.error_code == 0 and data.offset >= 0:
-                            out[data.partition_index] = data.offset
-        except Errors.KafkaError:
-            pass  # the per-partition look-ups below retry (and refresh metadata) as needed
-        for partition in partitions:
-            if partition not in out:
-                out[partition] = list_offsets(self.client, self.topic, partition, which)
-        return out
+        found = lookup_offsets(self.client, [(self.topic, partition) for partition in partitions], which)
+        return {partition: found[(self.topic, partition)] for partition in partitions}
 
     def _check_topic_id(self, topic_id: uuid.UUID | None) -> None:
         if topic_id is not None and topic_id != self._topic_id:

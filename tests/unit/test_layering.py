@@ -77,7 +77,7 @@ EDGE_EXCEPTIONS = {
     ("shoal_airflow/operators.py", "model.retention"), ("shoal_airflow/operators.py", "state.checkpoint"),
     ("shoal_airflow/operators.py", "state.ledger"), ("shoal_airflow/params.py", "model.planner"),
     ("shoal_airflow/params.py", "state.run_claims"), ("shoal_airflow/rehearsal.py", "kafka.list_offsets"),
-    ("shoal_airflow/rehearsal.py", "kafka.retention_inputs"), ("shoal_airflow/rehearsal.py", "kafka.wire_client"),
+    ("shoal_airflow/rehearsal.py", "kafka.wire_client"),
     ("shoal_airflow/sensors.py", "kafka.retention_inputs"), ("shoal_airflow/sensors.py", "model.retention"),
     ("shoal_airflow/shoal_ui.py", "kafka.list_offsets"), ("shoal_airflow/shoal_ui.py", "kafka.retention_inputs"),
     ("shoal_airflow/shoal_ui.py", "kafka.topics"), ("shoal_airflow/shoal_ui.py", "kafka.wire_client"),

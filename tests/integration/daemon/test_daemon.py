@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.state.checkpoint import Checkpoint, CheckpointStore
 from tests.conftest import unavailable
