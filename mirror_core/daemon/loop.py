@@ -78,12 +78,14 @@ from mirror_core.daemon.metrics import DaemonMetrics, serve_metrics
 from mirror_core.daemon.prune_watch import PruneWatch
 from mirror_core.daemon.retention_watch import RetentionWatch
 from mirror_core.daemon.standing_round import StandingPending, StandingRound
-from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode, LaneSession, OwnershipError
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode, LaneSession
 from mirror_core.engine.copier import CopyOptions, FetchedOnce
 from mirror_core.errors import (
     BatchRejectedError,
     ConfigError,
     MirrorError,
+    NotHandedOffError,
+    OwnershipError,
     ProducerFencedError,
     SourceTopicDeletedError,
     TopicRecreatedError,
@@ -138,15 +140,6 @@ HEALTH_WALK_S = AUDIT_MAX_S
 FENCED_BACKOFF_CAP_S = 300.0  # a lane fenced out of this process is retried after at most this (see _fenced_out)
 PREFLIGHT_WORKERS = 4  # target preparations (preflights) of new topics run this many at a time
 
-
-
-class NotHandedOffError(MirrorError):
-    """The lane's checkpoint belongs to a backfill that has not handed it off: the daemon must not write it."""
-
-    def __init__(self, pipeline: str, checkpoint):
-        super().__init__(f"pipeline {pipeline!r} {checkpoint.topic}-{checkpoint.partition}: owned by "
-                         f"{checkpoint.owner!r} at position {checkpoint.position}, not handed off to the daemon yet; "
-                         "left alone until `shoal handoff` (or the DAG's handoff task) transfers it")
 
 
 class ForcedShutdown(BaseException):

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.errors import MirrorError
+from mirror_core.errors import TopicConfigSyncError
 from mirror_core.model.preflight_rules import (
     MIRRORED_CONFIGS,
     WIDENED_CONFIGS,
@@ -135,17 +135,6 @@ class TopicConfigs:
     @property
     def overrides(self) -> frozenset[str]:
         return frozenset(k for k, e in self.entries.items() if e.override)
-
-
-class TopicConfigSyncError(MirrorError):
-    """Describing or altering a topic's configs failed; the message names cluster and topic."""
-
-    def __init__(self, cluster: str, topic: str, reason: str, *, retriable: bool = False):
-        self.cluster = cluster
-        self.topic = topic
-        self.reason = reason
-        self.retriable = retriable
-        super().__init__(f"topic config sync: cluster {cluster!r} topic {topic!r}: {reason}")
 
 
 def plan_config_sync(source: TopicConfigs, target: TopicConfigs, *, facts: DataFacts | None = None,

@@ -495,8 +495,9 @@ def test_backfill_then_handoff_under_load_seam_is_clean(sandbox, source_cluster,
     refused (OwnershipError) and the daemon, whose writer it fenced on the way, recovers by itself."""
     from mirror_core.config.commit_policy import CommitPolicy
     from mirror_core.config.names import DAEMON_OWNER
-    from mirror_core.engine.checkpointed import CheckpointedCopier, OwnershipError
+    from mirror_core.engine.checkpointed import CheckpointedCopier
     from mirror_core.engine.copier import PartitionRange
+    from mirror_core.errors import OwnershipError
     from mirror_core.services.handoff import verify_seam
     from mirror_core.services.preflight import run_preflight
 

@@ -10,14 +10,13 @@ import re
 import pytest
 from rich.console import Console
 
-from mirror_core.errors import ConfigError, DataLossError, MirrorError
+from mirror_core.errors import ConfigError, DataLossError, MirrorError, PlanDataLossError
 from mirror_core.model.planner import (
     BoundSpec,
     CheckpointPosition,
     NamingPolicy,
     PartitionState,
     Plan,
-    PlanDataLossError,
     PlanInputs,
     PlanRequest,
     WorkUnit,

@@ -8,13 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mirror_core.errors import ConfigError
+from mirror_core.errors import ConfigError, RetentionLossError
 from mirror_core.model.retention import (
     INF,
     CopyCapacity,
     LossCause,
     PartitionSnapshot,
-    RetentionLossError,
     Status,
     TopicRetention,
     assess_partition,
