@@ -31,8 +31,8 @@ from kafka.protocol.consumer import FetchRequest, IsolationLevel
 from mirror_core.codec.batch_codec import walk_batches
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import ConfigError, FetchError, MirrorError, PartitionUnavailableError
+from mirror_core.kafka.admin import ClusterAdmin
 from mirror_core.kafka.list_offsets import list_offsets, lookup_offsets, newest_timestamps
-from mirror_core.kafka.topics import TopicAdmin
 from mirror_core.kafka.wire_client import Backoff, WireClient, is_retriable
 from mirror_core.model.retention import DEFAULT_CHECK_INTERVAL_MS, PartitionSnapshot, TopicRetention
 
@@ -80,7 +80,7 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
     from the previous assessment while the log start has not moved (issue #18: 2,000 idle lanes cost ~4 CPU-s
     per assessment when every partition took four to five round trips)."""
     positions = positions or {}
-    admin = TopicAdmin(cluster)
+    admin = ClusterAdmin(cluster)
     with WireClient.for_cluster(cluster) as client:
         chosen: dict[str, list[int]] = {}
         leaders: dict[tuple[str, int], int] = {}
@@ -102,7 +102,7 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
                     skipped.append((topic, p))
                     continue
                 leaders[(topic, p)] = meta.partitions[p].leader
-        configs = {topic: TopicRetention.from_configs(admin.configs(topic)) for topic in chosen}
+        configs = {topic: TopicRetention.from_configs(admin.topic_configs(topic)) for topic in chosen}
         check_interval_ms = read_check_interval_ms(cluster, next(iter(leaders.values()), None))
         ends0 = {tp: list_offsets(client, *tp, "latest") for tp in leaders} if sample_s > 0 else {}
         t0 = clock()
@@ -207,14 +207,10 @@ def read_check_interval_ms(cluster: ClusterConfig, broker_id: int | None) -> int
     """The broker's ``log.retention.check.interval.ms`` (Kafka's default when it cannot be read)."""
     if broker_id is None or broker_id < 0:
         return DEFAULT_CHECK_INTERVAL_MS
-    from confluent_kafka.admin import AdminClient, ConfigResource
-
-    admin = AdminClient(cluster.confluent())
-    resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+    admin = ClusterAdmin(cluster, timeout_s=30)
     try:
-        entries = admin.describe_configs([resource])[resource].result(timeout=30)
-        value = entries.get("log.retention.check.interval.ms")
-        return int(value.value) if value is not None and value.value is not None else DEFAULT_CHECK_INTERVAL_MS
+        value = admin.broker_config(broker_id, "log.retention.check.interval.ms")
+        return int(value) if value is not None else DEFAULT_CHECK_INTERVAL_MS
     except Exception:  # noqa: BLE001 - not authorized to describe broker configs: the documented default applies
         return DEFAULT_CHECK_INTERVAL_MS
 
