@@ -57,8 +57,9 @@ from mirror_core.kafka.broker_fetch import (
     give_up_answer,
     round_sessions,
 )
+from mirror_core.kafka.fetch_requests import send_fetch, wait_fetch
 from mirror_core.kafka.fetch_session import FetchSession, PartitionKey, SessionRequest
-from mirror_core.kafka.fetcher import RawBatchFetcher, send_fetch, wait_fetch
+from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.wire_fastpath import FetchPartitionSpec
 

@@ -40,8 +40,9 @@ import kafka.errors as Errors
 from kafka.protocol.consumer import IsolationLevel
 
 from mirror_core.errors import ClusterUnavailableError
+from mirror_core.kafka.fetch_requests import send_fetch, wait_fetch
 from mirror_core.kafka.fetch_session import FetchSession, PartitionKey, SessionAnswer, SessionRequest
-from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher, send_fetch, wait_fetch
+from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient, is_retriable
 from mirror_core.kafka.wire_fastpath import FetchTopicSpec
 

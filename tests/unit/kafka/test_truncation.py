@@ -17,7 +17,8 @@ from mirror_core.engine.copier import CopyResult, FetchedOnce, PartitionRange, _
 from mirror_core.errors import SourceTruncatedError
 from mirror_core.kafka import wire_fastpath as fp
 from mirror_core.kafka.epochs import EpochEnd, check_truncation
-from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher, kafka_python_fetch_request
+from mirror_core.kafka.fetch_requests import kafka_python_fetch_request
+from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.model.group_translation import translation_refusal
 from mirror_core.model.offset_map import OffsetMap, OffsetRun
 from mirror_core.state.checkpoint import Checkpoint

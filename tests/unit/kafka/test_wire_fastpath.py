@@ -22,7 +22,8 @@ from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from mirror_core.kafka import wire_fastpath as fp
-from mirror_core.kafka.fetcher import RawBatchFetcher, diverging_epoch, kafka_python_fetch_request
+from mirror_core.kafka.fetch_requests import diverging_epoch, kafka_python_fetch_request
+from mirror_core.kafka.fetcher import RawBatchFetcher
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
 ascii_names = st.text("abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, max_size=30)
