@@ -164,7 +164,8 @@ def generate(case: Case, source_conf: dict, topic: str) -> None:
 def describe_source(source_conf: dict, topic: str, partitions: int = 1) -> dict:
     """Offsets and on-disk batch statistics of every partition, read with Shoal's raw fetcher (``start``/``end``:
     partition 0's, for the single-partition mirrors)."""
-    from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+    from mirror_core.kafka.fetcher import RawBatchFetcher
+    from mirror_core.kafka.list_offsets import list_offsets
     from mirror_core.kafka.wire_client import WireClient
 
     starts, ends, sizes, records = [], [], [], 0
@@ -421,7 +422,8 @@ def child_main(mirror: str) -> None:
 
 def target_records(target_conf: dict, topic: str, partitions: int) -> int:
     """Records on the target topic, read back (an exactly-once copy's transaction markers take offsets too)."""
-    from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+    from mirror_core.kafka.fetcher import RawBatchFetcher
+    from mirror_core.kafka.list_offsets import list_offsets
     from mirror_core.kafka.wire_client import WireClient
 
     records = 0

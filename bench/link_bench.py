@@ -305,7 +305,8 @@ def generate(bootstrap: str, topic: str, records: int, partitions: int = PARTITI
 
 def source_facts(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict:
     """Records and on-disk batch bytes per partition (read once through Shoal's fetcher, before shaping)."""
-    from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+    from mirror_core.kafka.fetcher import RawBatchFetcher
+    from mirror_core.kafka.list_offsets import list_offsets
     from mirror_core.kafka.wire_client import WireClient
 
     out = {"ends": {}, "records": 0, "bytes": 0}

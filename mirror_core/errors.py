@@ -8,6 +8,14 @@ and print one sentence an operator can act on, naming cluster, topic, partition 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: this module sits under every layer and imports none of them
+    from mirror_core.config.plan_request import BoundSpec
+    from mirror_core.model.preflight_rules import PreflightReport
+    from mirror_core.model.retention import RetentionStatus
+    from mirror_core.state.checkpoint import Checkpoint
 
 
 class MirrorError(Exception):
@@ -399,6 +407,108 @@ class TransactionsUnavailableError(MirrorError):
         super().__init__(f"cluster {cluster!r} refuses transactional writer {producer} ({error}): grant the "
                          "principal WRITE on that transactional.id, or use at-least-once mode")
 
+
+# -- refusals of a plan, a copy or a lane ---------------------------------------------------------------------------
+# The values below are the deciding layers' own (a preflight report, retention statuses, a checkpoint, a bound spec):
+# named for type checkers only, read for their fields, so this module still imports nothing of Shoal's.
+
+class PreflightError(MirrorError):
+    """Preflight refused a copy; ``refusals`` lists every reason, each naming the config to change."""
+
+    def __init__(self, report: PreflightReport):
+        self.report = report
+        self.refusals = report.refusals
+        reasons = " ".join(f"({i}) {f.message}" for i, f in enumerate(self.refusals, 1))
+        super().__init__(f"preflight refused copying {report.source_cluster}/{report.source_topic} to "
+                         f"{report.target_cluster}/{report.target_topic}: {reasons}")
+
+
+class RetentionLossError(MirrorError):
+    """A plan covers partitions whose data was deleted before it was copied, and the loss was not accepted."""
+
+    def __init__(self, cluster: str, lost: Sequence[RetentionStatus]):
+        self.cluster = cluster
+        self.lost = list(lost)
+        names = ", ".join(f"{s.topic}-{s.partition} [{s.lost_range[0]}, {s.lost_range[1]})" for s in lost[:5])
+        more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
+        super().__init__(f"cluster {cluster!r}: data was deleted before it was copied: {names}{more}; the plan is "
+                         "refused — pass --accept-loss to record the loss and start those partitions at the log start")
+
+
+class PlanDataLossError(DataLossError, ConfigError):
+    """The start of a requested range was already deleted and ``accept_loss`` was not given (both a data-loss
+    situation, with its fields, and a refused input)."""
+
+    def __init__(self, cluster: str, topic: str, partition: int, expected_offset: int, log_start_offset: int,
+                 spec: BoundSpec):
+        super().__init__(cluster, topic, partition, expected_offset, log_start_offset)
+        self.spec = spec
+        self.args = (f"cluster {cluster!r} {topic}-{partition}: start {spec} = offset {expected_offset} is below "
+                     f"the log start {log_start_offset}; offsets [{expected_offset}, {log_start_offset}) were "
+                     "already deleted. Rerun with accept-loss to record the loss and start at the log start",)
+
+
+class NotHandedOffError(MirrorError):
+    """The lane's checkpoint belongs to a backfill that has not handed it off: the daemon must not write it."""
+
+    def __init__(self, pipeline: str, checkpoint: Checkpoint):
+        self.pipeline = pipeline
+        self.checkpoint = checkpoint
+        super().__init__(f"pipeline {pipeline!r} {checkpoint.topic}-{checkpoint.partition}: owned by "
+                         f"{checkpoint.owner!r} at position {checkpoint.position}, not handed off to the daemon yet; "
+                         "left alone until `shoal handoff` (or the DAG's handoff task) transfers it")
+
+
+class OwnershipError(MirrorError):
+    """The partition's checkpoint belongs to a newer owner (a handoff happened): this writer must stop."""
+
+    def __init__(self, pipeline: str, topic: str, partition: int, owner: str, epoch: int, stored: Checkpoint):
+        self.pipeline, self.topic, self.partition = pipeline, topic, partition
+        self.owner, self.epoch, self.stored = owner, epoch, stored
+        super().__init__(
+            f"pipeline {pipeline!r} {topic}-{partition}: owned by {stored.owner!r} at epoch {stored.owner_epoch}, "
+            f"newer than this writer ({owner!r}, epoch {epoch}); it was handed off, so this writer stops")
+
+
+class DaemonOwnsLaneError(OwnershipError):
+    """A backfill (or ``shoal copy``) met a lane the daemon started itself and has copied data into: the daemon owns
+    it, nobody handed it off, and writing below the daemon's data would break the partition's order."""
+
+    def __init__(self, pipeline: str, topic: str, partition: int, owner: str, stored: Checkpoint):
+        self.pipeline, self.topic, self.partition = pipeline, topic, partition
+        self.owner, self.stored = owner, stored
+        MirrorError.__init__(
+            self, f"pipeline {pipeline!r} {topic}-{partition}: the continuous mirror daemon owns this lane (owner "
+            f"{stored.owner!r}, epoch {stored.owner_epoch}) and has already copied it up to source offset "
+            f"{stored.position}; it started the lane itself, nobody handed it off. {owner!r} cannot write below "
+            "the daemon's data: back-fill older data under another pipeline name into another target topic, or "
+            "exclude the topic from the daemon's pipeline and start the lane over. (A lane the daemon started but "
+            "has not copied anything into yet is taken over by a backfill automatically.)")
+
+
+class LaneTakenError(OwnershipError):
+    """At-least-once without a broker fence: another writer committed the lane's checkpoint since this one did."""
+
+    def __init__(self, pipeline: str, topic: str, partition: int, ours: Checkpoint | None, stored: Checkpoint | None):
+        def at(cp: Checkpoint | None) -> str:
+            return "none" if cp is None else f"position {cp.position}, target offset {cp.target_next}"
+
+        self.pipeline, self.topic, self.partition = pipeline, topic, partition
+        self.ours, self.stored = ours, stored
+        MirrorError.__init__(
+            self, f"pipeline {pipeline!r} {topic}-{partition}: the lane's checkpoint moved under this writer (ours: "
+            f"{at(ours)}; stored: {at(stored)}): another writer holds the lane, so this one stops")
+
+
+class TopicConfigSyncError(MirrorError):
+    """Describing or altering a topic's configs failed; the message names cluster and topic."""
+
+    def __init__(self, cluster: str, topic: str, reason: str, *, retriable: bool = False):
+        self.cluster = cluster
+        self.topic = topic
+        self.reason = reason
+        self.retriable = retriable
+        super().__init__(f"topic config sync: cluster {cluster!r} topic {topic!r}: {reason}")
 
 
 def _where(cluster: str | None, topic: str | None, partition: int | None) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from mirror_core.codec.batch_codec import walk_batches
 from mirror_core.engine.copier import CopyOptions, CopyResult, RangeCopier
-from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.services.preflight import run_preflight

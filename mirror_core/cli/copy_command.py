@@ -125,7 +125,7 @@ def _report_stopped(console, cmd: CopyCommand, copy: ConcurrentCopy, watch: Shar
 
 def _target_ends(target: WireClient, ranges: list[PartitionRange]) -> dict[int, int]:
     """Each target partition's end before the copy (mode none: what its acknowledged writes add to)."""
-    from mirror_core.kafka.fetcher import list_offsets
+    from mirror_core.kafka.list_offsets import list_offsets
 
     return {r.target_partition: list_offsets(target, r.target_topic, r.target_partition, "latest") for r in ranges}
 

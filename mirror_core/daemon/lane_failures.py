@@ -20,12 +20,12 @@ import kafka.errors as Errors
 
 from mirror_core.config.names import DAEMON_OWNER
 from mirror_core.daemon.events import event
-from mirror_core.daemon.lane_sessions import NotHandedOffError
 from mirror_core.daemon.lane_state import LaneState
-from mirror_core.engine.lane_session import OwnershipError
 from mirror_core.errors import (
     BatchRejectedError,
     MirrorError,
+    NotHandedOffError,
+    OwnershipError,
     ProducerFencedError,
     SourceTopicDeletedError,
     TopicRecreatedError,

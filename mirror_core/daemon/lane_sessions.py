@@ -24,23 +24,15 @@ from mirror_core.daemon.lane_workers import LaneClients, TaskOutcome
 from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
 from mirror_core.engine.copier import CopyOptions
 from mirror_core.engine.lane_session import LaneSession
-from mirror_core.errors import MirrorError
+from mirror_core.errors import NotHandedOffError
 from mirror_core.kafka.epochs import EpochEnd, epoch_ends_many
-from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.source_reachability import is_transport_failure
 from mirror_core.state.checkpoint import Checkpoint, checkpoint_key, checkpoint_partition
 
 OPEN_BATCH_MIN_LANES = 4  # fewer lanes opening together look their coordinators and epoch ends up alone
 OPEN_LOOKUP_TIMEOUT_S = 2.0  # a batched look-up of a lane opening (coordinators, epoch ends) holds the main thread
-
-
-class NotHandedOffError(MirrorError):
-    """The lane's checkpoint belongs to a backfill that has not handed it off: the daemon must not write it."""
-
-    def __init__(self, pipeline: str, checkpoint):
-        super().__init__(f"pipeline {pipeline!r} {checkpoint.topic}-{checkpoint.partition}: owned by "
-                         f"{checkpoint.owner!r} at position {checkpoint.position}, not handed off to the daemon yet; "
-                         "left alone until `shoal handoff` (or the DAG's handoff task) transfers it")
 
 
 class LaneSessions:

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 import kafka.errors as Errors
 
 from mirror_core.kafka.broker_fetch import PartitionOutcome, RoundStats, _failed, _handle, give_up_answer
+from mirror_core.kafka.fetch_requests import send_fetch, wait_fetch
 from mirror_core.kafka.fetch_session import PartitionKey, SessionRequest
-from mirror_core.kafka.fetcher import RawBatchFetcher, send_fetch, wait_fetch
+from mirror_core.kafka.fetcher import RawBatchFetcher
 
 if TYPE_CHECKING:
     from mirror_core.daemon.standing_round import StandingRound, _Broker, _Member

@@ -16,7 +16,7 @@ from mirror_core.dev.demo_data import DEMO_TOPIC, produce_demo_data, produce_dem
 from mirror_core.engine.checkpointed import CheckpointedCopier
 from mirror_core.engine.copier import CopyResult
 from mirror_core.errors import ConfigError, MirrorError
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.topics import TopicAdmin
 from mirror_core.kafka.verify import compare_topics
 from mirror_core.kafka.wire_client import WireClient

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 
 
 def share_spans(batches: Sequence, start: int) -> list[tuple[int, int]] | None:

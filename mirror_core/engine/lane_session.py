@@ -23,15 +23,19 @@ from mirror_core.engine.lane_fence import LaneFence
 from mirror_core.engine.resume_landing import TOO_MANY, ResumeLanding, committed_records
 from mirror_core.errors import (
     ConfigError,
+    DaemonOwnsLaneError,
     DataLossError,
     FetchError,
+    LaneTakenError,
     MirrorError,
+    OwnershipError,
     PartitionUnavailableError,
     SkipRefusedError,
     TopicRecreatedError,
 )
 from mirror_core.kafka.epochs import EpochEnd, validate_position
-from mirror_core.kafka.fetcher import fresh_topic_metadata, list_offsets, metadata_stamp_of
+from mirror_core.kafka.fetcher import fresh_topic_metadata, metadata_stamp_of
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.model.map_segments import LaneMap
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import Checkpoint
@@ -47,41 +51,6 @@ OPEN_VALIDATION_TIMEOUT_S = 5.0  # how long a lane open waits for the source lea
 # controller updates asynchronously, so a topic just created can be unknown for a little while)
 TARGET_TOPIC_APPEAR_S = 5.0
 TARGET_TOPIC_RETRY_S = 0.2
-
-
-class OwnershipError(MirrorError):
-    """The partition's checkpoint belongs to a newer owner (a handoff happened): this writer must stop."""
-
-    def __init__(self, pipeline: str, topic: str, partition: int, owner: str, epoch: int, stored: Checkpoint):
-        super().__init__(
-            f"pipeline {pipeline!r} {topic}-{partition}: owned by {stored.owner!r} at epoch {stored.owner_epoch}, "
-            f"newer than this writer ({owner!r}, epoch {epoch}); it was handed off, so this writer stops")
-
-
-class DaemonOwnsLaneError(OwnershipError):
-    """A backfill (or ``shoal copy``) met a lane the daemon started itself and has copied data into: the daemon owns
-    it, nobody handed it off, and writing below the daemon's data would break the partition's order."""
-
-    def __init__(self, pipeline: str, topic: str, partition: int, owner: str, stored: Checkpoint):
-        MirrorError.__init__(
-            self, f"pipeline {pipeline!r} {topic}-{partition}: the continuous mirror daemon owns this lane (owner "
-            f"{stored.owner!r}, epoch {stored.owner_epoch}) and has already copied it up to source offset "
-            f"{stored.position}; it started the lane itself, nobody handed it off. {owner!r} cannot write below "
-            "the daemon's data: back-fill older data under another pipeline name into another target topic, or "
-            "exclude the topic from the daemon's pipeline and start the lane over. (A lane the daemon started but "
-            "has not copied anything into yet is taken over by a backfill automatically.)")
-
-
-class LaneTakenError(OwnershipError):
-    """At-least-once without a broker fence: another writer committed the lane's checkpoint since this one did."""
-
-    def __init__(self, pipeline: str, topic: str, partition: int, ours: Checkpoint | None, stored: Checkpoint | None):
-        def at(cp: Checkpoint | None) -> str:
-            return "none" if cp is None else f"position {cp.position}, target offset {cp.target_next}"
-
-        MirrorError.__init__(
-            self, f"pipeline {pipeline!r} {topic}-{partition}: the lane's checkpoint moved under this writer (ours: "
-            f"{at(ours)}; stored: {at(stored)}): another writer holds the lane, so this one stops")
 
 
 

@@ -15,7 +15,8 @@ from kafka.protocol.consumer import IsolationLevel
 from mirror_core.codec.batch_codec import PreparedBatch
 from mirror_core.codec.batch_deep import decode_record_tail, read_records
 from mirror_core.errors import ForeignWriteError
-from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 
 if TYPE_CHECKING:

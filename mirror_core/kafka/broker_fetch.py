@@ -41,8 +41,9 @@ from kafka.protocol.consumer import IsolationLevel
 
 from mirror_core.codec.fetch_messages import FetchTopicSpec
 from mirror_core.errors import ClusterUnavailableError
+from mirror_core.kafka.fetch_requests import send_fetch, wait_fetch
 from mirror_core.kafka.fetch_session import FetchSession, PartitionKey, SessionAnswer, SessionRequest
-from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher, send_fetch, wait_fetch
+from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka.retries import is_retriable
 from mirror_core.kafka.wire_client import WireClient
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.names import daemon_group_id as group_id
 from mirror_core.errors import MirrorError
+from mirror_core.kafka.admin import ClusterAdmin
 
 Partition = tuple[str, int]
 
@@ -41,13 +42,10 @@ class GroupDescription:
 def describe_group(source: ClusterConfig, pipeline: str, *, timeout_s: float = 15.0) -> GroupDescription:
     """The pipeline's daemon group as the source's group coordinator sees it (works from any machine that reaches
     the source; needs Describe on the group)."""
-    from confluent_kafka.admin import AdminClient
-
     group = group_id(pipeline)
-    admin = AdminClient(source.confluent(log_level=3))
+    admin = ClusterAdmin(source, timeout_s=timeout_s, log_level=3)
     try:
-        described = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group].result(
-            timeout=timeout_s + 5)
+        described = admin.describe_groups([group])[group].result(timeout=timeout_s + 5)
     except Exception as exc:  # noqa: BLE001 - one sentence naming the cluster and the group
         error = MirrorError(f"cluster {source.name!r}: could not describe the daemon group {group!r} of pipeline "
                             f"{pipeline!r}: {type(exc).__name__}: {exc or 'no answer'} (the source must be reachable "

@@ -22,6 +22,7 @@ import kafka.errors as Errors
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 
 from mirror_core.errors import SourceTruncatedError
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.retries import partition_request_with_retries
 from mirror_core.kafka.wire_client import WireClient
 
@@ -146,8 +147,6 @@ def validate_position(client: WireClient, topic: str, partition: int, position: 
     if answer is None:
         answer = epoch_end_offset(client, topic, partition, position_epoch, retry_timeout_s=retry_timeout_s)
     if answer.undefined and log_start is None:
-        from mirror_core.kafka.fetcher import list_offsets  # the fetcher builds on this module
-
         log_start = list_offsets(client, topic, partition, "earliest")
     if answer.undefined and log_start >= position:
         log.info("cluster %r %s-%d: nothing below position %d is left in the source log; its epoch %d cannot be "

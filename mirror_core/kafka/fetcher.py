@@ -1,4 +1,4 @@
-"""Fetch committed raw record batches of one source partition, and look up partition offsets.
+"""Fetch committed raw record batches of one source partition.
 
 A Fetch response's ``records`` field is a run of whole record batches, except that the last one may be cut off by
 the size limit, and the first one may start before the requested offset. With isolation READ_COMMITTED the broker
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import kafka.errors as Errors
 from kafka.future import Future
-from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsRequest, OffsetSpec
+from kafka.protocol.consumer import FetchRequest, IsolationLevel
 
 from mirror_core.codec.batch_codec import CONTROL_ABORT, BatchView, control_type, walk_batches
 from mirror_core.codec.fetch_messages import FetchPartitionSpec, FetchTopicSpec
@@ -35,8 +35,10 @@ from mirror_core.errors import (
     TopicRecreatedError,
 )
 from mirror_core.kafka.epochs import validate_position
-from mirror_core.kafka.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID, FetchSession, SessionRequest
-from mirror_core.kafka.retries import Backoff, is_retriable, partition_request_with_retries
+from mirror_core.kafka.fetch_requests import diverging_epoch, kafka_python_fetch_request, send_fetch, wait_fetch
+from mirror_core.kafka.fetch_session import FetchSession, SessionRequest
+from mirror_core.kafka.list_offsets import list_offsets
+from mirror_core.kafka.retries import Backoff, is_retriable
 from mirror_core.kafka.wire_client import WireClient
 
 log = logging.getLogger(__name__)
@@ -395,138 +397,3 @@ class RawBatchFetcher:
                              f"OFFSET_OUT_OF_RANGE: the log ends at {latest}, before the requested offset "
                              "(source truncated or range planned past its end)")
         raise Errors.OffsetNotAvailableError()   # in range now: a lagging leader, retried as transient
-
-
-def diverging_epoch(data) -> tuple[int, int] | None:
-    """(epoch, end offset) of a Fetch response partition's DivergingEpoch (v12+, tagged field 0), or None when
-    the leader found no divergence (field absent, or its defaults -1/-1). Works on kafka-python's PartitionData
-    and on :class:`mirror_core.codec.fetch_messages.FetchPartitionData`."""
-    value = getattr(data, "diverging_epoch", None)
-    if value is None:
-        return None
-    epoch, end_offset = (value.epoch, value.end_offset) if hasattr(value, "end_offset") else value
-    if epoch < 0 and end_offset < 0:
-        return None
-    return epoch, end_offset
-
-
-def kafka_python_fetch_request(topics: Sequence[FetchTopicSpec], *, max_wait_ms: int, max_bytes: int,
-                               isolation: IsolationLevel, session: SessionRequest | None = None) -> FetchRequest:
-    """kafka-python's FetchRequest for ``topics`` (the fallback route, clusters reached through a proxy; and the
-    reference the hand-encoded request is tested against). With ``session`` (:mod:`mirror_core.kafka.fetch_session`)
-    the request carries its id, epoch, named partitions (``topics`` is then ignored) and forgotten ones; without
-    it the request is sessionless."""
-    if session is not None:
-        topics = session.topics
-    by_id = session.by_id if session is not None else all(spec.topic_id is not None for spec in topics)
-    Topic = FetchRequest.FetchTopic
-    return FetchRequest(
-        replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=int(isolation),
-        session_id=session.session_id if session is not None else INVALID_SESSION_ID,
-        session_epoch=session.epoch if session is not None else FINAL_EPOCH,
-        topics=[Topic(topic=spec.topic, topic_id=spec.topic_id, partitions=[
-            Topic.FetchPartition(partition=p.partition, current_leader_epoch=p.current_leader_epoch,
-                                 fetch_offset=p.fetch_offset, last_fetched_epoch=p.last_fetched_epoch,
-                                 log_start_offset=p.log_start_offset, partition_max_bytes=p.partition_max_bytes)
-            for p in spec.partitions]) for spec in topics],
-        forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=gone.topic, topic_id=gone.topic_id,
-                                                           partitions=list(gone.partitions))
-                               for gone in (session.forgotten if session is not None else ())],
-        rack_id="",
-        min_version=FetchRequest.min_version_for_isolation_level(isolation),
-        max_version=18 if by_id else 12)
-
-
-def send_fetch(client: WireClient, leader: int, topics: Sequence[FetchTopicSpec], *, max_wait_ms: int,
-               max_bytes: int, isolation: IsolationLevel, session: SessionRequest | None = None,
-               slot: int = 0, request_timeout_ms: int | None = None) -> Future:
-    """Send one FetchRequest for ``topics`` to ``leader`` and return its future at once (several brokers can be
-    asked at the same time); :func:`wait_fetch` reads the answer. Topic ids are used (v13+) when every topic has
-    one. With ``session`` (a :class:`~mirror_core.kafka.fetch_session.SessionRequest`) the request is that session's
-    (its named partitions replace ``topics``). ``slot``: which of the client's connections to the leader (fast
-    path only). The hand-encoded route (:mod:`mirror_core.kafka.fast_connection`) is taken when the client offers it;
-    transport failures come back on the future as kafka-python's (retriable) errors. ``request_timeout_ms``: how
-    long the broker may stay silent (default: the client's request timeout plus ``max_wait_ms``)."""
-    by_id = session.by_id if session is not None else all(spec.topic_id is not None for spec in topics)
-    timeout_ms = client.request_timeout_ms + max_wait_ms if request_timeout_ms is None else request_timeout_ms
-    try:
-        fast = (client.fast_connection(leader, slot) if slot else client.fast_connection(leader)) \
-            if hasattr(client, "fast_connection") else None
-        if fast is not None:   # hand-encoded, records as views into the response frame
-            fields = {} if session is None else {
-                "session_id": session.session_id, "session_epoch": session.epoch, "forgotten": session.forgotten}
-            return fast.fetch_async(
-                min_version=FetchRequest.min_version_for_isolation_level(isolation),
-                max_version=18 if by_id else 12, request_timeout_ms=timeout_ms, max_wait_ms=max_wait_ms,
-                min_bytes=1, max_bytes=max_bytes, isolation_level=int(isolation),
-                topics=session.topics if session is not None else topics, **fields)
-        request = kafka_python_fetch_request(topics, max_wait_ms=max_wait_ms, max_bytes=max_bytes,
-                                             isolation=isolation, session=session)
-        if hasattr(client, "send_async"):
-            return client.send_async(leader, request, timeout_ms)
-        return Future().success(client.send(leader, request))
-    except Errors.KafkaError as exc:
-        if not is_retriable(type(exc)):
-            raise
-        return Future().failure(exc)
-
-
-def wait_fetch(client: WireClient, future: Future, *, timeout_s: float | None = None) -> None:
-    """Read until ``future`` (from :func:`send_fetch`) is answered; errors stay on the future. ``timeout_s``
-    bounds the wait: past it the future is failed (hand-encoded route, whose connection is closed then) or left
-    unresolved (kafka-python's)."""
-    conn = getattr(future, "conn", None)
-    if conn is not None:
-        conn.wait(future) if timeout_s is None else conn.wait(future, timeout_s=timeout_s)
-    elif not future.is_done:
-        client.wait(future) if timeout_s is None else client.wait(future, timeout_s=timeout_s)
-
-
-_WHICH = {
-    "earliest": (OffsetSpec.EARLIEST, IsolationLevel.READ_UNCOMMITTED),
-    "latest": (OffsetSpec.LATEST, IsolationLevel.READ_UNCOMMITTED),
-    "last_stable": (OffsetSpec.LATEST, IsolationLevel.READ_COMMITTED),
-}
-
-
-def list_offsets(client: WireClient, topic: str, partition: int, which: str | int, *,
-                 retry_timeout_s: float = 60.0) -> int | None:
-    """Offset lookup on the partition leader.
-
-    ``which``: ``"earliest"`` (log start), ``"latest"`` (high watermark), ``"last_stable"`` (LSO, what a
-    READ_COMMITTED copy may read up to), or a timestamp in ms (first offset with timestamp >= it; None if none).
-    """
-    if isinstance(which, str):
-        if which not in _WHICH:
-            raise ValueError(f"which must be one of {sorted(_WHICH)} or a timestamp, got {which!r}")
-        timestamp, isolation = _WHICH[which]
-    else:
-        if which < 0:
-            raise ValueError(f"timestamp must be >= 0, got {which}")
-        timestamp, isolation = int(which), IsolationLevel.READ_UNCOMMITTED
-
-    def attempt() -> int | None:
-        offset = _list_offset_once(client, topic, partition, int(timestamp), isolation)
-        if offset == -1 and isinstance(which, str):
-            raise Errors.OffsetNotAvailableError()
-        return None if offset == -1 else offset
-
-    return partition_request_with_retries(client, topic, partition, f"ListOffsets({which})", attempt,
-                                          retry_timeout_s=retry_timeout_s)
-
-
-def _list_offset_once(client: WireClient, topic: str, partition: int, timestamp: int,
-                      isolation: IsolationLevel) -> int:
-    leader, epoch = client.leader_for(topic, partition)
-    Topic = ListOffsetsRequest.ListOffsetsTopic
-    request = ListOffsetsRequest(
-        replica_id=-1, isolation_level=int(isolation), timeout_ms=client.request_timeout_ms,
-        topics=[Topic(name=topic, partitions=[Topic.ListOffsetsPartition(
-            partition_index=partition, current_leader_epoch=epoch, timestamp=timestamp)])],
-        min_version=max(1, ListOffsetsRequest.min_version_for_isolation_level(isolation)))
-    response = client.send(leader, request)
-    data = response.topics[0].partitions[0]
-    error = Errors.for_code(data.error_code)
-    if error is not Errors.NoError:
-        raise error()
-    return data.offset

@@ -1,11 +1,12 @@
-"""Consumer groups of one cluster through confluent-kafka's admin client: list, describe, read and commit offsets
-(the group sync's and the prune watch's I/O; the decisions are :mod:`mirror_core.model.group_translation`).
+"""Consumer groups of one cluster, the groups part of its admin facade (:mod:`mirror_core.kafka.admin`): list,
+describe, read and commit offsets (the group sync's and the prune watch's I/O; the decisions are
+:mod:`mirror_core.model.group_translation`).
 """
 
 from __future__ import annotations
 
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.errors import MirrorError
+from mirror_core.kafka.admin import ClusterAdmin
 from mirror_core.model.group_translation import (
     CommittedOffset,
     PartitionDecision,
@@ -19,26 +20,21 @@ REQUEST_TIMEOUT_S = 30.0
 class ConsumerGroupAdmin:
     """Consumer groups of one cluster through confluent-kafka's AdminClient; errors name the cluster and group."""
 
-    def __init__(self, cluster: ClusterConfig, *, timeout_s: float = REQUEST_TIMEOUT_S):
-        from confluent_kafka.admin import AdminClient
-
+    def __init__(self, cluster: ClusterConfig, *, timeout_s: float = REQUEST_TIMEOUT_S,
+                 admin: ClusterAdmin | None = None):
         self.cluster = cluster
         self.timeout_s = timeout_s
         self._wait_s = timeout_s + 10  # past the request timeout, so the client's own error (with its reason) wins
-        self._admin = AdminClient(cluster.confluent())
-
-    def _fail(self, what: str, error: object, group: str | None = None) -> MirrorError:
-        where = f" of group {group!r}" if group is not None else ""
-        return MirrorError(f"cluster {self.cluster.name!r} ({self.cluster.bootstrap}): could not {what}{where}: "
-                           f"{describe_kafka_error(error)}")
+        self._facade = admin if admin is not None else ClusterAdmin(cluster, timeout_s=timeout_s)
+        self._admin = self._facade.client
 
     def list_group_ids(self) -> list[str]:
         try:
             result = self._admin.list_consumer_groups(request_timeout=self.timeout_s).result(timeout=self._wait_s)
         except Exception as exc:  # noqa: BLE001 - confluent raises KafkaException wrapping a KafkaError
-            raise self._fail("list consumer groups", exc) from None
+            raise self._facade.failure("list consumer groups", exc) from None
         if result.errors:  # a partial list would silently leave groups behind
-            raise self._fail("list the consumer groups", result.errors[0])
+            raise self._facade.failure("list the consumer groups", result.errors[0])
         return [listing.group_id for listing in result.valid]
 
     def committed(self, group: str) -> dict[TopicPartitionKey, CommittedOffset]:
@@ -51,11 +47,11 @@ class ConsumerGroupAdmin:
                                                              request_timeout=self.timeout_s)[group]
             result = future.result(timeout=self._wait_s)
         except Exception as exc:  # noqa: BLE001
-            raise self._fail("read the committed offsets", exc, group) from None
+            raise self._facade.failure("read the committed offsets", exc, group) from None
         out = {}
         for tp in result.topic_partitions or ():
             if tp.error is not None:
-                raise self._fail(f"read the committed offset of {tp.topic}-{tp.partition}", tp.error, group)
+                raise self._facade.failure(f"read the committed offset of {tp.topic}-{tp.partition}", tp.error, group)
             if tp.offset >= 0:
                 out[(tp.topic, tp.partition)] = CommittedOffset(tp.offset, tp.metadata or None)
         return out
@@ -74,17 +70,18 @@ class ConsumerGroupAdmin:
                     [ConsumerGroupTopicPartitions(group, wanted)], require_stable=True,
                     request_timeout=self.timeout_s)[group]
             except Exception as exc:  # noqa: BLE001
-                raise self._fail("read the committed offsets", exc, group) from None
+                raise self._facade.failure("read the committed offsets", exc, group) from None
         out: dict[str, dict[TopicPartitionKey, CommittedOffset]] = {}
         for group, future in futures.items():
             try:
                 result = future.result(timeout=self._wait_s)
             except Exception as exc:  # noqa: BLE001
-                raise self._fail("read the committed offsets", exc, group) from None
+                raise self._facade.failure("read the committed offsets", exc, group) from None
             held = out[group] = {}
             for tp in result.topic_partitions or ():
                 if tp.error is not None:
-                    raise self._fail(f"read the committed offset of {tp.topic}-{tp.partition}", tp.error, group)
+                    raise self._facade.failure(f"read the committed offset of {tp.topic}-{tp.partition}", tp.error,
+                                               group)
                 if tp.offset >= 0:
                     held[(tp.topic, tp.partition)] = CommittedOffset(tp.offset, tp.metadata or None)
         return out
@@ -93,13 +90,13 @@ class ConsumerGroupAdmin:
         """State and members of each group, with its committed offsets (a group never seen is Dead, no offsets)."""
         if not groups:
             return {}
-        futures = self._admin.describe_consumer_groups(groups, request_timeout=self.timeout_s)
+        futures = self._facade.describe_groups(groups)
         out = {}
         for group in groups:
             try:
                 description = futures[group].result(timeout=self._wait_s)
             except Exception as exc:  # noqa: BLE001
-                raise self._fail("describe the consumer group", exc, group) from None
+                raise self._facade.failure("describe the consumer group", exc, group) from None
             committed = {tp: c.offset for tp, c in self.committed(group).items()}
             out[group] = TargetGroup(state=description.state.name, members=len(description.members),
                                      committed=committed)
@@ -119,17 +116,7 @@ class ConsumerGroupAdmin:
             future = self._admin.alter_consumer_group_offsets(request, request_timeout=self.timeout_s)[group]
             result = future.result(timeout=self._wait_s)
         except Exception as exc:  # noqa: BLE001
-            raise self._fail("commit offsets", exc, group) from None
+            raise self._facade.failure("commit offsets", exc, group) from None
         for tp in result.topic_partitions or ():
             if tp.error is not None:
-                raise self._fail(f"commit offset {tp.offset} on {tp.topic}-{tp.partition}", tp.error, group)
-
-
-def describe_kafka_error(error: object) -> str:
-    """``NAME: text`` for a confluent KafkaError, or the KafkaError inside a KafkaException; else ``str``."""
-    args = getattr(error, "args", None)
-    if isinstance(error, Exception) and args and hasattr(args[0], "name"):
-        error = args[0]
-    if callable(getattr(error, "name", None)) and callable(getattr(error, "str", None)):
-        return f"{error.name()}: {error.str()}"
-    return str(error) or type(error).__name__
+                raise self._facade.failure(f"commit offset {tp.offset} on {tp.topic}-{tp.partition}", tp.error, group)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import ClusterUnavailableError, ConfigError
+from mirror_core.kafka.admin import ClusterAdmin
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,9 @@ def check_reachable(cluster: ClusterConfig, *, timeout_s: float = 10.0) -> None:
     """Metadata round trip with librdkafka, which reports authentication failures at once and precisely
     (kafka-python only times out on a wrong SCRAM password)."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
 
     errors: list[KafkaError] = []
-    admin = AdminClient(cluster.confluent(error_cb=errors.append))
+    admin = ClusterAdmin(cluster, timeout_s=timeout_s, error_cb=errors.append).client
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import MirrorError
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.map_segments import prune_floor
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mirror_core.config.positions import PositionSpec
 from mirror_core.errors import ConfigError, DataLossError
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 
 

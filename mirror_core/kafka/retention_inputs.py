@@ -26,14 +26,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import kafka.errors as Errors
-from kafka.protocol.consumer import FetchRequest, IsolationLevel, ListOffsetsRequest, OffsetSpec
+from kafka.protocol.consumer import FetchRequest, IsolationLevel
 
 from mirror_core.codec.batch_codec import walk_batches
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import ConfigError, FetchError, MirrorError, PartitionUnavailableError
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.admin import ClusterAdmin
+from mirror_core.kafka.list_offsets import list_offsets, lookup_offsets, newest_timestamps
 from mirror_core.kafka.retries import Backoff, is_retriable
-from mirror_core.kafka.topics import TopicAdmin
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.retention import DEFAULT_CHECK_INTERVAL_MS, PartitionSnapshot, TopicRetention
 
@@ -80,10 +80,8 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
     which ``oldest`` (kept by a caller that assesses again and again, e.g. the daemon's retention watch) answers
     from the previous assessment while the log start has not moved (issue #18: 2,000 idle lanes cost ~4 CPU-s
     per assessment when every partition took four to five round trips)."""
-    from mirror_core.kafka.list_offsets import lookup_offsets
-
     positions = positions or {}
-    admin = TopicAdmin(cluster)
+    admin = ClusterAdmin(cluster)
     with WireClient.for_cluster(cluster) as client:
         chosen: dict[str, list[int]] = {}
         leaders: dict[tuple[str, int], int] = {}
@@ -105,7 +103,7 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
                     skipped.append((topic, p))
                     continue
                 leaders[(topic, p)] = meta.partitions[p].leader
-        configs = {topic: TopicRetention.from_configs(admin.configs(topic)) for topic in chosen}
+        configs = {topic: TopicRetention.from_configs(admin.topic_configs(topic)) for topic in chosen}
         check_interval_ms = read_check_interval_ms(cluster, next(iter(leaders.values()), None))
         ends0 = {tp: list_offsets(client, *tp, "latest") for tp in leaders} if sample_s > 0 else {}
         t0 = clock()
@@ -210,14 +208,10 @@ def read_check_interval_ms(cluster: ClusterConfig, broker_id: int | None) -> int
     """The broker's ``log.retention.check.interval.ms`` (Kafka's default when it cannot be read)."""
     if broker_id is None or broker_id < 0:
         return DEFAULT_CHECK_INTERVAL_MS
-    from confluent_kafka.admin import AdminClient, ConfigResource
-
-    admin = AdminClient(cluster.confluent())
-    resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+    admin = ClusterAdmin(cluster, timeout_s=30)
     try:
-        entries = admin.describe_configs([resource])[resource].result(timeout=30)
-        value = entries.get("log.retention.check.interval.ms")
-        return int(value.value) if value is not None and value.value is not None else DEFAULT_CHECK_INTERVAL_MS
+        value = admin.broker_config(broker_id, "log.retention.check.interval.ms")
+        return int(value) if value is not None else DEFAULT_CHECK_INTERVAL_MS
     except Exception:  # noqa: BLE001 - not authorized to describe broker configs: the documented default applies
         return DEFAULT_CHECK_INTERVAL_MS
 
@@ -306,65 +300,15 @@ def _probe_once(client: WireClient, topic: str, partition: int, offset: int, max
                          first_base_offset=batches[0].base_offset)
 
 
-def newest_timestamp(client: WireClient, topic: str, partition: int) -> int | None:
-    """The largest record timestamp in the partition (ListOffsets MAX_TIMESTAMP, Kafka 3.0+); None if unknown."""
-    Topic = ListOffsetsRequest.ListOffsetsTopic
-    try:
-        leader, epoch = client.leader_for(topic, partition)
-        request = ListOffsetsRequest(
-            replica_id=-1, isolation_level=int(IsolationLevel.READ_UNCOMMITTED), timeout_ms=client.request_timeout_ms,
-            topics=[Topic(name=topic, partitions=[Topic.ListOffsetsPartition(
-                partition_index=partition, current_leader_epoch=epoch, timestamp=int(OffsetSpec.MAX_TIMESTAMP))])],
-            min_version=7)
-        data = client.send(leader, request).topics[0].partitions[0]
-    except Errors.KafkaError:
-        return None
-    if data.error_code or data.timestamp is None or data.timestamp < 0:
-        return None
-    return int(data.timestamp)
+@dataclass(frozen=True)
+class Assessment:
+    """One retention verdict: the statuses (most urgent first), the capacity and policy that produced them."""
 
-
-def newest_timestamps(client: WireClient, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
-    """:func:`newest_timestamp` of many partitions: one ListOffsets (MAX_TIMESTAMP) per leader; a partition the
-    batched answer left out or refused is asked on its own."""
-    Topic = ListOffsetsRequest.ListOffsetsTopic
-    by_leader: dict[int, dict[str, list]] = {}
-    found: dict[tuple[str, int], int | None] = {}
-    alone: list[tuple[str, int]] = []
-    for topic, partition in partitions:
-        try:
-            leader, epoch = client.leader_for(topic, partition)
-        except Errors.KafkaError:
-            alone.append((topic, partition))
-            continue
-        by_leader.setdefault(leader, {}).setdefault(topic, []).append(Topic.ListOffsetsPartition(
-            partition_index=partition, current_leader_epoch=epoch, timestamp=int(OffsetSpec.MAX_TIMESTAMP)))
-    for leader, grouped in by_leader.items():
-        asked = [(t, p.partition_index) for t, ps in grouped.items() for p in ps]
-        request = ListOffsetsRequest(
-            replica_id=-1, isolation_level=int(IsolationLevel.READ_UNCOMMITTED), timeout_ms=client.request_timeout_ms,
-            topics=[Topic(name=t, partitions=ps) for t, ps in grouped.items()], min_version=7)
-        try:
-            response = client.send(leader, request)
-        except Errors.KafkaError:
-            alone.extend(asked)
-            continue
-        answered = {}
-        for t in response.topics:
-            for p in t.partitions:
-                if not p.error_code:
-                    answered[(t.name, p.partition_index)] = \
-                        None if p.timestamp is None or p.timestamp < 0 else int(p.timestamp)
-        for tp in asked:
-            if tp in answered:
-                found[tp] = answered[tp]
-            else:
-                alone.append(tp)
-    for tp in alone:
-        found[tp] = newest_timestamp(client, *tp)
-    return found
-
-
+    cluster: str
+    statuses: list
+    copy: object            # mirror_core.model.retention.CopyCapacity
+    policy: object          # mirror_core.model.retention_policy.RetentionPolicy
+    inputs: RetentionInputs
 
 
 TARGET_PROBE_TIMEOUT_MS = 10_000  # how long copy_round_trip waits for a target to answer before pacing by the source

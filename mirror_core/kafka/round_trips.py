@@ -8,7 +8,7 @@ import ssl
 import time
 
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.errors import ClusterUnavailableError
+from mirror_core.kafka.admin import ClusterAdmin
 from mirror_core.model.preflight_rules import (
     SourceLink,
 )
@@ -65,24 +65,17 @@ def measure_links(source: ClusterConfig, *, timeout_s: float = 30.0) -> list[Sou
     (:func:`kafka_round_trip_s`). A broker that cannot be asked is left out (logged)."""
     import logging
 
-    from confluent_kafka.admin import AdminClient, ConfigResource
-
     from mirror_core.kafka.wire_channel import tls_context
 
-    admin = AdminClient(source.confluent())
-    try:
-        brokers = admin.list_topics(timeout=timeout_s).brokers
-    except Exception as exc:  # noqa: BLE001 - KafkaException: transport or timeout
-        raise ClusterUnavailableError(source.name, source.bootstrap, f"metadata: {exc}") from None
+    admin = ClusterAdmin(source, timeout_s=timeout_s)
+    brokers = admin.metadata().brokers
     protocol = str(source.settings.get("security.protocol", "PLAINTEXT")).upper()
     tls = tls_context(source.settings) if protocol in ("SSL", "SASL_SSL") else None
     links = []
     for broker_id, broker in sorted(brokers.items()):
-        resource = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
         try:
-            entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s)
-            entry = entries.get("socket.send.buffer.bytes")
-            send_buffer = int(entry.value) if entry is not None and entry.value is not None else None
+            value = admin.broker_config(broker_id, "socket.send.buffer.bytes", request_timeout=timeout_s)
+            send_buffer = int(value) if value is not None else None
             rtt = kafka_round_trip_s(broker.host, broker.port, timeout_s=timeout_s, tls=tls,
                                      sasl=protocol.startswith("SASL_"))
         except Exception as exc:  # noqa: BLE001 - one broker's trouble does not stop the copy's preflight

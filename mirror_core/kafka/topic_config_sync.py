@@ -57,7 +57,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.errors import MirrorError
+from mirror_core.errors import TopicConfigSyncError
+from mirror_core.kafka.admin import ClusterAdmin
 from mirror_core.model.preflight_rules import (
     MIRRORED_CONFIGS,
     WIDENED_CONFIGS,
@@ -137,17 +138,6 @@ class TopicConfigs:
         return frozenset(k for k, e in self.entries.items() if e.override)
 
 
-class TopicConfigSyncError(MirrorError):
-    """Describing or altering a topic's configs failed; the message names cluster and topic."""
-
-    def __init__(self, cluster: str, topic: str, reason: str, *, retriable: bool = False):
-        self.cluster = cluster
-        self.topic = topic
-        self.reason = reason
-        self.retriable = retriable
-        super().__init__(f"topic config sync: cluster {cluster!r} topic {topic!r}: {reason}")
-
-
 def plan_config_sync(source: TopicConfigs, target: TopicConfigs, *, facts: DataFacts | None = None,
                      exclude: Collection[str] = ()) -> list[ConfigChange]:
     """The changes that make ``target`` carry what preflight would create it with from ``source`` (pure).
@@ -187,18 +177,19 @@ def describe_topic_configs(cluster: ClusterConfig, topic: str, *, timeout_s: flo
 
 
 def describe_many_topic_configs(cluster: ClusterConfig, topics: Collection[str], *, timeout_s: float = 30.0,
-                                admin=None) -> dict[str, TopicConfigs | None | TopicConfigSyncError]:
+                                admin: ClusterAdmin | None = None
+                                ) -> dict[str, TopicConfigs | None | TopicConfigSyncError]:
     """:func:`describe_topic_configs` of every topic in ``topics`` through one admin client (``admin``, else one
     made here) and one DescribeConfigs call: per topic its configs, ``None`` (no such topic) or the error naming
     it — one topic's failure is not the others'. Within ``timeout_s`` in all."""
     import time
 
     from confluent_kafka import KafkaError
-    from confluent_kafka.admin import AdminClient, ConfigResource
+    from confluent_kafka.admin import ConfigResource
 
     if not topics:
         return {}
-    admin = admin or AdminClient(cluster.confluent())
+    admin = admin or ClusterAdmin(cluster, timeout_s=timeout_s)
     resources = {topic: ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics}
     deadline = time.monotonic() + timeout_s
     out: dict[str, TopicConfigs | None | TopicConfigSyncError] = {}
@@ -219,10 +210,10 @@ def describe_many_topic_configs(cluster: ClusterConfig, topics: Collection[str],
 
 
 def apply_config_changes(cluster: ClusterConfig, topic: str, changes: Collection[ConfigChange], *,
-                         timeout_s: float = 30.0, admin=None) -> None:
+                         timeout_s: float = 30.0, admin: ClusterAdmin | None = None) -> None:
     """Apply ``changes`` to ``topic`` in one IncrementalAlterConfigs request (all or nothing), through ``admin``
     (else an admin client made here)."""
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
     if not changes:
         return
@@ -230,7 +221,7 @@ def apply_config_changes(cluster: ClusterConfig, topic: str, changes: Collection
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
         ConfigEntry(c.key, c.new_value if c.op is ConfigOp.SET else None, incremental_operation=ops[c.op])
         for c in changes])
-    admin = admin or AdminClient(cluster.confluent())
+    admin = admin or ClusterAdmin(cluster, timeout_s=timeout_s)
     try:
         admin.incremental_alter_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
     except Exception as exc:  # noqa: BLE001
@@ -281,12 +272,10 @@ def sync_many_topic_configs(source: ClusterConfig, target: ClusterConfig, pairs:
     is stale: skipped, no change) and whose ``changes`` is then set to what was applied."""
     import contextlib
 
-    from confluent_kafka.admin import AdminClient
-
     if not pairs:
         return {}
     sources = describe_many_topic_configs(source, [topic for topic, _ in pairs], timeout_s=timeout_s)
-    target_admin = AdminClient(target.confluent())
+    target_admin = ClusterAdmin(target, timeout_s=timeout_s)
     targets = describe_many_topic_configs(target, [target_topic for _, target_topic in pairs], timeout_s=timeout_s,
                                           admin=target_admin)
     out: dict[str, list[ConfigChange] | TopicConfigSyncError] = {}

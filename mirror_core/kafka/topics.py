@@ -1,4 +1,4 @@
-"""Topic administration on one cluster through confluent-kafka's admin client.
+"""Topic administration on one cluster, the topics part of its admin facade (:mod:`mirror_core.kafka.admin`).
 
 Small, blocking helpers with errors that name the cluster and topic. Used by the CLI, the demo and preflight.
 """
@@ -9,18 +9,18 @@ from collections.abc import Mapping
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import ConfigError, MirrorError
+from mirror_core.kafka.admin import ClusterAdmin
 from mirror_core.kafka.wire_client import WireClient
 
 
 class TopicAdmin:
     """Create, describe and delete topics on one cluster."""
 
-    def __init__(self, cluster: ClusterConfig, *, timeout_s: float = 30.0):
-        from confluent_kafka.admin import AdminClient
-
+    def __init__(self, cluster: ClusterConfig, *, timeout_s: float = 30.0, admin: ClusterAdmin | None = None):
         self.cluster = cluster
         self.timeout_s = timeout_s
-        self._admin = AdminClient(cluster.confluent())
+        self._facade = admin if admin is not None else ClusterAdmin(cluster, timeout_s=timeout_s)
+        self._admin = self._facade.client
 
     def list_topics(self) -> dict[str, int]:
         """Topic name -> partition count."""
@@ -122,24 +122,9 @@ class TopicAdmin:
                               f"{exc}") from None
 
     def configs(self, topic: str) -> dict[str, str]:
-        """The topic's configs. A topic created a moment ago may not be known yet to the broker that answers
-        DescribeConfigs (metadata propagates after the controller): that answer is retried for a few seconds."""
-        import time
-
-        from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import ConfigResource
-
-        res = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        deadline = time.monotonic() + 5.0
-        while True:
-            try:
-                entries = self._admin.describe_configs([res])[res].result(timeout=self.timeout_s)
-                return {k: v.value for k, v in entries.items()}
-            except KafkaException as exc:
-                unknown = exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-                if not unknown or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        """The topic's configs (:meth:`~mirror_core.kafka.admin.ClusterAdmin.topic_configs`: a topic created a
+        moment ago is asked again for a few seconds)."""
+        return self._facade.topic_configs(topic)
 
 
 def topic_metadata_or_error(client: WireClient, topic: str):

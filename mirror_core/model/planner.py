@@ -29,9 +29,9 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from mirror_core.config.plan_request import BoundSpec, PlanRequest
+from mirror_core.config.plan_request import PlanRequest
 from mirror_core.config.topic_selection import is_valid_topic_name
-from mirror_core.errors import ConfigError, DataLossError, SkipRefusedError
+from mirror_core.errors import ConfigError, DataLossError, PlanDataLossError, SkipRefusedError
 from mirror_core.model.plan import EmptyRange, LossRange, Plan, WorkUnit
 from mirror_core.model.preflight_rules import KAFKA_INTERNAL_TOPICS, is_internal_topic
 
@@ -133,18 +133,6 @@ class PlanInputs:
 
 
 # -- planning --------------------------------------------------------------------------------------------------
-
-class PlanDataLossError(DataLossError, ConfigError):
-    """The start of a requested range was already deleted and ``accept_loss`` was not given (both a data-loss
-    situation, with its fields, and a refused input)."""
-
-    def __init__(self, cluster: str, topic: str, partition: int, expected_offset: int, log_start_offset: int,
-                 spec: BoundSpec):
-        super().__init__(cluster, topic, partition, expected_offset, log_start_offset)
-        self.args = (f"cluster {cluster!r} {topic}-{partition}: start {spec} = offset {expected_offset} is below "
-                     f"the log start {log_start_offset}; offsets [{expected_offset}, {log_start_offset}) were "
-                     "already deleted. Rerun with accept-loss to record the loss and start at the log start",)
-
 
 def plan_backfill(request: PlanRequest, inputs: PlanInputs, *, deadline_for: DeadlineFor | None = None,
                   created_ms: int | None = None, plan_id: str | None = None) -> Plan:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from mirror_core.errors import MirrorError
+from mirror_core.errors import PreflightError
 
 INTERNAL_PREFIX = "__"
 SHOAL_INTERNAL_PREFIX = "__shoal"
@@ -117,17 +117,6 @@ class PreflightReport:
     def raise_if_refused(self) -> None:
         if not self.ok:
             raise PreflightError(self)
-
-
-class PreflightError(MirrorError):
-    """Preflight refused a copy; ``refusals`` lists every reason, each naming the config to change."""
-
-    def __init__(self, report: PreflightReport):
-        self.report = report
-        self.refusals = report.refusals
-        reasons = " ".join(f"({i}) {f.message}" for i, f in enumerate(self.refusals, 1))
-        super().__init__(f"preflight refused copying {report.source_cluster}/{report.source_topic} to "
-                         f"{report.target_cluster}/{report.target_topic}: {reasons}")
 
 
 def is_internal_topic(name: str) -> bool:

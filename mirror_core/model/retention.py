@@ -47,10 +47,10 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from mirror_core.errors import ConfigError, MirrorError
+from mirror_core.errors import ConfigError, RetentionLossError
 from mirror_core.model.copy_capacity import CopyCapacity, catch_up_eta, streams_needed
 
 INF = math.inf
@@ -383,18 +383,6 @@ class LossRecord:
     @property
     def records(self) -> int:
         return self.end_offset - self.first_offset
-
-
-class RetentionLossError(MirrorError):
-    """A plan covers partitions whose data was deleted before it was copied, and the loss was not accepted."""
-
-    def __init__(self, cluster: str, lost: Sequence[RetentionStatus]):
-        self.cluster = cluster
-        self.lost = list(lost)
-        names = ", ".join(f"{s.topic}-{s.partition} [{s.lost_range[0]}, {s.lost_range[1]})" for s in lost[:5])
-        more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
-        super().__init__(f"cluster {cluster!r}: data was deleted before it was copied: {names}{more}; the plan is "
-                         "refused — pass --accept-loss to record the loss and start those partitions at the log start")
 
 
 def guard_plan(cluster: str, statuses: Iterable[RetentionStatus], *, accept_loss: bool) -> list[LossRecord]:

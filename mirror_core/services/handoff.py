@@ -3,10 +3,10 @@
 Handoff: the lane's own transactional.id is opened first, which fences the backfill's writer (it can no longer
 commit); only then is the checkpoint read, and it is rewritten with owner ``daemon`` and owner epoch + 1 inside a
 transaction of that same id. The newer epoch makes any later backfill of the lane refuse to start
-(:class:`~mirror_core.engine.checkpointed.OwnershipError`). A lane the daemon started itself (a new partition) is owned
+(:class:`~mirror_core.errors.OwnershipError`). A lane the daemon started itself (a new partition) is owned
 by the daemon from its first checkpoint on; a backfill takes it over only while the daemon has copied nothing into
 it (:meth:`~mirror_core.engine.checkpointed.LaneSession._take_over_daemon_start`), and is refused with
-:class:`~mirror_core.engine.checkpointed.DaemonOwnsLaneError` once it has.
+:class:`~mirror_core.errors.DaemonOwnsLaneError` once it has.
 The daemon then resumes at exactly the checkpoint position X. ``verify_seam`` proves per partition that the target is
 contiguous across X: the source records around X, translated through the offset map, are the target records
 around translate(X), one for one, in order, with equal content — no gap, no duplicate.

@@ -72,11 +72,13 @@ def last_stable_offsets(config: PipelineConfig, parts: list[tuple[str, int]], *,
     if not parts:
         return {}
     from confluent_kafka import IsolationLevel, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from confluent_kafka.admin import OffsetSpec
 
-    admin = AdminClient(config.source.confluent(log_level=3))
+    from mirror_core.kafka.admin import ClusterAdmin
+
+    admin = ClusterAdmin(config.source, timeout_s=timeout_s, log_level=3)
     futures = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in parts},
-                                 isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s)
+                                 isolation_level=IsolationLevel.READ_COMMITTED)
     out = {}
     for tp, future in futures.items():
         try:

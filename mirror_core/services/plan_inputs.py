@@ -1,13 +1,13 @@
 """Gather a backfill plan's inputs from the clusters (Kafka I/O; every decision is in :mod:`mirror_core.model.planner`).
 
-Source cluster: the topic list (one Metadata request for all topics), and per selected partition the log start,
-last stable offset and log end, plus the offsets of the request's start/end times (ListOffsets, one request per
-leader covering all its partitions; a partition whose answer is an error is retried on its own through
-:func:`mirror_core.kafka.fetcher.list_offsets`). Partition sizes for the bytes estimate come from DescribeLogDirs on
-each leader through kafka-python's admin client (confluent-kafka 2.16 has no DescribeLogDirs); a cluster that refuses
-it gives no sizes and estimates of 0 rather than no plan. Target cluster: the pipeline's checkpoint positions,
-whatever the start (a start past a checkpoint would skip offsets never copied; the planner refuses it), required
-when the start is ``checkpoint``.
+Source cluster: the topic list (one Metadata request for all topics), and per selected partition the log start, last
+stable offset and log end, plus the offsets of the request's start/end times (ListOffsets, one request per leader
+covering all its partitions; a partition whose answer is an error is retried on its own through
+:func:`mirror_core.kafka.list_offsets.list_offsets`). Partition sizes for the bytes estimate come from
+DescribeLogDirs on each leader through kafka-python's admin client (confluent-kafka 2.16 has no DescribeLogDirs); a
+cluster that refuses it gives no sizes and estimates of 0 rather than no plan. Target cluster: the pipeline's
+checkpoint positions, whatever the start (a start past a checkpoint would skip offsets never copied; the planner
+refuses it), required when the start is ``checkpoint``.
 
 :func:`build_plan` runs the whole flow; :func:`dry_run` prints a plan as a table and writes its JSON.
 """

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import ClusterUnavailableError, MirrorError
+from mirror_core.kafka.admin import ClusterAdmin
 from mirror_core.kafka.round_trips import measure_links
 from mirror_core.model.preflight_rules import (
     DataFacts,
@@ -82,14 +83,10 @@ def link_findings(source: ClusterConfig, link_bytes_per_s: float, *, timeout_s: 
 def describe_topic(cluster: ClusterConfig, topic: str, *, timeout_s: float = 30.0) -> TopicState | None:
     """Partition count and effective configs, or ``None`` when the topic does not exist."""
     from confluent_kafka import KafkaError
-    from confluent_kafka.admin import AdminClient, ConfigResource
+    from confluent_kafka.admin import ConfigResource
 
-    admin = AdminClient(cluster.confluent())
-    try:
-        md = admin.list_topics(topic, timeout=timeout_s)
-    except Exception as exc:  # noqa: BLE001 - KafkaException: transport or timeout
-        raise ClusterUnavailableError(cluster.name, cluster.bootstrap, f"metadata for {topic!r}: {exc}") from None
-    meta = md.topics.get(topic)
+    admin = ClusterAdmin(cluster, timeout_s=timeout_s)
+    meta = admin.metadata(topic).topics.get(topic)
     if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
         return None
     if meta.error is not None:
@@ -112,15 +109,15 @@ def observe_data(cluster: ClusterConfig, topic: str, partitions: int, *,
     see one while copying should pass their own ``DataFacts``.
     """
     from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from confluent_kafka.admin import OffsetSpec
 
     now_ms = _now_ms()
-    admin = AdminClient(cluster.confluent())
+    admin = ClusterAdmin(cluster, timeout_s=timeout_s)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
 
     def list_offsets(spec) -> dict[int, object]:
         try:
-            futures = admin.list_offsets({tp: spec for tp in tps}, request_timeout=timeout_s)
+            futures = admin.list_offsets({tp: spec for tp in tps})
             return {tp.partition: f.result(timeout=timeout_s) for tp, f in futures.items()}
         except Exception as exc:  # noqa: BLE001
             raise ClusterUnavailableError(cluster.name, cluster.bootstrap,
@@ -173,9 +170,9 @@ def create_target_topic(cluster: ClusterConfig, topic: str, partitions: int, con
                         timeout_s: float = 30.0) -> bool:
     """Create the target topic; ``False`` when it already exists (the caller re-checks the existing one)."""
     from confluent_kafka import KafkaError
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
-    admin = AdminClient(cluster.confluent())
+    admin = ClusterAdmin(cluster, timeout_s=timeout_s).client
     new = NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=dict(config))
     try:
         admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)[topic].result(

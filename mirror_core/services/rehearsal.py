@@ -54,8 +54,7 @@ def measure_rpo(source, target, units) -> tuple[int, float | None]:
     copy (None when it is empty)."""
     import time
 
-    from mirror_core.kafka.list_offsets import lookup_offsets
-    from mirror_core.kafka.retention_inputs import newest_timestamp
+    from mirror_core.kafka.list_offsets import lookup_offsets, newest_timestamp
     from mirror_core.kafka.wire_client import WireClient
 
     with WireClient.for_cluster(source) as client:

@@ -14,7 +14,8 @@ so a checkpoint of an aborted transaction is never seen.
 
 Every heartbeat, lease renewal and commit appends to this topic, so a store never re-reads it whole: each
 :class:`CheckpointStore` keeps the last value per key of every partition it has read and the offset it read up to,
-and a read fetches only what was appended since (see :class:`_PartitionCache` for the invariants).
+and a read fetches only what was appended since (:mod:`mirror_core.state.checkpoint_cache`, which holds the
+invariants).
 """
 
 from __future__ import annotations
@@ -24,64 +25,36 @@ import collections
 import dataclasses
 import json
 import logging
-import threading
 import time
-import uuid
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import kafka.errors as Errors
-from kafka.protocol.consumer import IsolationLevel, ListOffsetsRequest, OffsetSpec
-
-from mirror_core.codec.batch_codec import CONTROL_COMMIT, Codec, control_type
+from mirror_core.codec.batch_codec import Codec
 from mirror_core.codec.batch_deep import (
     SourceRecord,
-    decode_record_tail,
     encode_batch,
     encode_record_tail,
-    read_records,
 )
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.names import CHECKPOINT_TOPIC
 from mirror_core.errors import (
-    CheckpointReadStalledError,
-    ConfigError,
-    DataLossError,
     MirrorError,
-    PartitionUnavailableError,
-    TopicRecreatedError,
 )
-from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
-from mirror_core.kafka.retries import Backoff, is_retriable
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import OutgoingBatch
 from mirror_core.model.lane_status import PersistedLaneState
 from mirror_core.model.map_segments import MapCommit, SegmentChain, assemble_map, segment_key, segment_key_prefix
 from mirror_core.model.offset_map import OffsetMap, normalise_ranges
+from mirror_core.state.checkpoint_cache import CheckpointTopicReader, _committed_value
+from mirror_core.state.checkpoint_format import FORMAT_VERSION, upgrade_checkpoint_body
+from mirror_core.state.checkpoint_topic import LARGEST_RECORD_BYTES, ensure_checkpoint_topic
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_PARTITIONS = 8
-# The largest batch Shoal writes to the checkpoint topic: a checkpoint with a full open tail (SEGMENT_BYTES of map,
-# base64) and its fields, or a sealed segment; what the topic's max.message.bytes must allow at least.
-LARGEST_RECORD_BYTES = 12 * 1024
-CHECKPOINT_TOPIC_CONFIG = {  # explicit, so a cluster's defaults cannot change what the checkpoints rely on
-    "cleanup.policy": "compact",  # last value per key; "delete" would let retention erase the checkpoints
-    "max.message.bytes": str(1024 * 1024),
-    "min.insync.replicas": "1",  # raised with the replication factor at creation (checkpoint_topic_settings)
-    "min.compaction.lag.ms": "0",
-    "segment.ms": "3600000",
-}
 SETTLE_TIMEOUT_S = 1.0  # how long a read waits for transactions written before it to settle (CheckpointStore.refresh)
-READ_STALL_S = 30.0  # a checkpoint read making no progress this long ends in CheckpointReadStalledError
-
-_OFFSET_SPECS = {  # as mirror_core.kafka.fetcher.list_offsets
-    "earliest": (OffsetSpec.EARLIEST, IsolationLevel.READ_UNCOMMITTED),
-    "latest": (OffsetSpec.LATEST, IsolationLevel.READ_UNCOMMITTED),
-    "last_stable": (OffsetSpec.LATEST, IsolationLevel.READ_COMMITTED),
-}
 
 
 @dataclass(frozen=True)
@@ -147,8 +120,9 @@ class Checkpoint:
 
     @classmethod
     def from_value(cls, value: bytes) -> Checkpoint:
-        """Decode any format this Shoal knows, migrating older ones step by step (see :data:`MIGRATIONS`)."""
-        body = upgrade_checkpoint_body(json.loads(value))
+        """Decode any format this Shoal knows, migrating older ones step by step
+        (:data:`~mirror_core.state.checkpoint_format.MIGRATIONS`)."""
+        body = upgrade_checkpoint_body(json.loads(value), {f.name for f in fields(cls)})
         encoded = body.pop("offset_map")
         body["lost_ranges"] = tuple(tuple(r) for r in body.get("lost_ranges", ()))
         lane_state = body.pop("lane_state", None)
@@ -166,147 +140,20 @@ class Checkpoint:
         return self.offset_map.tail_from(self.map_segments.end)
 
 
-# -- checkpoint formats ----------------------------------------------------------------------------------------
-#
-# A checkpoint value is a JSON object with ``"v"``: the format version. Each format change adds fields with a
-# default meaning "unknown/none" and one migration step from the previous version; a reader upgrades old values
-# step by step and refuses values newer than itself (a newer Shoal wrote them: guessing would lose what the new
-# fields say). Writers always write FORMAT_VERSION.
-#   2: the offset map in OffsetMap's binary encoding
-#   3: position_epoch (truncation check), target_topic_id (recreated target), lost_ranges (accepted losses)
-#   4: lane_state (a halted or retired lane and why: a restarted daemon does not reopen it); map_segments (sealed
-#      offset-map segments, the value's offset_map is the open tail), map_pruned_below
-
-FORMAT_VERSION = 4
-
-
-def _v2_to_v3(body: dict) -> dict:
-    return {**body, "position_epoch": None, "target_topic_id": None, "lost_ranges": []}
-
-
-def _v3_to_v4(body: dict) -> dict:
-    return {**body, "lane_state": None,
-            "map_segments": None, "map_pruned_below": None}  # the whole map was in the value
-
-
-MIGRATIONS = {2: _v2_to_v3, 3: _v3_to_v4}  # version -> step to version + 1
-
-
-def upgrade_checkpoint_body(body: dict) -> dict:
-    """A decoded checkpoint JSON body in today's format (without ``"v"``); refuses unknown versions and keys."""
-    body = dict(body)
-    version = body.pop("v", None)
-    if not isinstance(version, int) or version > FORMAT_VERSION or (version < FORMAT_VERSION
-                                                                     and version not in MIGRATIONS):
-        raise MirrorError(f"checkpoint format {version!r} is not supported (this Shoal reads formats "
-                          f"{min(MIGRATIONS)}..{FORMAT_VERSION}); a newer Shoal may have written it")
-    while version < FORMAT_VERSION:
-        body = MIGRATIONS[version](body)
-        version += 1
-    known = {f.name for f in fields(Checkpoint)}
-    unknown = set(body) - known
-    if unknown:
-        raise MirrorError(f"checkpoint has unknown fields {sorted(unknown)} for format {FORMAT_VERSION}")
-    return body
-
-
-def checkpoint_topic_settings(brokers: int) -> tuple[int, dict[str, str]]:
-    """Replication factor and configs for a new checkpoint topic on a cluster of ``brokers`` brokers: it follows
-    the cluster (up to 3 replicas, ``min.insync.replicas`` one below that), so a replicated target keeps its
-    checkpoints through a broker loss; a single broker gets 1 and 1."""
-    replicas = max(1, min(3, brokers))
-    return replicas, {**CHECKPOINT_TOPIC_CONFIG, "min.insync.replicas": str(max(1, replicas - 1))}
-
-
-def checkpoint_topic_problems(configs: dict[str, str], replication_factor: int | None = None) -> list[str]:
-    """What in an existing checkpoint topic's settings would break it (empty: nothing), each naming the config,
-    its value and why."""
-    problems = []
-    min_isr = configs.get("min.insync.replicas")
-    if replication_factor is not None and min_isr is not None and int(min_isr) > replication_factor:
-        problems.append(f"min.insync.replicas={min_isr} is above its replication factor ({replication_factor}): "
-                        "every checkpoint write would be refused (NOT_ENOUGH_REPLICAS) for ever; lower it")
-    cleanup = configs.get("cleanup.policy", "")
-    if "delete" in cleanup.split(",") or "compact" not in cleanup.split(","):
-        problems.append(f"cleanup.policy={cleanup} would let retention delete checkpoints (or keep every old "
-                        "value): set it to compact")
-    max_bytes = configs.get("max.message.bytes")
-    if max_bytes is not None and int(max_bytes) < LARGEST_RECORD_BYTES:
-        problems.append(f"max.message.bytes={max_bytes} is smaller than Shoal's largest checkpoint record "
-                        f"({LARGEST_RECORD_BYTES} bytes): raise it to at least that")
-    return problems
-
-
 def checkpoint_key(pipeline: str, topic: str, partition: int) -> bytes:
     return json.dumps([pipeline, topic, partition], separators=(",", ":")).encode()
-
-
-def _committed_value(entries: dict[bytes, tuple[int, bytes]]):
-    """``key -> value or None`` over a partition cache's entries."""
-    def value_of(key: bytes) -> bytes | None:
-        found = entries.get(key)
-        return None if found is None else found[1]
-    return value_of
 
 
 def checkpoint_partition(key: bytes, partitions: int = CHECKPOINT_PARTITIONS) -> int:
     return zlib.crc32(key) % partitions
 
 
-class _PartitionCache:
-    """What one :class:`CheckpointStore` has read of one partition of the checkpoint topic.
-
-    Invariants (they hold whenever the store's lock is free):
-
-    * ``next_offset`` is a last stable offset (LSO) the partition leader reported, or the log start when nothing
-      was read yet. Every record below an LSO is *decided* (committed or aborted), so the records below
-      ``next_offset`` can only ever disappear (compaction, delete_records, retention), never change or appear;
-      a refresh therefore only reads ``[next_offset, current LSO)``.
-    * ``entries`` is the fold "last committed value per key" over the committed records of
-      ``[log_start, next_offset)``: key → (offset, value) of the key's last record there; a key whose last
-      record is a tombstone is absent. Aborted and still-open transactional records never enter it (the
-      fetch is READ_COMMITTED and never goes past the LSO). The dict is in order of those offsets (a key
-      written again is moved to the end), so ``records`` is in log order and pruning stops at the first
-      surviving entry.
-    * ``log_start`` is the partition's log start offset at the last refresh (<= ``next_offset``). When the
-      broker's log start has moved up, the entries below the new log start are pruned — exactly the keys a
-      fresh reader would no longer see; if it moved past ``next_offset`` the cache is dropped and the partition
-      re-read from the log start. Compaction needs nothing: it keeps each key's last record, which is the
-      entry already held.
-    * The cache belongs to the topic id the store recorded (``CheckpointStore._topic_id``); when the topic is
-      recreated (another id) every partition's cache is dropped. An LSO below ``next_offset`` (a truncated
-      log) drops this partition's cache too.
-    """
-
-    __slots__ = ("next_offset", "log_start", "entries")
-
-    def __init__(self, log_start: int):
-        self.log_start = log_start
-        self.next_offset = log_start
-        self.entries: dict[bytes, tuple[int, bytes]] = {}
-
-    def apply(self, offset: int, key: bytes, value: bytes | None) -> None:
-        self.entries.pop(key, None)  # re-insert at the end: the dict stays in order of last-write offsets
-        if value is not None:
-            self.entries[key] = (offset, value)
-
-    def prune_below(self, log_start: int) -> None:
-        """Forget the entries whose last record lies below ``log_start`` (deleted from the log)."""
-        stale = []
-        for key, (offset, _value) in self.entries.items():
-            if offset >= log_start:
-                break
-            stale.append(key)
-        for key in stale:
-            del self.entries[key]
-        self.log_start = log_start
-
-
-class CheckpointStore:
+class CheckpointStore(CheckpointTopicReader):
     """Reads and writes :class:`Checkpoint` s in the compacted checkpoint topic of one (target) cluster.
 
     Reads are incremental: the store keeps, per partition of the topic, the offset it has read up to and the last
-    value per key (:class:`_PartitionCache`, whose docstring holds the invariants). Every read first refreshes the
+    value per key (:class:`~mirror_core.state.checkpoint_cache._PartitionCache`, whose docstring holds the
+    invariants). Every read first refreshes the
     partitions it needs — checks the topic id, the log start and the last stable offset, and fetches only the
     records appended since the previous read — so a read costs a few offset look-ups plus the new records, not
     the whole partition. What a read returns is what a fresh READ_COMMITTED reader of the topic would fold into
@@ -322,17 +169,7 @@ class CheckpointStore:
 
     def __init__(self, cluster: ClusterConfig, client: WireClient, *, topic: str = CHECKPOINT_TOPIC,
                  partitions: int = CHECKPOINT_PARTITIONS, settle_timeout_s: float = SETTLE_TIMEOUT_S):
-        self.cluster = cluster
-        self.client = client
-        self.topic = topic
-        self.partitions = partitions
-        self.settle_timeout_s = settle_timeout_s
-        self.records_read = 0
-        self.cache_resets = 0
-        self._lock = threading.RLock()
-        self._topic_id: uuid.UUID | None = None  # the topic id every partition cache belongs to
-        self._caches: dict[int, _PartitionCache] = {}
-        self._segments: dict[bytes, tuple[bytes, OffsetMap]] = {}  # map segment key -> (value, decoded)
+        super().__init__(cluster, client, topic, partitions, settle_timeout_s)
         # checkpoint key -> (value, decoded) for read_all(whole_maps=False): a value is decoded once, not at every
         # read (a daemon's lane round reads every lane's checkpoint every few seconds, almost all unchanged; a
         # Checkpoint is frozen, so sharing it is safe). Both dicts hold at most one entry per key of the topic,
@@ -340,47 +177,12 @@ class CheckpointStore:
         self._decoded: dict[bytes, tuple[bytes, Checkpoint]] = {}
         self._idents: dict[bytes, tuple | None] = {}  # record key -> checkpoint identity (None: not a checkpoint)
 
-    def ensure_topic(self) -> None:
-        """Create the compacted checkpoint topic if it is missing (its partition count then stays fixed), with its
-        settings explicit (:data:`CHECKPOINT_TOPIC_CONFIG`); refuse an existing one whose settings would break it
-        (:func:`checkpoint_topic_problems`)."""
-        from mirror_core.kafka.topics import TopicAdmin
-
-        admin = TopicAdmin(self.cluster)
-        existing = admin.list_topics().get(self.topic)
-        if existing is None:
-            replicas, config = checkpoint_topic_settings(admin.broker_count())
-            if admin.create(self.topic, self.partitions, config, exist_ok=True, replication_factor=replicas):
-                return  # created with our settings (DescribeConfigs may not know it yet: nothing to check)
-            # it existed after all: the metadata that answered did not know it yet, or another process created it
-            # a moment ago, with settings of its own. Those are checked like any existing topic's.
-            existing = self._once_known(lambda: admin.list_topics().get(self.topic), "its metadata did not list it")
-        if existing != self.partitions:
-            raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} has {existing} "
-                              f"partitions, Shoal expects {self.partitions}; keys would land in the wrong place")
-        # asked until known: the broker that answers may not know a topic created a moment ago, and an unknown
-        # replication factor would skip the min.insync.replicas check (writes refused for ever)
-        replicas = self._once_known(lambda: admin.replication_factor(self.topic),
-                                    "no broker asked named its replication factor")
-        problems = checkpoint_topic_problems(admin.configs(self.topic), replicas)
-        if problems:
-            raise ConfigError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r}: "
-                              + "; ".join(problems))
-
     METADATA_CATCH_UP_S = 5.0  # how long a topic the cluster said exists may stay missing from its metadata
 
-    def _once_known(self, ask, missing: str) -> int:
-        """``ask()`` about this store's topic, which the cluster said exists while the broker that answered may not
-        know it yet (metadata reaches the brokers one after another): asked again for up to
-        :attr:`METADATA_CATCH_UP_S` while it answers None."""
-        wait_s = self.METADATA_CATCH_UP_S
-        deadline = time.monotonic() + wait_s
-        while (known := ask()) is None:
-            if time.monotonic() > deadline:
-                raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} exists (creating "
-                                  f"it was refused, or it was listed) but {missing} within {wait_s:g} s")
-            time.sleep(0.2)
-        return known
+    def ensure_topic(self) -> None:
+        """Create the compacted checkpoint topic if it is missing, or refuse an existing one whose settings would
+        break it (:func:`~mirror_core.state.checkpoint_topic.ensure_checkpoint_topic`)."""
+        ensure_checkpoint_topic(self.cluster, self.topic, self.partitions, catch_up_s=self.METADATA_CATCH_UP_S)
 
     def checkpoint_batch(self, checkpoint: Checkpoint) -> OutgoingBatch:
         """The checkpoint as a raw batch for this store's topic, for a writer (inside its transaction, if any)."""
@@ -584,258 +386,6 @@ class CheckpointStore:
                               f"cannot be assembled: {exc}. Its sealed segments are records of their own in the "
                               "same topic: were they deleted or the topic's compaction settings changed?") from None
         return dataclasses.replace(checkpoint, offset_map=whole, map_segments=walked)
-
-    def _decided_above_lso(self, partition: int, wanted, start: int, end: int) -> dict[bytes, bytes | None]:
-        """Key → value (None: a tombstone) of the last decided-committed record in ``[start, end)`` of every key
-        for which ``wanted(key)`` holds."""
-        fetcher = RawBatchFetcher(self.client, self.topic, partition, start, end,
-                                  isolation=IsolationLevel.READ_UNCOMMITTED, every_batch=True)
-        undecided: dict[int, list[tuple[int, bytes, bytes | None]]] = collections.defaultdict(list)
-        last: dict[bytes, tuple[int, bytes | None]] = {}
-
-        def keep(offset: int, key: bytes, value: bytes | None) -> None:
-            if key not in last or offset > last[key][0]:
-                last[key] = (offset, value)
-
-        while not fetcher.done:
-            for view in fetcher.fetch().batches:
-                if view.control:
-                    mine = undecided.pop(view.producer_id, [])
-                    if control_type(view) == CONTROL_COMMIT:
-                        for record in mine:
-                            keep(*record)
-                    continue
-                for record in read_records(view):
-                    if not start <= record.offset < end:
-                        continue
-                    record_key, value, _headers = decode_record_tail(record.tail)
-                    if record_key is None or not wanted(record_key):
-                        continue
-                    if view.transactional:
-                        undecided[view.producer_id].append((record.offset, record_key, value))
-                    else:
-                        keep(record.offset, record_key, value)
-        return {key: value for key, (_offset, value) in last.items()}
-
-    def content_version(self) -> tuple:
-        """A value that changes whenever what the cache holds may have changed — records read into a partition,
-        a log start applied, a partition re-read, the topic recreated — and stays equal otherwise (no I/O; call
-        :meth:`refresh` first to see the topic as it is now). Readers that derive something from every record
-        (the daemon's group round) recompute it only when this changed."""
-        with self._lock:
-            return (self._topic_id, self.cache_resets,
-                    tuple((p, c.log_start, c.next_offset) for p, c in sorted(self._caches.items())))
-
-    def latest(self, partition: int) -> dict[bytes, bytes]:
-        """Key → last committed value of every live key in one partition of the topic (tombstoned keys absent),
-        refreshed first; a new dict the caller may keep."""
-        with self._lock:
-            self.refresh([partition])
-            return {key: value for key, (_offset, value) in self._caches[partition].entries.items()}
-
-    def latest_items(self, *, refresh: bool = True) -> list[tuple[bytes, bytes]]:
-        """(key, last committed value) of every live key in every partition, all partitions refreshed first
-        (``refresh=False``: as the cache holds them — the caller refreshed); per partition in the order the keys
-        were last written."""
-        with self._lock:
-            if refresh:
-                self.refresh()
-            return [(key, value) for partition in range(self.partitions)
-                    for key, (_offset, value) in self._caches[partition].entries.items()]
-
-    def records(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) of one partition as a reader of the compacted topic sees it: the last committed value of
-        every live key, in the order they were last written (what full compaction would leave; older values
-        and tombstones are folded away, so replaying these gives the same "last value per key" as replaying
-        every record)."""
-        return iter(list(self.latest(partition).items()))
-
-    def invalidate(self) -> None:
-        """Drop every cached partition: the next read re-reads the topic from the log start."""
-        with self._lock:
-            self.cache_resets += len(self._caches)
-            self._caches.clear()
-            self._topic_id = None
-            self._segments.clear()
-
-    def refresh(self, partitions: Iterable[int] | None = None, *, settle: bool = True) -> None:
-        """Bring the cache of ``partitions`` (default: all) up to the current last stable offsets.
-
-        Settling: the broker acknowledges a transaction's commit before it has written the commit markers, and
-        until then the last stable offset (LSO) still hides the committed records. So a refresh first notes each
-        partition's high watermark — every write acknowledged before the read began lies below it — and waits
-        (up to ``settle_timeout_s``) until the LSO has reached it, i.e. until every transaction that had written
-        to the partition by then is decided; then it reads up to the LSO. A transaction still open after that
-        (a hung writer; the broker aborts it after its timeout) only hides its own records and everything behind
-        it, as it does from any READ_COMMITTED consumer.
-
-        The topic id is checked before (a recreated topic drops every partition cache) and again after the
-        fetches; if it changed in between, what was read may belong to the new topic, so everything is dropped
-        and read again.
-        """
-        wanted = sorted(set(range(self.partitions) if partitions is None else partitions))
-        for partition in wanted:
-            if not 0 <= partition < self.partitions:
-                raise ValueError(f"partition {partition} is not in [0, {self.partitions})")
-        if not wanted:
-            return
-        with self._lock:
-            for _attempt in range(5):
-                self._check_topic_id(self._topic_metadata(wanted[0], refresh=True).topic_id)
-                stable = self._settled_offsets(wanted) if settle else self._offsets(wanted, "last_stable")
-                earliest = self._offsets(wanted, "earliest")
-                try:
-                    for partition in wanted:
-                        self._refresh_partition(partition, earliest[partition], stable[partition])
-                except TopicRecreatedError:  # a fetcher saw the id change under it: start over
-                    self.invalidate()
-                    continue
-                seen = self._topic_metadata(wanted[0], refresh=False).topic_id
-                if seen is None or seen == self._topic_id:
-                    return
-            raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic!r} keeps being "
-                              "recreated while it is read")
-
-    def _settled_offsets(self, partitions: list[int]) -> dict[int, int]:
-        """partition → LSO, after waiting (bounded) for the transactions written before this call to settle."""
-        ends = self._offsets(partitions, "latest")
-        stable = self._offsets(partitions, "last_stable")
-        pending = [p for p in partitions if stable[p] < ends[p]]
-        deadline = time.monotonic() + self.settle_timeout_s
-        delay = 0.005
-        while pending and time.monotonic() < deadline:
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, 0.1)
-            stable.update(self._offsets(pending, "last_stable"))
-            pending = [p for p in pending if stable[p] < ends[p]]
-        if pending:
-            log.info("checkpoint topic %s on %s: a transaction is still open in partitions %s after %.1fs; "
-                     "reading up to their last stable offsets", self.topic, self.cluster.name, pending,
-                     self.settle_timeout_s)
-        return stable
-
-    def _offsets(self, partitions: list[int], which: str) -> dict[int, int]:
-        """partition → offset (``which`` as in :func:`list_offsets`): one ListOffsets request per leader; what
-        that cannot answer (leader moved, transient errors) goes through :func:`list_offsets` and its retries."""
-        timestamp, isolation = _OFFSET_SPECS[which]
-        out: dict[int, int] = {}
-        try:
-            by_leader: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
-            for partition in partitions:
-                leader, epoch = self.client.leader_for(self.topic, partition)
-                by_leader[leader].append((partition, epoch))
-            Topic = ListOffsetsRequest.ListOffsetsTopic
-            for leader, parts in by_leader.items():
-                request = ListOffsetsRequest(
-                    replica_id=-1, isolation_level=int(isolation), timeout_ms=self.client.request_timeout_ms,
-                    topics=[Topic(name=self.topic, partitions=[
-                        Topic.ListOffsetsPartition(partition_index=p, current_leader_epoch=epoch, timestamp=timestamp)
-                        for p, epoch in parts])],
-                    min_version=max(1, ListOffsetsRequest.min_version_for_isolation_level(isolation)))
-                response = self.client.send(leader, request)
-                for topic in response.topics:
-                    for data in topic.partitions:
-                        if data.error_code == 0 and data.offset >= 0:
-                            out[data.partition_index] = data.offset
-        except Errors.KafkaError:
-            pass  # the per-partition look-ups below retry (and refresh metadata) as needed
-        for partition in partitions:
-            if partition not in out:
-                out[partition] = list_offsets(self.client, self.topic, partition, which)
-        return out
-
-    def _check_topic_id(self, topic_id: uuid.UUID | None) -> None:
-        if topic_id is not None and topic_id != self._topic_id:
-            if self._caches:
-                log.info("checkpoint topic %s on %s has a new topic id (%s, was %s): re-reading it", self.topic,
-                         self.cluster.name, topic_id, self._topic_id)
-                self.cache_resets += len(self._caches)
-            self._caches.clear()
-            self._topic_id = topic_id
-
-    def _topic_metadata(self, partition: int, *, refresh: bool):
-        backoff = Backoff(give_up_after=60.0)
-        while True:
-            try:
-                return self.client.topic_metadata(self.topic, refresh=refresh)
-            except Errors.KafkaError as exc:
-                if not is_retriable(type(exc)):
-                    raise
-                refresh = True
-                if not backoff.wait():
-                    raise PartitionUnavailableError(self.cluster.name, self.topic, partition,
-                                                    f"Metadata: {type(exc).__name__}") from None
-
-    def _refresh_partition(self, partition: int, earliest: int, stable: int) -> None:
-        """Apply the partition's current log start (``earliest``) and read its new records up to ``stable``."""
-        last_error: MirrorError | None = None
-        for _attempt in range(5):
-            cache = self._caches.get(partition)
-            if cache is not None and (stable < cache.next_offset or earliest < cache.log_start
-                                      or earliest > cache.next_offset):
-                # truncated below what we read, or records we never read were deleted: start over at the log start
-                log.info("checkpoint topic %s-%d on %s: log start %d, last stable %d, cache at [%d, %d); re-reading",
-                         self.topic, partition, self.cluster.name, earliest, stable, cache.log_start,
-                         cache.next_offset)
-                self.cache_resets += 1
-                cache = None
-            if cache is None:
-                cache = self._caches[partition] = _PartitionCache(earliest)
-            elif earliest > cache.log_start:
-                cache.prune_below(earliest)
-            if cache.next_offset >= stable:
-                return
-            try:
-                self._read_into(cache, partition, stable)
-                return
-            except (DataLossError, CheckpointReadStalledError) as exc:
-                # the log start passed our position between the look-up and the fetch, or the log was truncated
-                # below the LSO we measured: measure again and re-read from the log start
-                last_error = exc
-                self._caches.pop(partition, None)
-                self.cache_resets += 1
-                earliest = list_offsets(self.client, self.topic, partition, "earliest")
-                stable = list_offsets(self.client, self.topic, partition, "last_stable")
-        if isinstance(last_error, CheckpointReadStalledError):
-            raise last_error
-        raise MirrorError(f"cluster {self.cluster.name!r}: checkpoint topic {self.topic}-{partition} kept losing "
-                          "its log start while it was read")
-
-    def _read_into(self, cache: _PartitionCache, partition: int, end: int) -> None:
-        """Fold the committed records of ``[cache.next_offset, end)`` into ``cache``; ``end`` is an LSO.
-
-        Ends in progress or :class:`CheckpointReadStalledError`: a fetch that moves nothing while the partition's
-        LSO (as the broker answers now) is at or below our position means the log no longer reaches ``end`` (it
-        was truncated below the LSO measured before); any other run without progress is bounded by
-        ``READ_STALL_S``."""
-        start = cache.next_offset
-        fetcher = RawBatchFetcher(self.client, self.topic, partition, start, end)
-        updates: list[tuple[int, bytes, bytes | None]] = []
-        stalled_since = None
-        while not fetcher.done:
-            before = fetcher.position
-            fetched = fetcher.fetch()
-            if fetcher.position > before:
-                stalled_since = None
-            else:
-                now = time.monotonic()
-                stalled_since = now if stalled_since is None else stalled_since
-                if 0 <= fetched.last_stable_offset <= fetcher.position or now - stalled_since > READ_STALL_S:
-                    raise CheckpointReadStalledError(self.cluster.name, self.topic, partition, fetcher.position,
-                                                     end, fetched.last_stable_offset)
-            for view in fetched.batches:
-                for record in read_records(view):
-                    if record.offset < start or record.offset >= end:
-                        continue
-                    key, value, _headers = decode_record_tail(record.tail)
-                    self.records_read += 1
-                    if key is not None:
-                        updates.append((record.offset, key, value))
-        for offset, key, value in updates:  # only once the whole range was read: a failed read changes nothing
-            cache.apply(offset, key, value)
-            if value is None:
-                self._segments.pop(key, None)  # a pruned map segment's tombstone: its decoded copy goes too
-        cache.next_offset = end
 
     def export_parquet(self, path: Path, pipeline: str | None = None) -> int:
         """Write the checkpoints (one row each, offset runs as a list column) to Parquet; returns the row count."""

@@ -125,7 +125,7 @@ def _lost_range(halt: PersistedLaneState, cp: Checkpoint, topic: str, partition:
         return None
     if source is None:
         raise ConfigError("--accept-loss for a data_loss halt needs --source: the loss ends at the source's log start")
-    from mirror_core.kafka.fetcher import list_offsets
+    from mirror_core.kafka.list_offsets import list_offsets
 
     with WireClient.for_cluster(source) as client:
         log_start = list_offsets(client, topic, partition, "earliest")

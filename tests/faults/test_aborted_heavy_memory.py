@@ -20,7 +20,7 @@ import pytest
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
 from mirror_core.engine.copier import CopyOptions
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.services.preflight import run_preflight
 from mirror_core.state.checkpoint import CheckpointStore

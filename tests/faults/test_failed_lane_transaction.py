@@ -16,7 +16,7 @@ import time
 
 from confluent_kafka import Producer
 
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     daemon_factory,

@@ -18,7 +18,7 @@ from mirror_core.config.names import default_lane, lane_transactional_id
 from mirror_core.engine.checkpointed import CheckpointedCopier
 from mirror_core.engine.copier import CopyOptions
 from mirror_core.errors import ProducerFencedError
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter
 from mirror_core.model.ranges import PartitionRange

@@ -21,7 +21,7 @@ from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
 from mirror_core.engine.copier import CopyOptions
 from mirror_core.errors import BatchRejectedError
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.services.preflight import run_preflight

@@ -17,8 +17,7 @@ import pytest
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.config.names import DAEMON_OWNER
 from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
-from mirror_core.engine.lane_session import DaemonOwnsLaneError
-from mirror_core.errors import ForeignWriteError, ProducerFencedError
+from mirror_core.errors import DaemonOwnsLaneError, ForeignWriteError, ProducerFencedError
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import CheckpointStore

@@ -24,7 +24,8 @@ import pytest
 
 from mirror_core.cli.backfill_command import spark_submit_command
 from mirror_core.codec.batch_codec import BatchKind
-from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.state.ledger import STATUS_OK, read_ledger, read_runs
 from tests.copy_helpers import raw_batches

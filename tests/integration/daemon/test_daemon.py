@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.state.checkpoint import Checkpoint, CheckpointStore
 from tests.conftest import unavailable
@@ -496,7 +496,7 @@ def test_backfill_then_handoff_under_load_seam_is_clean(sandbox, source_cluster,
     from mirror_core.config.commit_policy import CommitPolicy
     from mirror_core.config.names import DAEMON_OWNER
     from mirror_core.engine.checkpointed import CheckpointedCopier
-    from mirror_core.engine.lane_session import OwnershipError
+    from mirror_core.errors import OwnershipError
     from mirror_core.model.ranges import PartitionRange
     from mirror_core.services.handoff import verify_seam
     from mirror_core.services.preflight import run_preflight

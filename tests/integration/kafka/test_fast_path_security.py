@@ -27,7 +27,7 @@ from mirror_core.dev.sandbox.spec import DEFAULT_KAFKA_VERSION, ClusterSpec
 from mirror_core.engine.copier import CopyOptions, RangeCopier
 from mirror_core.errors import ClusterUnavailableError
 from mirror_core.kafka.fast_connection import FastConnection
-from mirror_core.kafka.fetcher import list_offsets
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_channel import FastSecurity
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange

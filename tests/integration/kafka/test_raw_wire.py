@@ -13,7 +13,8 @@ from confluent_kafka.admin import AdminClient
 from mirror_core.codec.batch_codec import BatchView
 from mirror_core.codec.batch_prepare import prepare_for_target
 from mirror_core.errors import BatchRejectedError, ClusterUnavailableError, DataLossError, ProducerFencedError
-from mirror_core.kafka.fetcher import RawBatchFetcher, list_offsets
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
 

@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from mirror_core.kafka.fetcher import list_offsets
-from mirror_core.kafka.retention_inputs import OldestTimestamps, gather_inputs, newest_timestamp
+from mirror_core.kafka.list_offsets import list_offsets, newest_timestamp
+from mirror_core.kafka.retention_inputs import OldestTimestamps, gather_inputs
 from mirror_core.kafka.wire_client import WireClient
 
 

@@ -7,12 +7,8 @@ import time
 
 import pytest
 
-from mirror_core.kafka.topic_config_sync import (
-    ConfigOp,
-    TopicConfigSyncError,
-    sync_many_topic_configs,
-    sync_topic_configs,
-)
+from mirror_core.errors import TopicConfigSyncError
+from mirror_core.kafka.topic_config_sync import ConfigOp, sync_many_topic_configs, sync_topic_configs
 from mirror_core.services.preflight import run_preflight
 
 DAY = 86_400_000

@@ -12,11 +12,11 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from mirror_core.config.plan_request import PlanRequest
-from mirror_core.errors import ConfigError
+from mirror_core.errors import ConfigError, PlanDataLossError
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter
 from mirror_core.model.plan import Plan
-from mirror_core.model.planner import PlanDataLossError, select_topics
+from mirror_core.model.planner import select_topics
 from mirror_core.services.plan_inputs import build_plan, dry_run, list_topics
 from mirror_core.state.checkpoint import Checkpoint, CheckpointStore
 

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from mirror_core.model.preflight_rules import PreflightError, Severity, target_topic_name
+from mirror_core.errors import PreflightError
+from mirror_core.model.preflight_rules import Severity, target_topic_name
 from mirror_core.services.preflight import observe_data, run_preflight
 
 DAY = 86_400_000

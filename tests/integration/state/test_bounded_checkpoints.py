@@ -16,13 +16,8 @@ import time
 from mirror_core.kafka.group_admin import ConsumerGroupAdmin
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.group_translation import CommittedOffset, SyncStatus, plan_group_sync, translation_refusal
-from mirror_core.state.checkpoint import (
-    CHECKPOINT_PARTITIONS,
-    CHECKPOINT_TOPIC_CONFIG,
-    CheckpointStore,
-    checkpoint_key,
-    checkpoint_partition,
-)
+from mirror_core.state.checkpoint import CHECKPOINT_PARTITIONS, CheckpointStore, checkpoint_key, checkpoint_partition
+from mirror_core.state.checkpoint_topic import CHECKPOINT_TOPIC_CONFIG
 from tests.integration.daemon.test_daemon import daemon_factory, include_prefix, source_ends, write_pipeline  # noqa: F401
 
 TRANSACTIONS = 30_000

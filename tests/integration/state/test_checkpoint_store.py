@@ -15,7 +15,8 @@ import pytest
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter
-from mirror_core.state.checkpoint import CHECKPOINT_TOPIC_CONFIG, Checkpoint, CheckpointStore, checkpoint_partition
+from mirror_core.state.checkpoint import Checkpoint, CheckpointStore, checkpoint_partition
+from mirror_core.state.checkpoint_topic import CHECKPOINT_TOPIC_CONFIG
 from mirror_core.state.lane_health_records import LaneHealthWriter, read_health_records
 from mirror_core.state.leases import MEMBER_PREFIX, Lease, LeaseStore, lease_key
 

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 import mirror_core.kafka.topics as topics
-from mirror_core.state.checkpoint import CHECKPOINT_TOPIC_CONFIG, CheckpointStore
+from mirror_core.state.checkpoint import CheckpointStore
+from mirror_core.state.checkpoint_topic import CHECKPOINT_TOPIC_CONFIG
 
 PARTITIONS = 3
 ROUNDS = 3

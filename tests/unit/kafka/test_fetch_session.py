@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mirror_core.codec.fetch_messages import FetchPartitionSpec, FetchTopicSpec, ForgottenTopic, encode_fetch_request
+from mirror_core.kafka.fetch_requests import kafka_python_fetch_request
 from mirror_core.kafka.fetch_session import (
     FETCH_SESSION_ID_NOT_FOUND,
     FINAL_EPOCH,
@@ -29,7 +30,6 @@ from mirror_core.kafka.fetch_session import (
     PartitionKey,
     next_epoch,
 )
-from mirror_core.kafka.fetcher import kafka_python_fetch_request
 
 TOPIC_ID = uuid.UUID(int=7)
 

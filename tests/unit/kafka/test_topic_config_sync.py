@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.errors import MirrorError
+from mirror_core.errors import MirrorError, TopicConfigSyncError
 from mirror_core.kafka.topic_config_sync import (
     SYNCED_CONFIGS,
     ConfigChange,
     ConfigOp,
     ConfigValue,
     TopicConfigs,
-    TopicConfigSyncError,
     plan_config_sync,
 )
 from mirror_core.model.preflight_rules import (

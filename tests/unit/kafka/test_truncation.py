@@ -19,7 +19,8 @@ from mirror_core.codec.kafka_primitives import uvarint
 from mirror_core.engine.copier import CopyResult, FetchedOnce, _advance_end
 from mirror_core.errors import SourceTruncatedError
 from mirror_core.kafka.epochs import EpochEnd, check_truncation
-from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher, kafka_python_fetch_request
+from mirror_core.kafka.fetch_requests import kafka_python_fetch_request
+from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.model.group_translation import translation_refusal
 from mirror_core.model.offset_map import OffsetMap
 from mirror_core.model.offset_runs import OffsetRun

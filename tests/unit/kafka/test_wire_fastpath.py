@@ -40,7 +40,8 @@ from mirror_core.codec.produce_messages import (
     encode_produce_request,
 )
 from mirror_core.kafka.fast_connection import FastConnection
-from mirror_core.kafka.fetcher import RawBatchFetcher, diverging_epoch, kafka_python_fetch_request
+from mirror_core.kafka.fetch_requests import diverging_epoch, kafka_python_fetch_request
+from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.response_frames import RECV_BUFFER
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)

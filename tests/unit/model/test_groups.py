@@ -169,7 +169,7 @@ def test_cli_arguments_and_json_shape():
 def test_kafka_errors_read_as_one_line():
     from confluent_kafka import KafkaError, KafkaException
 
-    from mirror_core.kafka.group_admin import describe_kafka_error
+    from mirror_core.kafka.admin import describe_kafka_error
 
     err = KafkaError(KafkaError.UNKNOWN_MEMBER_ID)
     assert describe_kafka_error(err).startswith("UNKNOWN_MEMBER_ID: ")

@@ -12,12 +12,11 @@ from rich.console import Console
 
 from mirror_core.config.plan_request import BoundSpec, PlanRequest, parse_partition_offsets
 from mirror_core.config.topic_selection import NamingPolicy, split_alternatives
-from mirror_core.errors import ConfigError, DataLossError, MirrorError
+from mirror_core.errors import ConfigError, DataLossError, MirrorError, PlanDataLossError
 from mirror_core.model.plan import Plan, WorkUnit, render_plan_table
 from mirror_core.model.planner import (
     CheckpointPosition,
     PartitionState,
-    PlanDataLossError,
     PlanInputs,
     order_units,
     plan_backfill,

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from mirror_core.errors import MirrorError
+from mirror_core.errors import MirrorError, PreflightError
 from mirror_core.model.preflight_rules import (
     SHOAL_INTERNAL_PREFIX,
     TIMESTAMP_MARGIN_MS,
     UNBOUNDED_MS,
     DataFacts,
-    PreflightError,
     Severity,
     TopicState,
     decide,

@@ -8,13 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mirror_core.errors import ConfigError
+from mirror_core.errors import ConfigError, RetentionLossError
 from mirror_core.model.copy_capacity import CopyCapacity, catch_up_eta, estimate_copy_throughput, streams_needed
 from mirror_core.model.retention import (
     INF,
     LossCause,
     PartitionSnapshot,
-    RetentionLossError,
     Status,
     TopicRetention,
     assess_partition,

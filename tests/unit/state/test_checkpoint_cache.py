@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mirror_core.state.checkpoint import _PartitionCache
+from mirror_core.state.checkpoint_cache import _PartitionCache
 
 # one step: ("write", key, value or None for a tombstone) or ("delete", how far to move the log start forward)
 _write = st.tuples(st.just("write"), st.sampled_from([b"a", b"b", b"c", b"d", b"e"]),

@@ -10,7 +10,8 @@ import mirror_core.state.checkpoint as C
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.model.offset_map import OffsetMap
 from mirror_core.model.offset_runs import OffsetRun
-from mirror_core.state.checkpoint import Checkpoint, CheckpointStore, _PartitionCache, checkpoint_partition
+from mirror_core.state.checkpoint import Checkpoint, CheckpointStore, checkpoint_partition
+from mirror_core.state.checkpoint_cache import _PartitionCache
 
 
 def _checkpoint(partition: int, position: int) -> Checkpoint:

@@ -11,7 +11,9 @@ from mirror_core.model.lane_status import PersistedLaneState
 from mirror_core.model.map_segments import SegmentChain
 from mirror_core.model.offset_map import OffsetMap
 from mirror_core.model.offset_runs import OffsetRun
-from mirror_core.state.checkpoint import CHECKPOINT_TOPIC_CONFIG, FORMAT_VERSION, Checkpoint, checkpoint_topic_problems
+from mirror_core.state.checkpoint import Checkpoint
+from mirror_core.state.checkpoint_format import FORMAT_VERSION
+from mirror_core.state.checkpoint_topic import CHECKPOINT_TOPIC_CONFIG, checkpoint_topic_problems
 
 
 def _checkpoint(**overrides) -> Checkpoint:
@@ -115,7 +117,7 @@ def test_min_insync_replicas_above_the_replication_factor_is_named():
 
 @pytest.mark.parametrize(("brokers", "replicas", "min_isr"), [(1, 1, "1"), (2, 2, "1"), (3, 3, "2"), (9, 3, "2")])
 def test_a_new_checkpoint_topic_follows_the_cluster(brokers, replicas, min_isr):
-    from mirror_core.state.checkpoint import checkpoint_topic_settings
+    from mirror_core.state.checkpoint_topic import checkpoint_topic_settings
 
     rf, config = checkpoint_topic_settings(brokers)
     assert (rf, config["min.insync.replicas"]) == (replicas, min_isr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import mirror_core.state.checkpoint as checkpoint_module
+import mirror_core.state.checkpoint_cache as checkpoint_module
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import CheckpointReadStalledError
 from mirror_core.kafka.fetcher import FetchResult
