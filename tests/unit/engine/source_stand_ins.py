@@ -102,12 +102,13 @@ class Cluster:
 
 class LogFetcher(RawBatchFetcher):
     """The real fetcher's answer handling over :class:`SourceLog` answers of ``per_answer`` batches. ``prefetch``
-    only records that it was asked (there is no wire to send on); ``sent`` lists the positions it was asked at."""
+    only records that it was asked (there is no wire to send on); ``sent`` lists the positions it was asked at.
+    A copy asking more than ``max_answers`` times is spinning: the fetch fails the test instead of hanging it."""
 
     def __init__(self, log: SourceLog, start: int, end: int | None, *, per_answer: int = 2, cluster: str = "src",
-                 topic: str = "orders", partition: int = 3, last_epoch: int | None = None):
+                 topic: str = "orders", partition: int = 3, last_epoch: int | None = None, max_answers: int = 200):
         super().__init__(Cluster(cluster), topic, partition, start, end, last_epoch=last_epoch)
-        self.log, self.per_answer = log, per_answer
+        self.log, self.per_answer, self.max_answers = log, per_answer, max_answers
         self.sent: list[int] = []
         self.answers = 0
 
@@ -120,6 +121,7 @@ class LogFetcher(RawBatchFetcher):
 
     def _fetch_once(self, resent: bool = False):
         self._prefetched = None
+        assert self.answers < self.max_answers, "the copy keeps fetching instead of halting or finishing"
         self.answers += 1
         return self.handle(self.log.answer(self.position, self.per_answer))
 

@@ -148,19 +148,22 @@ def test_a_range_past_the_last_stable_offset_halts_naming_the_partition_and_both
                    "keep result.source_end below the fetch position, which the stall check counts as progress")
 def test_a_range_past_the_last_stable_offset_halts_even_while_its_last_batches_wait_in_the_write_window():
     """The same wrong range, with the fetched tail smaller than the write window: the copy must still halt, not
-    fetch the empty end of the partition forever. (Bounded here: the 50th empty answer fails the test.)"""
+    fetch the empty end of the partition forever (the stand-in fetcher fails the test after 200 answers)."""
     log = SourceLog()
     log.data(3)
-
-    class Bounded(LogFetcher):
-        def _fetch_once(self, resent=False):
-            assert self.answers < 50, "the copy keeps fetching an empty partition end instead of halting"
-            return super()._fetch_once(resent)
-
-    copier = RangeCopier(Cluster("src"), Cluster("dst"), RecordingWriter(), CopyOptions(overlap=False,
-                                                                                        stall_timeout_s=0.0))
     with pytest.raises(MirrorError, match="last stable offset is 3"):
-        copier.copy(PartitionRange("orders", 3, 0, 10, "dr.orders", 3), fetcher=Bounded(log, 0, 10))
+        copy(log, 0, 10, stall_timeout_s=0.0)
+
+
+def test_a_range_past_the_last_stable_offset_halts_when_its_fetched_part_needs_no_copy():
+    """The offsets fetched were an aborted transaction and its marker: nothing to write, yet the position moved
+    up to the last stable offset, and a copy asking for more than the source holds halts."""
+    log = SourceLog()
+    log.data(2)
+    log.txn(8, 2)
+    log.abort(8)
+    with pytest.raises(MirrorError, match="ends at 10 but the partition's last stable offset is 5"):
+        copy(log, 2, 10, stall_timeout_s=0.0)
 
 
 def test_an_empty_answer_while_the_source_has_more_is_waited_for_not_a_halt():
@@ -232,6 +235,14 @@ def test_no_fetch_is_sent_ahead_when_one_more_answer_would_not_fit_in_the_buffer
     _, writer, fetcher = copy(log, 0, 12, overlap=True, fetch_max_bytes=1000, buffer_budget_bytes=1000)
     assert fetcher.sent == []
     assert writer.source_offsets == list(range(12))
+
+
+def test_with_overlap_off_no_fetch_is_ever_sent_ahead():
+    log = SourceLog()
+    for _ in range(6):
+        log.data(2)
+    _, writer, fetcher = copy(log, 0, 12, overlap=False)
+    assert fetcher.sent == [] and writer.source_offsets == list(range(12))
 
 
 def test_a_failed_write_leaves_no_fetch_outstanding():

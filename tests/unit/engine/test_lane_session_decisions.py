@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import mirror_core.engine.checkpointed as C
 import mirror_core.engine.copier as copier_module
@@ -42,6 +44,7 @@ from tests.unit.engine.source_stand_ins import LogFetcher, SourceLog
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
 PIPELINE = "dr"
+TS_BASE = 1_700_000_000_000
 STORE_TOPIC = "__shoal_checkpoints"
 
 
@@ -241,11 +244,13 @@ def test_a_lane_resumes_at_its_checkpoint(lane, mode):
     assert stored.offset_map.translate(8) == first + 2
 
 
-def test_a_rerun_of_finished_work_writes_nothing(lane):
-    resumable(lane, 6)
-    result = run(lane, 0, 6)
-    assert source_offsets(lane.target) == list(range(6)) and lane.target.checkpoints == []
-    assert result.source_end == 6
+@pytest.mark.parametrize("end", [8, 7])
+def test_a_rerun_of_finished_work_writes_nothing_and_says_where_the_next_range_starts(lane, end):
+    """The checkpoint may even lie past the end: a batch straddling it was copied whole."""
+    resumable(lane, 8)
+    result = run(lane, 0, end)
+    assert source_offsets(lane.target) == list(range(8)) and lane.target.checkpoints == []
+    assert result.source_end == 8
 
 
 # -- who may resume -------------------------------------------------------------------------------------------------
@@ -318,7 +323,7 @@ def test_a_recreated_topic_is_refused_at_open(lane, side):
     with pytest.raises(TopicRecreatedError) as info:
         run(lane, 0, 12)
     assert info.value.cluster == {"source": "src", "target": "dst"}[side]
-    assert lane.target.checkpoints == []
+    assert source_offsets(lane.target) == list(range(6)) and lane.target.checkpoints == []  # refused before writing
 
 
 # -- a start past the checkpoint ------------------------------------------------------------------------------------
@@ -508,3 +513,28 @@ def test_without_transactions_a_lane_whose_checkpoint_moved_under_it_stops_befor
                                              r"position 6, target offset 6; stored: position 10, target offset 10\)"):
         session.copy(0, 12)
     assert source_offsets(lane.target) == list(range(6))
+
+
+# -- at-least-once: which records between the checkpoint and the landing are a crashed run's duplicates ----------
+
+SOURCE_RECORDS = [(TS_BASE + i, b"k%d" % i, b"v%d" % i, ()) for i in range(8)]
+
+
+@given(cuts=st.lists(st.integers(1, len(SOURCE_RECORDS)), min_size=1, max_size=4))
+def test_records_that_are_crashed_runs_partial_copies_of_the_source_from_the_checkpoint_are_duplicates(cuts):
+    """Every crashed at-least-once run after the checkpoint started copying at the checkpoint: what lies between
+    the checkpoint and the landing is one or more prefixes of the source from there, one after another."""
+    found = [record for cut in cuts for record in SOURCE_RECORDS[:cut]]
+    assert C._restarted_copies(found, SOURCE_RECORDS[:len(found)])
+
+
+@given(cuts=st.lists(st.integers(1, len(SOURCE_RECORDS)), min_size=1, max_size=4), data=st.data())
+def test_a_record_that_is_not_the_sources_next_is_not_a_duplicate(cuts, data):
+    """A record another writer produced, or a source record out of its place: the lane halts (ForeignWriteError)."""
+    found = [record for cut in cuts for record in SOURCE_RECORDS[:cut]]
+    at = data.draw(st.integers(0, len(found) - 1), label="at")
+    found[at] = data.draw(st.sampled_from([(TS_BASE, b"k0", b"changed", ()), SOURCE_RECORDS[-1]]), label="record")
+    # the source's last record where it would be the next one is a true duplicate: not what this test is about
+    legal = at > 0 and found[at - 1] == SOURCE_RECORDS[-2] and found[at] == SOURCE_RECORDS[-1]
+    if not legal:
+        assert not C._restarted_copies(found, SOURCE_RECORDS[:len(found)])
