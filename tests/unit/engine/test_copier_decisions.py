@@ -10,8 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mirror_core.engine.copier import CopyOptions, PartitionRange, RangeCopier
+from mirror_core.engine.copier import CopyOptions, RangeCopier
 from mirror_core.errors import MirrorError
+from mirror_core.model.ranges import PartitionRange
 from tests.unit.engine.source_stand_ins import Cluster, LogFetcher, RecordingWriter, SourceLog
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]

@@ -9,6 +9,7 @@ what lands (data, transaction markers, checkpoints committed), and a checkpoint 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -16,27 +17,27 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import mirror_core.engine.checkpointed as C
 import mirror_core.engine.copier as copier_module
+import mirror_core.engine.lane_fence as lane_fence
+import mirror_core.engine.lane_session as lane_session
+import mirror_core.engine.resume_landing as resume_landing
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.config.names import DAEMON_OWNER
-from mirror_core.engine.checkpointed import (
-    CheckpointedCopier,
-    DaemonOwnsLaneError,
-    DeliveryMode,
-    LaneTakenError,
-    OwnershipError,
-)
+from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
 from mirror_core.engine.copier import CopyOptions
 from mirror_core.errors import (
+    DaemonOwnsLaneError,
     DataLossError,
     ForeignWriteError,
+    LaneTakenError,
     MirrorError,
+    OwnershipError,
     SkipRefusedError,
     TopicRecreatedError,
     TransactionsUnavailableError,
 )
-from mirror_core.model.offset_map import OffsetMap, OffsetRun
+from mirror_core.model.offset_map import OffsetMap
+from mirror_core.model.offset_runs import OffsetRun
 from mirror_core.state.checkpoint import Checkpoint
 from tests.unit.codec.test_batch_codec import decoded
 from tests.unit.engine.source_stand_ins import LogFetcher, SourceLog
@@ -192,9 +193,10 @@ def lane(monkeypatch):
         log.data(2)
     target = Target()
     lane = Lane(Source(log), target, Store(target, None))
-    monkeypatch.setattr(C, "BatchWriter", lambda client, **kw: Writer(target, **kw))
-    monkeypatch.setattr(C, "list_offsets", offsets)
-    monkeypatch.setattr(C, "validate_position", lambda *a, **k: True)
+    monkeypatch.setattr(lane_fence, "BatchWriter", lambda client, **kw: Writer(target, **kw))
+    monkeypatch.setattr(lane_session, "list_offsets", offsets)
+    monkeypatch.setattr(resume_landing, "list_offsets", offsets)
+    monkeypatch.setattr(lane_session, "validate_position", lambda *a, **k: True)
     monkeypatch.setattr(copier_module, "RawBatchFetcher",
                         lambda client, topic, partition, start, end, **kw: LogFetcher(client.log, start, end))
     return lane
@@ -382,7 +384,7 @@ def test_a_checkpoint_is_committed_every_commit_bytes_and_at_the_end(lane):
 def test_a_checkpoint_is_committed_once_the_commit_interval_passed(lane, monkeypatch):
     """A slow target: every write takes 0.6 s, the interval is 1 s, so every second flush commits."""
     clock = SimpleNamespace(t=1000.0)
-    monkeypatch.setattr(C.time, "monotonic", lambda: clock.t)
+    monkeypatch.setattr(time, "monotonic", lambda: clock.t)
     slow = Writer.write
 
     def write(self, outgoing):
@@ -450,7 +452,7 @@ def test_offsets_retention_removed_between_the_checkpoint_and_the_landing_are_no
 
 def test_an_at_least_once_fence_is_due_one_refence_interval_after_it_was_set(lane, monkeypatch):
     clock = SimpleNamespace(t=500.0)
-    monkeypatch.setattr(C.time, "monotonic", lambda: clock.t)
+    monkeypatch.setattr(time, "monotonic", lambda: clock.t)
     session = copier(lane, DeliveryMode.AT_LEAST_ONCE, policy=CommitPolicy(refence_interval_s=60)).open_lane(
         "orders", 3, "dr.orders", 3)
     assert session.fence_due_at == 560.0 and not session.fence_due
@@ -465,7 +467,7 @@ def test_an_at_least_once_fence_is_due_one_refence_interval_after_it_was_set(lan
 @pytest.mark.parametrize(("elapsed", "fences"), [(59.0, 1), (61.0, 2)])
 def test_a_copy_renews_a_due_fence_first_and_lands_after_its_marker(lane, monkeypatch, elapsed, fences):
     clock = SimpleNamespace(t=500.0)
-    monkeypatch.setattr(C.time, "monotonic", lambda: clock.t)
+    monkeypatch.setattr(time, "monotonic", lambda: clock.t)
     resumable(lane, 6, marker=False)
     session = copier(lane, DeliveryMode.AT_LEAST_ONCE, policy=CommitPolicy(refence_interval_s=60)).open_lane(
         "orders", 3, "dr.orders", 3)
@@ -490,7 +492,7 @@ def no_transactions(lane, monkeypatch):
             made.init_producer_id = refuse
         return made
 
-    monkeypatch.setattr(C, "BatchWriter", writer)
+    monkeypatch.setattr(lane_fence, "BatchWriter", writer)
     return lane
 
 
@@ -525,7 +527,7 @@ def test_records_that_are_crashed_runs_partial_copies_of_the_source_from_the_che
     """Every crashed at-least-once run after the checkpoint started copying at the checkpoint: what lies between
     the checkpoint and the landing is one or more prefixes of the source from there, one after another."""
     found = [record for cut in cuts for record in SOURCE_RECORDS[:cut]]
-    assert C._restarted_copies(found, SOURCE_RECORDS[:len(found)])
+    assert resume_landing.restarted_copies(found, SOURCE_RECORDS[:len(found)])
 
 
 @given(cuts=st.lists(st.integers(1, len(SOURCE_RECORDS)), min_size=1, max_size=4), data=st.data())
@@ -537,4 +539,4 @@ def test_a_record_that_is_not_the_sources_next_is_not_a_duplicate(cuts, data):
     # the source's last record where it would be the next one is a true duplicate: not what this test is about
     legal = at > 0 and found[at - 1] == SOURCE_RECORDS[-2] and found[at] == SOURCE_RECORDS[-1]
     if not legal:
-        assert not C._restarted_copies(found, SOURCE_RECORDS[:len(found)])
+        assert not resume_landing.restarted_copies(found, SOURCE_RECORDS[:len(found)])
