@@ -236,6 +236,7 @@ class RangeCopier:
         pending: list[PreparedBatch] = []
         pending_bytes = 0
         last_progress = time.monotonic()
+        last_position = fetcher.position
         while not fetcher.done:
             fetched = fetcher.fetch()
             kept_bytes = sum(view.size for view in fetched.batches)
@@ -278,8 +279,11 @@ class RangeCopier:
                 if pending_bytes >= opts.max_inflight_bytes:
                     self._flush(rng, pending, result, session)
                     pending, pending_bytes = [], 0
-            if fetched.batches or fetcher.position > result.source_end:
-                last_progress = time.monotonic()
+            # progress is the fetch position moving (batches, or markers and aborted data it stepped over), not the
+            # position being above source_end: batches pending in the write window keep source_end behind it, and a
+            # range past the last stable offset would then fetch the empty end of the partition for ever
+            if fetched.batches or fetcher.position > last_position:
+                last_progress, last_position = time.monotonic(), fetcher.position
             elif fetched.last_stable_offset <= fetcher.position and \
                     time.monotonic() - last_progress > opts.stall_timeout_s:
                 raise MirrorError(

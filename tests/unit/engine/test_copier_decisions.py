@@ -145,8 +145,6 @@ def test_a_range_past_the_last_stable_offset_halts_naming_the_partition_and_both
     assert "last stable offset is 3" in message
 
 
-@pytest.mark.xfail(strict=True, reason="found while writing these tests: batches still pending in the write window "
-                   "keep result.source_end below the fetch position, which the stall check counts as progress")
 def test_a_range_past_the_last_stable_offset_halts_even_while_its_last_batches_wait_in_the_write_window():
     """The same wrong range, with the fetched tail smaller than the write window: the copy must still halt, not
     fetch the empty end of the partition forever (the stand-in fetcher fails the test after 200 answers)."""
