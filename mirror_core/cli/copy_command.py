@@ -17,7 +17,7 @@ from mirror_core.engine.concurrent_copy import (
     plain_share_writer,
 )
 from mirror_core.engine.copier import CopyOptions, CopyResult
-from mirror_core.kafka.ranges import resolve_range
+from mirror_core.kafka.resolve_positions import resolve_range
 from mirror_core.kafka.topics import topic_metadata_or_error
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange
