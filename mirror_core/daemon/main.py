@@ -1,8 +1,7 @@
-"""The continuous shallow mirror daemon: keeps a pipeline's target current, lane by lane, exactly once.
+"""The daemon's entry point: ``python -m mirror_core.daemon --config pipeline.yaml`` and ``shoal mirror run``.
 
-The entry point: ``python -m mirror_core.daemon --config pipeline.yaml`` and ``shoal mirror run`` — the pipeline
-file loaded, the metrics endpoint served, SIGTERM/SIGINT turned into a stop after the round in progress (bounded by
-``shutdown_grace_s``: then :class:`~mirror_core.daemon.loop.ForcedShutdown`), and
+The pipeline file loaded, the metrics endpoint served, SIGTERM/SIGINT turned into a stop after the round in
+progress (bounded by ``shutdown_grace_s``: then :class:`~mirror_core.daemon.loop.ForcedShutdown`), and
 :meth:`~mirror_core.daemon.loop.ShallowMirrorDaemon.run` until then.
 """
 

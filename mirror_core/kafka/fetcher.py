@@ -9,7 +9,7 @@ returns the aborted batches themselves, so the client drops them the way the Jav
 Batches are walked and read by :mod:`mirror_core.codec.batch_codec`, the only module that knows their byte layout, and
 handed on as zero-copy views (:class:`~mirror_core.codec.batch_codec.BatchView`) over the response buffer; a legacy
 (magic 0/1) entry's offset is the last offset it holds. CRCs are checked when a batch is prepared for the target
-(:func:`~mirror_core.codec.batch_codec.prepare_for_target`), not here.
+(:func:`~mirror_core.codec.batch_prepare.prepare_for_target`), not here.
 """
 
 from __future__ import annotations

@@ -300,17 +300,6 @@ def _probe_once(client: WireClient, topic: str, partition: int, offset: int, max
                          first_base_offset=batches[0].base_offset)
 
 
-@dataclass(frozen=True)
-class Assessment:
-    """One retention verdict: the statuses (most urgent first), the capacity and policy that produced them."""
-
-    cluster: str
-    statuses: list
-    copy: object            # mirror_core.model.retention.CopyCapacity
-    policy: object          # mirror_core.model.retention_policy.RetentionPolicy
-    inputs: RetentionInputs
-
-
 TARGET_PROBE_TIMEOUT_MS = 10_000  # how long copy_round_trip waits for a target to answer before pacing by the source
 
 
@@ -318,7 +307,7 @@ def copy_round_trip(source: ClusterConfig, target: ClusterConfig | None = None) 
     """The round trip that paces a copy, and where it came from. The copy overlaps fetch and write (the next
     fetch travels while the previous one is written), so the slower side paces it: the larger of the source's
     round trip — the slowest broker's, measured as ``--link-mbps`` sizing measures it
-    (:func:`mirror_core.services.preflight.measure_links`), or a Metadata round trip when that cannot be done, e.g. over
+    (:func:`mirror_core.kafka.round_trips.measure_links`), or a Metadata round trip when that cannot be done, e.g. over
     TLS — and the target's (when the target does not answer: the source's alone, said in the second value)."""
     from mirror_core.kafka.round_trips import measure_links
 

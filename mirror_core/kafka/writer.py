@@ -1,10 +1,10 @@
 """Produce raw record batches to the target as an idempotent (later: transactional) producer.
 
-The batches arrive ready for the target (:func:`mirror_core.codec.batch_codec.prepare_for_target` has fixed offsets,
+The batches arrive ready for the target (:func:`mirror_core.codec.batch_prepare.prepare_for_target` has fixed offsets,
 attributes and timestamps); the writer only owns the producer fields. Each batch gets our producerId /
 producerEpoch, the partition's next sequence number and the transactional bit (set only inside our transaction),
 stamped into the batch's own buffer with the CRC resealed
-(:func:`mirror_core.codec.batch_codec.stamp_producer_in_place`).
+(:func:`mirror_core.codec.batch_prepare.stamp_producer_in_place`).
 
 A batch is stamped once per producer identity and sequence, and every retry resends the identical bytes, so the
 broker's idempotence check turns a retry of a batch that did land into a duplicate acknowledgement, not a second copy.

@@ -81,7 +81,7 @@ def daemon_health(group, group_error: str | None, leases: Mapping, now_ms: int) 
     """Sentences on a pipeline's daemons: the group (members, what each holds) as the source's coordinator sees it
     — or that it could not be read, which is not "no daemon" — and any lease-based daemon of an older release still
     holding lanes by live leases (an upgrade in progress). ``group``: a
-    :class:`~mirror_core.daemon.membership.GroupDescription` or None."""
+    :class:`~mirror_core.kafka.daemon_group.GroupDescription` or None."""
     out = []
     if group is None:
         out.append(f"daemon group not readable, so whether a daemon runs is unknown: {group_error}")

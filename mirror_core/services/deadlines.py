@@ -21,7 +21,7 @@ class Assessment:
 
     cluster: str
     statuses: list
-    copy: object            # mirror_core.model.retention.CopyCapacity
+    copy: object            # mirror_core.model.copy_capacity.CopyCapacity
     policy: object          # mirror_core.model.retention_policy.RetentionPolicy
     inputs: RetentionInputs
 

@@ -5,7 +5,7 @@ commit); only then is the checkpoint read, and it is rewritten with owner ``daem
 transaction of that same id. The newer epoch makes any later backfill of the lane refuse to start
 (:class:`~mirror_core.errors.OwnershipError`). A lane the daemon started itself (a new partition) is owned
 by the daemon from its first checkpoint on; a backfill takes it over only while the daemon has copied nothing into
-it (:meth:`~mirror_core.engine.checkpointed.LaneSession._take_over_daemon_start`), and is refused with
+it (:meth:`~mirror_core.engine.lane_session.LaneSession._take_over_daemon_start`), and is refused with
 :class:`~mirror_core.errors.DaemonOwnsLaneError` once it has.
 The daemon then resumes at exactly the checkpoint position X. ``verify_seam`` proves per partition that the target is
 contiguous across X: the source records around X, translated through the offset map, are the target records

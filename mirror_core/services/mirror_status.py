@@ -2,7 +2,7 @@
 group (members, who holds which lane), each lane's state and its lag.
 
 Gathered, never asked of a daemon: the group from the source's group coordinator
-(:func:`~mirror_core.daemon.membership.describe_group`), lane states and positions from the checkpoints on the
+(:func:`~mirror_core.kafka.daemon_group.describe_group`), lane states and positions from the checkpoints on the
 target (:func:`~mirror_core.state.lane_control.lane_states`), lag against the source's last stable offsets (one
 ListOffsets request, READ_COMMITTED). A part that cannot be read is reported as such (``group_error``), the rest is
 still shown.
