@@ -198,3 +198,20 @@ def test_only_entry_points_import_the_cli():
                    and not str(p.relative_to(ROOT)).startswith("mirror_core/cli/")
                    and any(d == "mirror_core.cli" or d.startswith("mirror_core.cli.") for d in _all_imports(p)))
     assert not users, f"library code importing the CLI: {users}"
+
+
+def test_docs_architecture_names_every_module():
+    """docs/architecture.md places every module (its "Every module" list), so a new module is placed when it lands."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    listed = text[text.index("## Every module"):]
+    missing = []
+    for path in MODULES:
+        rel = path.relative_to(CORE)
+        if rel.name == "__main__.py" or (rel.name == "__init__.py" and len(rel.parts) <= 2) or len(rel.parts) < 2:
+            continue
+        layer, name = rel.parts[0], "/".join(rel.with_suffix("").parts[1:])
+        if name.endswith("/__init__"):
+            name = name[: -len("/__init__")]
+        if f"- `{name}` —" not in listed.split(f"**`{layer}/`**")[1].split("**`")[0]:
+            missing.append(str(rel))
+    assert not missing, f"modules docs/architecture.md does not name: {missing}"
