@@ -1,7 +1,7 @@
 """Layer 6 — engine: the copy path and the mirror contract (DESIGN §3).
 
-Copy a bounded range as raw batches (``copier``), with checkpoints that survive restarts exactly once or at least
-once (``checkpointed``), several partitions at once (``concurrent_copy``), a backfill's lanes (``backfill``), where a
-failed copy stopped (``copy_stopped``), and the handoff from a backfill to the daemon with the proof the seam is
-clean (``handoff``).
+Copy a bounded range as raw batches (``copier``); copies that survive restarts exactly once or at least once
+(``checkpointed``, the lane session ``lane_session`` with its fence ``lane_fence``, its landing rule
+``resume_landing`` and its ``checkpoint_committer``); several partitions at once (``concurrent_copy``); a backfill's
+lanes (``backfill``); where a failed copy stopped (``copy_stopped``).
 """
