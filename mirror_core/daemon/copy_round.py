@@ -132,10 +132,9 @@ class CopyRounds:
                     ) -> tuple[list[tuple[LaneState, RawBatchFetcher, int, PartitionOutcome]], int, float]:
         """This round's news — the round sent ahead last time (or, with none in flight, one sent now) — as the
         shares of the lanes that are still held and ready with the same fetcher; how many brokers answered; and
-        when the round was sent (monotonic).
-        A lane that joins while a round is in flight is named in the next one (sent right after this). A lane
-        with news that is not ready any more (dropped, backing off) had its position moved by the answer: it
-        reopens at its committed checkpoint, never skipping the answer it did not copy."""
+        when the round was sent (monotonic). A lane that joins while a round is in flight is named in the next one (sent
+        right after this). A lane with news that is not ready any more (dropped, backing off) had its position moved by
+        the answer: it reopens at its committed checkpoint, never skipping the answer it did not copy."""
         pending, self._in_flight = self._in_flight, None
         if pending is None:
             pending = self._send_round(ready)

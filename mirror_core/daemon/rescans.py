@@ -32,8 +32,8 @@ class Rescans:
         """New topics and partitions get their lanes (their targets prepared first); every
         ``config_sync_interval_s`` the known topics' configs are synced. The source's Metadata is decoded only down
         to partition counts (:mod:`mirror_core.kafka.topic_counts`) and the lanes known per topic are kept between
-        rescans
-        (:meth:`_lanes_per_topic`): a rescan that finds nothing new costs per topic of the source, not per lane."""
+        rescans (:meth:`_lanes_per_topic`): a rescan that finds nothing new costs per topic of the source, not per
+        lane."""
         import kafka.errors as errors
 
         from mirror_core.kafka.topic_counts import topic_answers

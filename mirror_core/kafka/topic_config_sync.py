@@ -33,8 +33,7 @@ Which configs, and why (one list, ``preflight_rules.MIRRORED_CONFIGS``, shared w
   broker default (7 days) errs towards keeping more, never less; ``segment.bytes`` also has version-dependent bounds
   (Kafka 4.x refuses under 1 MiB). Mirroring ``segment.ms`` would make the target's cleaner rewrite freshly copied
   batches within a second on topics with a tiny ``segment.ms`` (tests/integration/engine/test_copy_compacted.py relies
-  on
-  it not doing so); adding it is one entry in ``MIRRORED_CONFIGS`` once that is wanted.
+  on it not doing so); adding it is one entry in ``MIRRORED_CONFIGS`` once that is wanted.
 
 Set or delete: values are compared as the brokers apply them (effective values), so a target created by preflight
 (every mirrored config an explicit override holding the source's value) is already in sync. When they differ:
