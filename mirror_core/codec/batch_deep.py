@@ -111,15 +111,8 @@ def _v2_records(view: BatchView, log_append_time_to_max: bool) -> list[SourceRec
 
 
 def _legacy_tail(key: bytes | None, value: bytes | None) -> bytearray:
-    tail = bytearray()
-    for field in (key, value):
-        if field is None:
-            encode_varint(-1, tail.append)
-        else:
-            encode_varint(len(field), tail.append)
-            tail += field
-    encode_varint(0, tail.append)  # no headers before magic 2
-    return tail
+    """A pre-v2 message's key and value as a v2 record's tail (no headers before magic 2)."""
+    return bytearray(encode_record_tail(key, value))
 
 
 def _legacy_records(view: BatchView) -> list[SourceRecord]:

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
 
-from mirror_core.kafka.broker_fetch import PartitionOutcome, RoundStats, _failed, _handle, give_up_answer
+from mirror_core.kafka.broker_fetch import (
+    PartitionOutcome,
+    RoundStats,
+    _failed,
+    _handle,
+    give_up_requests,
+)
 from mirror_core.kafka.fetch_requests import send_fetch, wait_fetch
 from mirror_core.kafka.fetch_session import PartitionKey, SessionRequest
 from mirror_core.kafka.fetcher import RawBatchFetcher
@@ -80,11 +86,7 @@ class StandingPending:
         if self.collected:
             return
         self.collected = True
-        for sent in self._in_flight:
-            future = sent.future
-            if sent.request is not None:
-                sent.broker.session.failed(sent.request)
-            give_up_answer(self._owner.client, future)
+        give_up_requests(self._owner.client, self._in_flight, lambda sent: sent.broker.session)
         self._in_flight = []
 
     def _send(self, sent: SentRequest, rotation: int = 0) -> bool:

@@ -104,6 +104,15 @@ def give_up_answer(client: WireClient, future) -> None:
         wait_fetch(client, future)
 
 
+def give_up_requests(client: WireClient, in_flight, session_of) -> None:
+    """Give a sent round's requests up unread: each one's fetch session is told its request failed (its answer is
+    never read: the session starts afresh) and its answer is given up (:func:`give_up_answer`)."""
+    for sent in in_flight:
+        if sent.request is not None:
+            session_of(sent).failed(sent.request)
+        give_up_answer(client, sent.future)
+
+
 @dataclass
 class RoundSessions:
     """One client's fetch sessions for its rounds, one per source broker and connection slot (a round that deals a
@@ -288,11 +297,7 @@ class PendingRound:
         if self.collected:
             return
         self.collected = True
-        for sent in self._in_flight:
-            future = sent.future
-            if sent.request is not None:
-                sent.session.failed(sent.request)  # its answer is never read: the session starts afresh
-            give_up_answer(self._client, future)
+        give_up_requests(self._client, self._in_flight, lambda sent: sent.session)
         self._in_flight = []
 
 
