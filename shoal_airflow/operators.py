@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,10 +73,7 @@ class ShoalPreflightOperator(BaseOperator):
 
     def execute(self, context) -> dict:
         from mirror_core.config.plan_request import PlanRequest
-        from mirror_core.kafka.wire_client import WireClient
-        from mirror_core.model.planner import select_topics
-        from mirror_core.services.plan_inputs import list_topics
-        from mirror_core.services.preflight import run_preflight
+        from mirror_core.services.preflight import preflight_topics
 
         with airflow_errors():
             source = ShoalKafkaHook(self.source_conn_id).get_cluster()
@@ -85,15 +81,9 @@ class ShoalPreflightOperator(BaseOperator):
             request = PlanRequest.parse(pipeline=self.pipeline, source_cluster=source.name,
                                         target_cluster=target.name, include=self.include,
                                         exclude=self.exclude or None, naming=self.naming)
-            with WireClient.for_cluster(source) as client:
-                selected = select_topics(request, list_topics(client))
             out = {}
-            for topic in selected:
-                target_topic = request.naming.target_for(topic)
-                if _flag(self.create_missing):
-                    report = run_preflight(source, target, topic, target_topic=target_topic)
-                else:
-                    report = check_only(source, target, topic, target_topic)
+            for topic, report in preflight_topics(source, target, request,
+                                                  create_missing=_flag(self.create_missing)):
                 for finding in report.findings:
                     self.log.info("preflight %s %s: %s", topic, finding.severity.name, finding.message)
                 out[topic] = {"ok": report.ok, "created": report.created,
@@ -102,16 +92,6 @@ class ShoalPreflightOperator(BaseOperator):
         return out
 
 
-def check_only(source, target, topic: str, target_topic: str):
-    """Preflight without creating the target topic (dry runs write nothing)."""
-    from mirror_core.model.preflight_rules import DataFacts, decide
-    from mirror_core.services.preflight import describe_topic, observe_data
-
-    src = describe_topic(source, topic)
-    facts = observe_data(source, topic, src.partitions) if src is not None else None
-    return decide(src, describe_topic(target, target_topic), facts or DataFacts(now_ms=int(time.time() * 1000)),
-                  source_cluster=source.name, source_topic=topic, target_cluster=target.name,
-                  target_topic=target_topic, allow_internal=False)
 
 
 class ShoalPlanOperator(BaseOperator):
@@ -337,9 +317,9 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
         return code_zip(workdir)
 
     def _ledger_summary(self, run_id: str) -> dict:
-        from mirror_core.state.ledger import read_ledger
+        from mirror_core.services.verify import ledger_rows
 
-        rows = read_ledger(Path(self.ledger_dir), run_id)
+        rows = ledger_rows(self.ledger_dir, run_id)
         counts: dict[str, int] = {}
         for r in rows:
             counts[r.status] = counts.get(r.status, 0) + 1
@@ -347,11 +327,10 @@ class ShoalSparkBackfillOperator(SparkSubmitOperator):
                 "records": sum(r.records for r in rows)}
 
     def _log_failed_units(self, run_id: str) -> None:
-        from mirror_core.state.ledger import STATUS_FAILED, read_ledger
+        from mirror_core.services.verify import failed_rows, ledger_rows
 
-        for r in read_ledger(Path(self.ledger_dir), run_id):
-            if r.status == STATUS_FAILED:
-                self.log.error("unit %s -> %s-%s failed: %s", r.unit_id, r.target_topic, r.target_partition, r.error)
+        for r in failed_rows(ledger_rows(self.ledger_dir, run_id)):
+            self.log.error("unit %s -> %s-%s failed: %s", r.unit_id, r.target_topic, r.target_partition, r.error)
 
 
 class ShoalVerifyOperator(BaseOperator):
@@ -370,36 +349,18 @@ class ShoalVerifyOperator(BaseOperator):
         self.compare_records, self.check_offset_maps = compare_records, check_offset_maps
 
     def execute(self, context) -> dict:
-        from mirror_core.kafka.verify import compare_ranges
-        from mirror_core.state.ledger import STATUS_FAILED, read_ledger
+        from mirror_core.services.verify import check_offset_maps, compare_copied, ledger_problems, run_rows
 
         plan = load_plan(self.plan_path)
-        rows = {r.unit_id: r for r in read_ledger(Path(self.ledger_dir), self.shoal_run_id)}
-        problems: list[str] = []
-        for unit in plan.units:
-            row = rows.get(unit.unit_id)
-            if row is None:
-                problems.append(f"{unit.unit_id}: no ledger row in run {self.shoal_run_id}")
-            elif row.status == STATUS_FAILED:
-                problems.append(f"{unit.unit_id}: failed: {row.error}")
-            elif row.source_end is not None and row.source_end < unit.end:
-                problems.append(f"{unit.unit_id}: copied to {row.source_end}, planned end {unit.end}")
+        rows = run_rows(self.ledger_dir, self.shoal_run_id)
+        problems = ledger_problems(plan, rows, self.shoal_run_id)
         compared = 0
         if self.compare_records and not problems:
             with airflow_errors():
                 source = ShoalKafkaHook(self.source_conn_id).get_cluster()
                 target = ShoalKafkaHook(self.target_conn_id).get_cluster()
-                for row in rows.values():
-                    if row.source_start is None or row.target_start is None:
-                        continue
-                    same = compare_ranges(
-                        source, (row.source_topic, row.source_partition, row.source_start, row.source_end),
-                        target, (row.target_topic, row.target_partition, row.target_start, row.target_end))
-                    compared += same.records
-                    if not same.equal:
-                        problems.append(f"{row.unit_id}: source [{row.source_start}, {row.source_end}) differs "
-                                        f"from {row.target_topic}-{row.target_partition} [{row.target_start}, "
-                                        f"{row.target_end}): {same.first_difference}")
+                compared, differing = compare_copied(source, target, rows.values())
+                problems += differing
         maps = 0
         if self.check_offset_maps and not problems:
             with airflow_errors():
@@ -415,30 +376,6 @@ class ShoalVerifyOperator(BaseOperator):
         return result
 
 
-def check_offset_maps(target, pipeline: str, rows) -> tuple[list[str], int]:
-    """Each copied unit's stored offset map translates its first and next source offsets to the target offsets the
-    ledger recorded, and its checkpoint reached the copied end."""
-    from mirror_core.kafka.wire_client import WireClient
-    from mirror_core.state.checkpoint import CheckpointStore
-
-    problems, checked = [], 0
-    with WireClient.for_cluster(target) as client:
-        store = CheckpointStore(target, client)
-        for row in rows:
-            if row.source_start is None or row.target_start is None or row.source_end == row.source_start:
-                continue
-            cp = store.read(pipeline, row.source_topic, row.source_partition)
-            omap = None if cp is None else cp.offset_map
-            if omap is None:
-                problems.append(f"{row.unit_id}: no checkpoint with an offset map for pipeline {pipeline!r}")
-                continue
-            checked += 1
-            first, after = omap.translate(row.source_start), omap.translate(row.source_end)
-            if cp.position < row.source_end or (first, after) != (row.target_start, row.target_end):
-                problems.append(f"{row.unit_id}: offset map gives [{first}, {after}) for source "
-                                f"[{row.source_start}, {row.source_end}), ledger says [{row.target_start}, "
-                                f"{row.target_end}); checkpoint at {cp.position}")
-    return problems, checked
 
 
 class ShoalHandoffOperator(BaseOperator):

@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from mirror_core.config.cluster import ClusterConfig
+from mirror_core.config.plan_request import PlanRequest
 from mirror_core.errors import ClusterUnavailableError, MirrorError
 from mirror_core.kafka.admin import ClusterAdmin
 from mirror_core.kafka.round_trips import measure_links
@@ -27,7 +28,8 @@ from mirror_core.model.preflight_rules import (
     is_internal_topic,
 )
 
-__all__ = ["run_preflight", "describe_topic", "observe_data", "create_target_topic", "link_findings"]
+__all__ = ["run_preflight", "check_only", "preflight_topics", "describe_topic", "observe_data", "create_target_topic",
+           "link_findings"]
 
 
 def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, target_topic: str | None = None,
@@ -188,3 +190,31 @@ def create_target_topic(cluster: ClusterConfig, topic: str, partitions: int, con
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def check_only(source: ClusterConfig, target: ClusterConfig, topic: str, target_topic: str) -> PreflightReport:
+    """Preflight without creating the target topic (dry runs write nothing)."""
+    src = describe_topic(source, topic)
+    facts = observe_data(source, topic, src.partitions) if src is not None else None
+    return decide(src, describe_topic(target, target_topic), facts or DataFacts(now_ms=_now_ms()),
+                  source_cluster=source.name, source_topic=topic, target_cluster=target.name,
+                  target_topic=target_topic, allow_internal=False)
+
+
+def preflight_topics(source: ClusterConfig, target: ClusterConfig, request: PlanRequest, *,
+                     create_missing: bool = True) -> Iterator[tuple[str, PreflightReport]]:
+    """Every source topic ``request`` selects, with its preflight report, in turn: a missing target created
+    (:func:`run_preflight`) or, with ``create_missing`` off, only checked (:func:`check_only`). A generator: the
+    caller that stops at the first refusal preflights nothing after it."""
+    from mirror_core.kafka.wire_client import WireClient
+    from mirror_core.model.planner import select_topics
+    from mirror_core.services.plan_inputs import list_topics
+
+    with WireClient.for_cluster(source) as client:
+        selected = select_topics(request, list_topics(client))
+    for topic in selected:
+        target_topic = request.naming.target_for(topic)
+        if create_missing:
+            yield topic, run_preflight(source, target, topic, target_topic=target_topic)
+        else:
+            yield topic, check_only(source, target, topic, target_topic)
