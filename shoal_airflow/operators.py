@@ -168,7 +168,6 @@ class ShoalRetentionCheckOperator(BaseOperator):
         self.retention = retention  # the pipeline's retention policy keys (mirror_core.model.retention_policy)
 
     def execute(self, context) -> dict:
-        from mirror_core.model.retention import guard_plan
         from mirror_core.services.deadlines import assess_positions
         from mirror_core.services.lag import retention_policy
 
@@ -184,7 +183,7 @@ class ShoalRetentionCheckOperator(BaseOperator):
             statuses = verdict.statuses
             self.log.info("retention verdict: copy %s; AT_RISK below %.0f s", verdict.copy.how,
                           verdict.policy.at_risk_below_s)
-            losses = guard_plan(source.name, statuses, accept_loss=_flag(self.accept_loss))
+            losses = verdict.losses(accept_loss=_flag(self.accept_loss))
         by_status: dict[str, list[str]] = {}
         for s in statuses:
             by_status.setdefault(s.status.value, []).append(f"{s.topic}-{s.partition}")
@@ -480,7 +479,7 @@ class ShoalDropTopicsOperator(BaseOperator):
         self.target_conn_id, self.plan_path, self.required_prefix = target_conn_id, plan_path, required_prefix
 
     def execute(self, context) -> list[str]:
-        from mirror_core.kafka.topics import TopicAdmin
+        from mirror_core.services.clusters import drop_topics
 
         if len(self.required_prefix or "") < 3:
             raise AirflowFailException(f"refusing to drop topics with prefix {self.required_prefix!r}: too broad")
@@ -489,8 +488,6 @@ class ShoalDropTopicsOperator(BaseOperator):
         if foreign:
             raise AirflowFailException(f"refusing to drop {foreign}: not under scratch prefix {self.required_prefix!r}")
         with airflow_errors():
-            admin = TopicAdmin(ShoalKafkaHook(self.target_conn_id).get_cluster())
-            for topic in topics:
-                admin.delete(topic, missing_ok=True)
+            for topic in drop_topics(ShoalKafkaHook(self.target_conn_id).get_cluster(), topics):
                 self.log.info("dropped scratch topic %s", topic)
         return topics

@@ -1,7 +1,7 @@
 """The backfill form: Airflow Params (JSON Schema, checked when the run is triggered), the cross-field checks
 the schema cannot express (run by the first task of the DAG, which never retries), and the one-active-backfill-per-
-pipeline claim (:func:`claim_pipeline`, :mod:`mirror_core.state.run_claims`) that the backfill DAG and the retention
-guard take."""
+pipeline claim (:func:`claim_pipeline`, through :func:`mirror_core.services.backfill_run.claim_pipeline`) that the
+backfill DAG and the retention guard take."""
 
 from __future__ import annotations
 
@@ -113,15 +113,15 @@ def claims_dir(work_dir: str | None = None):
 def claim_pipeline(pipeline: str, run_id: str, ti, *, by: str, work_dir: str | None = None):
     """Claim ``pipeline`` for the ``shoal_backfill`` run ``run_id``; returns the holder (``run_id``'s claim, or the
     queued/running backfill run that already holds the pipeline)."""
-    from mirror_core.state.run_claims import PipelineClaims
+    from mirror_core.services.backfill_run import claim_pipeline as claim
 
     def active(holder_run_id: str) -> bool:
         return ti.get_dr_count(dag_id=BACKFILL_DAG_ID, run_ids=[holder_run_id], states=ACTIVE_STATES) > 0
 
-    return PipelineClaims(claims_dir(work_dir)).claim(pipeline, run_id, is_active=active, by=by)
+    return claim(claims_dir(work_dir), pipeline, run_id, is_active=active, by=by)
 
 
 def release_pipeline(pipeline: str, run_id: str, *, work_dir: str | None = None) -> bool:
-    from mirror_core.state.run_claims import PipelineClaims
+    from mirror_core.services.backfill_run import release_pipeline as release
 
-    return PipelineClaims(claims_dir(work_dir)).release(pipeline, run_id)
+    return release(claims_dir(work_dir), pipeline, run_id)

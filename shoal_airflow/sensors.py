@@ -92,14 +92,12 @@ class ShoalRetentionDeadlineSensor(BaseSensorOperator):
                                  self.exclude, self.retention, self.at_risk_below_s)
 
     def poke(self, context) -> bool:
-        from mirror_core.model.retention import Status
-
         statuses = self.assess()
         fatal = [s for s in statuses if s.status.value in self.fail_on]
         if fatal:
             raise AirflowFailException("; ".join(f"{s.topic}-{s.partition} {s.status.value}: {s.remedy.text}"
                                                  for s in fatal[:10]))
-        pending = [s for s in statuses if s.status is not Status.SAFE]
+        pending = [s for s in statuses if s.status.value != "SAFE"]  # as fail_on names statuses
         for s in pending:
             self.log.warning("%s-%s %s: %.0f s to loss, margin %.0f s", s.topic, s.partition, s.status.value,
                              s.time_to_loss_s, s.margin_s)

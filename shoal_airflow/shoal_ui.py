@@ -102,8 +102,8 @@ class PipelineSpec:
 
     @classmethod
     def parse(cls, entry: Any) -> PipelineSpec:
+        from mirror_core.config.durations import parse_duration
         from mirror_core.errors import ConfigError
-        from mirror_core.model.retention_policy import parse_duration
 
         where = f"Variable {PIPELINES_VARIABLE}"
         if not isinstance(entry, Mapping):
@@ -233,14 +233,13 @@ def collect_pipeline(spec: PipelineSpec, *, ledger_dir: str | None = None, now_m
     """Everything the page shows about one pipeline (read by :mod:`mirror_core.services.pipeline_view`); an error is
     reported in the view, not raised."""
     from mirror_core.services.deadlines_report import status_to_dict
-    from mirror_core.services.pipeline_view import read_holders, read_lanes
-    from mirror_core.state.ledger import run_summaries
+    from mirror_core.services.pipeline_view import read_holders, read_lanes, read_runs
 
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     view = PipelineView(spec, read_ms=now_ms)
     try:
         if ledger_dir:
-            view.runs = run_summaries(Path(ledger_dir), spec.pipeline)
+            view.runs = read_runs(ledger_dir, spec.pipeline)
         source, target = spec.clusters()
         checkpoints, holders, view.daemon = read_holders(source, target, spec.pipeline, now_ms)
         topics = list(spec.topics) or sorted({t for (_pl, t, _p) in checkpoints})

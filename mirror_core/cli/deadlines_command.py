@@ -15,9 +15,10 @@ import argparse
 import json
 from pathlib import Path
 
+from mirror_core.config.durations import parse_duration
 from mirror_core.errors import ConfigError
 from mirror_core.model.retention import Status
-from mirror_core.model.retention_policy import RetentionPolicy, parse_duration
+from mirror_core.model.retention_policy import RetentionPolicy
 
 EXIT_DEADLINE = 3
 __all__ = ["parse_duration", "load_positions", "add_parser", "run"]

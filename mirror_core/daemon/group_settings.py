@@ -69,7 +69,9 @@ def apply_group_timeouts(source: ClusterConfig, pipeline: str, session_timeout_m
     pipeline's group (``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms`` = a quarter of it).
     The broker refuses values outside its ``group.consumer.min/max.session.timeout.ms`` and
     ``group.consumer.min.heartbeat.interval.ms``: a :class:`ConfigError` names them."""
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    from mirror_core.kafka.admin import ClusterAdmin
 
     group = group_id(pipeline)
     heartbeat_ms = max(100, session_timeout_ms // 4)
@@ -77,7 +79,7 @@ def apply_group_timeouts(source: ClusterConfig, pipeline: str, session_timeout_m
                            incremental_operation=AlterConfigOpType.SET),
                ConfigEntry("consumer.heartbeat.interval.ms", str(heartbeat_ms),
                            incremental_operation=AlterConfigOpType.SET)]
-    admin = AdminClient(source.confluent(log_level=3))
+    admin = ClusterAdmin(source, timeout_s=timeout_s, log_level=3)
     futures = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group,
                                                               incremental_configs=entries)])
     for future in futures.values():

@@ -18,11 +18,11 @@ figures: that link rate, the measured round trip and the fetch size the copy wil
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mirror_core.config.durations import parse_duration
 from mirror_core.errors import ConfigError
 from mirror_core.model.copy_capacity import CopyCapacity
 from mirror_core.model.preflight_rules import LINK_EFFICIENCY, fetch_bytes_for_link
@@ -32,16 +32,8 @@ DEFAULT_LINK_BYTES_PER_S = 100e6        # link bandwidth for the estimate, and t
 DEFAULT_FETCH_BYTES = 4 * 1024 * 1024   # the copier's partition fetch size
 MAX_SIZED_FETCH_BYTES = 64 * 1024 * 1024  # a fetch sized for the link stays below this (backfill_link.MAX_ROUND_BYTES)
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
 
 
-def parse_duration(text: Any, *, what: str) -> float:
-    """``90``, ``90s``, ``15m``, ``2h``, ``1d``, ``1w`` → seconds."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise ConfigError(f"{what} {text!r} is not a duration like 90s, 15m, 2h or 1d")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
 @dataclass(frozen=True)

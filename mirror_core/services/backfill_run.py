@@ -1,6 +1,7 @@
 """A backfill run's driver-side work, the user action behind ``shoal backfill run`` (the Spark job in
 ``spark_apps/backfill_job.py`` is its edge): prepare the targets before any task, and keep the run's ledger — the
-manifest first (so a run in flight shows), the planned losses, then one row per unit the moment the unit ends.
+manifest first (so a run in flight shows), the planned losses, then one row per unit the moment the unit ends — and
+the one-active-backfill-per-pipeline claim the backfill DAG and the retention guard take.
 
 The copying itself is :mod:`mirror_core.engine.backfill` (one Spark task per lane); the ledger's layout is
 :mod:`mirror_core.state.ledger`.
@@ -17,6 +18,7 @@ from mirror_core.kafka.wire_client import WireClient
 from mirror_core.services.preflight import run_preflight
 from mirror_core.state.checkpoint import CheckpointStore
 from mirror_core.state.ledger import LedgerRow, RunManifest, loss_rows, write_ledger
+from mirror_core.state.run_claims import Claim, PipelineClaims
 
 
 def prepare_targets(plan: dict, source: ClusterConfig, target: ClusterConfig, *,
@@ -52,3 +54,16 @@ def begin_run(ledger: Path, manifest: RunManifest, plan: dict) -> list[LedgerRow
 def record_unit(ledger: Path, run_id: str, row: LedgerRow) -> None:
     """One unit's ledger row, the moment the unit ends."""
     write_ledger(ledger, run_id, [row], part=f"unit-{row.unit_id}")
+
+
+def claim_pipeline(claims_dir: Path, pipeline: str, run_id: str, *, is_active: Callable[[str], bool],
+                   by: str = "") -> Claim:
+    """One active backfill per pipeline: claim ``pipeline`` for ``run_id``; returns the holder afterwards
+    (``run_id``'s own claim when it won or already held it, else the active run that holds it:
+    :mod:`mirror_core.state.run_claims`)."""
+    return PipelineClaims(claims_dir).claim(pipeline, run_id, is_active=is_active, by=by)
+
+
+def release_pipeline(claims_dir: Path, pipeline: str, run_id: str) -> bool:
+    """Drop ``run_id``'s claim of ``pipeline`` (never another run's); True when it was held."""
+    return PipelineClaims(claims_dir).release(pipeline, run_id)

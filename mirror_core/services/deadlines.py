@@ -25,6 +25,13 @@ class Assessment:
     policy: object          # mirror_core.model.retention_policy.RetentionPolicy
     inputs: RetentionInputs
 
+    def losses(self, *, accept_loss: bool) -> list:
+        """The LOST ranges a copy starting here would skip, to record in the ledger; refused (RetentionLossError
+        naming them) unless ``accept_loss`` (:func:`mirror_core.model.retention.guard_plan`)."""
+        from mirror_core.model.retention import guard_plan
+
+        return guard_plan(self.cluster, self.statuses, accept_loss=accept_loss)
+
 
 def assess_positions(source: ClusterConfig, topics: Mapping[str, Sequence[int] | None],
                      positions: Mapping[tuple[str, int], int] | None, policy=None, *,

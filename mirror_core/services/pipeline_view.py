@@ -158,3 +158,13 @@ def read_lanes(source: ClusterConfig, target: ClusterConfig, pipeline: str, topi
     positions = {(r.topic, r.partition): r.position for r in rows if r.position is not None}
     verdict = assess_positions(source, {t: None for t in topics}, positions, policy(), target=target)
     return with_lag_and_state(rows, verdict, now_ms, stall_after_s), verdict
+
+
+def read_runs(ledger_dir: str, pipeline: str) -> list[dict]:
+    """The pipeline's backfill runs from the ledger, newest first, with their units finished
+    (:func:`mirror_core.state.ledger.run_summaries`): a run in flight shows."""
+    from pathlib import Path
+
+    from mirror_core.state.ledger import run_summaries
+
+    return run_summaries(Path(ledger_dir), pipeline)

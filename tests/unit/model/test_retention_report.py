@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from rich.console import Console
 
 from mirror_core.cli.deadlines_command import load_positions
+from mirror_core.config.durations import parse_duration
 from mirror_core.errors import ConfigError
 from mirror_core.model.retention import Status
-from mirror_core.model.retention_policy import parse_duration
 from mirror_core.services.deadlines_report import (
     CHART_WIDTH_PX,
     COLOURS,
