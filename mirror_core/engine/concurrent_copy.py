@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from mirror_core.engine.copier import CopyOptions, CopyResult, FetchedOnce, RangeCopier
 from mirror_core.errors import MirrorError, PartitionUnavailableError
@@ -78,7 +78,9 @@ class _Lane:
     first: bool = True
     retry_at: float = 0.0
     failing_since: float | None = None
-    last_progress: float = field(default_factory=time.monotonic)
+    # the first empty answer at or above the last stable offset since the lane last moved (None: moving, or the
+    # source has more): the stall is measured from it, so a fetch retried across a leader failover does not count
+    stalled_since: float | None = None
 
     @property
     def done(self) -> bool:
@@ -231,7 +233,7 @@ class ConcurrentCopy:
         if end <= start:
             self._check_stall(lane, fetched)
             return
-        lane.last_progress = time.monotonic()
+        lane.stalled_since = None
         pace = None
         if self.throttle is not None and fetched.batches:
             size = sum(view.size for view in fetched.batches)
@@ -242,8 +244,13 @@ class ConcurrentCopy:
 
     def _check_stall(self, lane: _Lane, fetched) -> None:
         rng = lane.range
-        if fetched.last_stable_offset <= lane.fetcher.position and \
-                time.monotonic() - lane.last_progress > self.options.stall_timeout_s:
+        if fetched.last_stable_offset > lane.fetcher.position:
+            lane.stalled_since = None  # the source has more: data is coming
+            return
+        now = time.monotonic()
+        if lane.stalled_since is None:
+            lane.stalled_since = now
+        elif now - lane.stalled_since > self.options.stall_timeout_s:
             raise MirrorError(
                 f"cluster {self.source.cluster_name!r} {rng.topic}-{rng.partition}: the range ends at {rng.end} but "
                 f"the partition's last stable offset is {fetched.last_stable_offset} (high watermark "

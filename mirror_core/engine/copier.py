@@ -235,8 +235,8 @@ class RangeCopier:
         prefetch = getattr(fetcher, "prefetch", None) if opts.overlap else None
         pending: list[PreparedBatch] = []
         pending_bytes = 0
-        last_progress = time.monotonic()
         last_position = fetcher.position
+        stalled_since: float | None = None  # the first answer at or above the last stable offset without progress
         while not fetcher.done:
             fetched = fetcher.fetch()
             kept_bytes = sum(view.size for view in fetched.batches)
@@ -279,13 +279,19 @@ class RangeCopier:
                 if pending_bytes >= opts.max_inflight_bytes:
                     self._flush(rng, pending, result, session)
                     pending, pending_bytes = [], 0
-            # progress is the fetch position moving (batches, or markers and aborted data it stepped over), not the
+            # Progress is the fetch position moving (batches, or markers and aborted data it stepped over), not the
             # position being above source_end: batches pending in the write window keep source_end behind it, and a
-            # range past the last stable offset would then fetch the empty end of the partition for ever
+            # range past the last stable offset would then fetch the empty end of the partition for ever. The wait
+            # is measured from the first empty answer at the last stable offset, not from the last progress: a fetch
+            # retried across a leader failover can take longer than the timeout, and a new leader whose high
+            # watermark still lags our position for an answer or two is not a range planned past the end.
             if fetched.batches or fetcher.position > last_position:
-                last_progress, last_position = time.monotonic(), fetcher.position
-            elif fetched.last_stable_offset <= fetcher.position and \
-                    time.monotonic() - last_progress > opts.stall_timeout_s:
+                last_position, stalled_since = fetcher.position, None
+            elif fetched.last_stable_offset > fetcher.position:
+                stalled_since = None  # the source has more: data is coming
+            elif stalled_since is None:
+                stalled_since = time.monotonic()
+            elif time.monotonic() - stalled_since > opts.stall_timeout_s:
                 raise MirrorError(
                     f"cluster {self.source.cluster_name!r} {rng.topic}-{rng.partition}: the range ends at "
                     f"{rng.end} but the partition's last stable offset is {fetched.last_stable_offset} "

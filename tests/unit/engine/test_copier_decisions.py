@@ -6,10 +6,13 @@ answered through the real fetcher's handling (:mod:`tests.unit.engine.source_sta
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import mirror_core.engine.copier as copier_module
 from mirror_core.engine.copier import CopyOptions, RangeCopier
 from mirror_core.errors import MirrorError
 from mirror_core.model.ranges import PartitionRange
@@ -353,3 +356,31 @@ def test_the_position_never_moves_back_nor_past_a_record_not_yet_on_the_target(l
     assert set(wanted) <= set(landed) <= set(log.committed)
     if exact:
         assert landed == wanted
+
+
+def test_a_new_leader_whose_high_watermark_lags_the_position_for_one_answer_is_not_a_wrong_range(monkeypatch):
+    """Leader failover: the copy read up to offset 2 from the old leader; the new leader's HW (hence LSO) is still
+    1 for one answer, then catches up. The range [0, 4) was planned under the LSO (4) and is right. (Found by a
+    committer review of the stall fix: the wait is measured from the first empty answer, not from the last progress,
+    so a fetch retried across a failover does not use up the stall budget.)"""
+    log = SourceLog()
+    log.data(2)   # 0-1
+    log.data(2)   # 2-3
+
+    class FailoverFetcher(LogFetcher):
+        def _fetch_once(self, resent=False):
+            if self.answers == 1:     # second answer: the new leader, HW lagging below our position
+                self.answers += 1
+                clock[0] += 31.0      # the Fetch to the crashed leader timed out (request_timeout_ms 30 s), retried
+                return self.handle(SimpleNamespace(error_code=0, records=memoryview(b""), aborted_transactions=[],
+                                                   high_watermark=1, last_stable_offset=1, log_start_offset=0,
+                                                   diverging_epoch=None))
+            return super()._fetch_once(resent)
+
+    clock = [1000.0]
+    monkeypatch.setattr(copier_module.time, "monotonic", lambda: clock[0])
+    writer = RecordingWriter()
+    copier = RangeCopier(Cluster("src"), Cluster("dst"), writer, CopyOptions(overlap=False))  # stall 30 s
+    result = copier.copy(PartitionRange("orders", 3, 0, 4, "dr.orders", 3),
+                         fetcher=FailoverFetcher(log, 0, 4, per_answer=1))
+    assert writer.source_offsets == [0, 1, 2, 3] and result.source_end == 4
