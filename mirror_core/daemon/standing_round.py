@@ -41,7 +41,6 @@ stall.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 
@@ -53,8 +52,6 @@ from mirror_core.kafka.broker_fetch import _UNREACHABLE, RoundSessions, RoundSta
 from mirror_core.kafka.fetch_session import FetchSession, PartitionKey
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
-
-log = logging.getLogger(__name__)
 
 
 class _Member:

@@ -35,10 +35,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from mirror_core.engine.copier import CopyOptions, CopyResult, FetchedOnce, RangeCopier
-from mirror_core.errors import MirrorError, PartitionUnavailableError
+from mirror_core.engine.copier import CopyOptions, CopyResult, FetchedOnce, RangeCopier, StallWatch
+from mirror_core.errors import PartitionUnavailableError
 from mirror_core.kafka.broker_fetch import PartitionOutcome, PendingRound, RoundStats, deal_to_connections, send_round
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.shared_produce import SharedProduce
@@ -78,9 +78,8 @@ class _Lane:
     first: bool = True
     retry_at: float = 0.0
     failing_since: float | None = None
-    # the first empty answer at or above the last stable offset since the lane last moved (None: moving, or the
-    # source has more): the stall is measured from it, so a fetch retried across a leader failover does not count
-    stalled_since: float | None = None
+    # a range planned past the partition's end, told from a slow source (the copy passes its options' timeout)
+    stall: StallWatch = field(default_factory=lambda: StallWatch(CopyOptions().stall_timeout_s))
 
     @property
     def done(self) -> bool:
@@ -125,7 +124,8 @@ class ConcurrentCopy:
             epoch = writer.resume_epoch if writer.resume_at is not None and start == writer.resume_at else None
             fetcher = RawBatchFetcher(source, rng.topic, rng.partition, start, rng.end,
                                       max_bytes=options.fetch_max_bytes, max_wait_ms=max_wait_ms, last_epoch=epoch)
-            self.lanes.append(_Lane(rng, writer, fetcher, CopyResult(rng, source_start=start, source_end=start)))
+            self.lanes.append(_Lane(rng, writer, fetcher, CopyResult(rng, source_start=start, source_end=start),
+                                    stall=StallWatch(options.stall_timeout_s)))
         # modes none / at-least-once: the lanes' writes of a round go out together, one request per target broker
         # carrying every lane's batch (mirror_core.kafka.shared_produce)
         sharing = [w.batch_writer for w in writers if w.batch_writer is not None]
@@ -231,9 +231,9 @@ class ConcurrentCopy:
         fetched = outcome.result
         end = lane.fetcher.position if not self.options.exact_bounds else min(lane.fetcher.position, rng.end)
         if end <= start:
-            self._check_stall(lane, fetched)
+            lane.stall.no_progress(self.source.cluster_name, rng, fetched, lane.fetcher.position)
             return
-        lane.stalled_since = None
+        lane.stall.moved()
         pace = None
         if self.throttle is not None and fetched.batches:
             size = sum(view.size for view in fetched.batches)
@@ -241,22 +241,6 @@ class ConcurrentCopy:
         share = lane.writer.copy_share(start, end, FetchedOnce(fetched, start), lane.first, pace)
         lane.first = False
         _merge(lane.result, share)
-
-    def _check_stall(self, lane: _Lane, fetched) -> None:
-        rng = lane.range
-        if fetched.last_stable_offset > lane.fetcher.position:
-            lane.stalled_since = None  # the source has more: data is coming
-            return
-        now = time.monotonic()
-        if lane.stalled_since is None:
-            lane.stalled_since = now
-        elif now - lane.stalled_since > self.options.stall_timeout_s:
-            raise MirrorError(
-                f"cluster {self.source.cluster_name!r} {rng.topic}-{rng.partition}: the range ends at {rng.end} but "
-                f"the partition's last stable offset is {fetched.last_stable_offset} (high watermark "
-                f"{fetched.high_watermark}) and nothing arrived for {self.options.stall_timeout_s:.0f}s; plan the "
-                "range up to the last stable offset")
-
 
 def most_severe(errors: Sequence[BaseException]) -> BaseException:
     """The error a copy stops with when several lanes failed in one round (pure): an interrupt or a bug (not an

@@ -104,6 +104,37 @@ def may_prefetch(*, held_bytes: int, fetch_max_bytes: int, budget_bytes: int) ->
     return held_bytes + fetch_max_bytes <= budget_bytes
 
 
+
+@dataclass
+class StallWatch:
+    """Tells a range planned past the partition's end from a source that is merely slow (both copiers use it).
+
+    The wait starts at the first answer that made no progress while the fetch position is at or above the last
+    stable offset, and resets when the position moves or the source has more: a fetch retried across a leader
+    failover can take longer than the timeout, and a new leader whose high watermark lags the position for an
+    answer or two is not a range planned past the end."""
+
+    timeout_s: float
+    since: float | None = None  # the first empty answer at the last stable offset since the position last moved
+
+    def moved(self) -> None:
+        self.since = None
+
+    def no_progress(self, source: str, rng: PartitionRange, fetched, position: int) -> None:
+        """An answer that did not move ``position``: raise once this has lasted ``timeout_s`` with the source
+        holding nothing more (MirrorError naming the cluster, partition, range end and last stable offset)."""
+        if fetched.last_stable_offset > position:
+            self.since = None  # the source has more: data is coming
+            return
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        elif now - self.since > self.timeout_s:
+            raise MirrorError(
+                f"cluster {source!r} {rng.topic}-{rng.partition}: the range ends at {rng.end} but the partition's "
+                f"last stable offset is {fetched.last_stable_offset} (high watermark {fetched.high_watermark}) and "
+                f"nothing arrived for {self.timeout_s:.0f}s; plan the range up to the last stable offset")
+
 @dataclass
 class CopyResult:
     """What one range copy did. ``source_end`` is where the next copy of this partition starts."""
@@ -236,7 +267,7 @@ class RangeCopier:
         pending: list[PreparedBatch] = []
         pending_bytes = 0
         last_position = fetcher.position
-        stalled_since: float | None = None  # the first answer at or above the last stable offset without progress
+        stall = StallWatch(opts.stall_timeout_s)
         while not fetcher.done:
             fetched = fetcher.fetch()
             kept_bytes = sum(view.size for view in fetched.batches)
@@ -279,24 +310,14 @@ class RangeCopier:
                 if pending_bytes >= opts.max_inflight_bytes:
                     self._flush(rng, pending, result, session)
                     pending, pending_bytes = [], 0
-            # Progress is the fetch position moving (batches, or markers and aborted data it stepped over), not the
+            # progress is the fetch position moving (batches, or markers and aborted data it stepped over), not the
             # position being above source_end: batches pending in the write window keep source_end behind it, and a
-            # range past the last stable offset would then fetch the empty end of the partition for ever. The wait
-            # is measured from the first empty answer at the last stable offset, not from the last progress: a fetch
-            # retried across a leader failover can take longer than the timeout, and a new leader whose high
-            # watermark still lags our position for an answer or two is not a range planned past the end.
+            # range past the last stable offset would then fetch the empty end of the partition for ever
             if fetched.batches or fetcher.position > last_position:
-                last_position, stalled_since = fetcher.position, None
-            elif fetched.last_stable_offset > fetcher.position:
-                stalled_since = None  # the source has more: data is coming
-            elif stalled_since is None:
-                stalled_since = time.monotonic()
-            elif time.monotonic() - stalled_since > opts.stall_timeout_s:
-                raise MirrorError(
-                    f"cluster {self.source.cluster_name!r} {rng.topic}-{rng.partition}: the range ends at "
-                    f"{rng.end} but the partition's last stable offset is {fetched.last_stable_offset} "
-                    f"(high watermark {fetched.high_watermark}) and nothing arrived for {opts.stall_timeout_s:.0f}s;"
-                    " plan the range up to the last stable offset")
+                last_position = fetcher.position
+                stall.moved()
+            else:
+                stall.no_progress(self.source.cluster_name, rng, fetched, fetcher.position)
             # everything up to the fetch position is either pending or needs no copy (markers, aborted data)
             if not pending:
                 _advance_end(result, self._reachable_end(fetcher, rng), fetcher.last_epoch)
