@@ -413,7 +413,15 @@ def child_main(mirror: str) -> None:
     if (os.cpu_count() or 1) >= 2:
         os.sched_setaffinity(0, {MIRROR_CORE})
     spec = json.loads(sys.stdin.read())
-    report = CHILDREN[mirror](spec)
+    profile_to = os.environ.get("SHOAL_BENCH_PROFILE")   # a measurement aid: cProfile (CPU clock) into this file
+    if profile_to:
+        import cProfile
+
+        profiler = cProfile.Profile(time.process_time)
+        report = profiler.runcall(CHILDREN[mirror], spec)
+        profiler.dump_stats(f"{profile_to}.{mirror}.prof")
+    else:
+        report = CHILDREN[mirror](spec)
     report["affinity"] = sorted(os.sched_getaffinity(0))
     print(json.dumps(report))
 

@@ -42,7 +42,7 @@ from mirror_core.codec.records_digest import RecordsDigest
 from mirror_core.errors import ConfigError, MirrorError
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
-from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
+from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, WriteStream
 from mirror_core.model.offset_runs import OffsetRuns
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.model.throttle import Throttle
@@ -262,12 +262,26 @@ class RangeCopier:
 
     def _copy_from(self, rng: PartitionRange, result: CopyResult, session: _Session, fetcher: BatchSource,
                    bounds, started: float, progress: Progress | None) -> CopyResult:
+        try:
+            return self._copy_loop(rng, result, session, fetcher, bounds, started, progress)
+        except BaseException:
+            if session.stream is not None:   # batches in flight: take their answers, send nothing more
+                session.stream.settle()
+                session.stream = None
+            raise
+
+    def _copy_loop(self, rng: PartitionRange, result: CopyResult, session: _Session, fetcher: BatchSource,
+                   bounds, started: float, progress: Progress | None) -> CopyResult:
         opts = self.options
         prefetch = getattr(fetcher, "prefetch", None) if opts.overlap else None
+        # overlap: each prepared batch goes to a write stream at once, so the target works on a write's first
+        # batches while the copier prepares the rest (on one partition of small batches the broker sat idle through
+        # every preparation); the batches still wait in ``pending`` for their bookkeeping at the flush
+        streaming = opts.overlap and getattr(self.writer, "stream", None) is not None
         pending: list[PreparedBatch] = []
         pending_bytes = 0
-        last_position = fetcher.position
         stall = StallWatch(opts.stall_timeout_s)
+        last_position = fetcher.position
         while not fetcher.done:
             fetched = fetcher.fetch()
             kept_bytes = sum(view.size for view in fetched.batches)
@@ -298,6 +312,8 @@ class RangeCopier:
                     result.newest_timestamp_ms = view.max_timestamp
                 pending.append(prepared)
                 pending_bytes += len(prepared.data)
+                if streaming:
+                    streaming = self._stream(rng, session, prepared)
                 if isinstance(prepared.data, memoryview):
                     held_in_place += len(prepared.data)
                 if pending_bytes >= opts.max_inflight_bytes:
@@ -344,14 +360,39 @@ class RangeCopier:
     def _reachable_end(self, fetcher: BatchSource, rng: PartitionRange) -> int:
         return fetcher.position if not self.options.exact_bounds else min(fetcher.position, rng.end)
 
-    def _flush(self, rng: PartitionRange, pending: list[PreparedBatch], result: CopyResult,
-               session: _Session) -> None:
-        outgoing = [OutgoingBatch(rng.target_topic, rng.target_partition, p.data, p.source_first_offset)
-                    for p in pending]
+    def _stream(self, rng: PartitionRange, session: _Session, prepared: PreparedBatch) -> bool:
+        """Give ``prepared`` to the open write stream (opened, and the landing rule told, at a write's first
+        batch); False when the writer writes whole lists only (then :meth:`_flush` writes ``pending``)."""
+        if session.stream is None:
+            stream = self.writer.stream()
+            if stream is None:
+                return False
+            self._announce(session, prepared)
+            session.stream = stream
+        session.stream.add(OutgoingBatch(rng.target_topic, rng.target_partition, prepared.data,
+                                         prepared.source_first_offset))
+        return True
+
+    @staticmethod
+    def _announce(session: _Session, first: PreparedBatch) -> None:
+        """Before the copy's first batch is sent: the landing rule's look at it (once per copy)."""
         if session.expected is None and session.landing is not None and not session.announced:
             session.announced = True
-            session.landing.before_first_write(pending[0])
-        bases = self.writer.write(outgoing)
+            session.landing.before_first_write(first)
+
+    def _flush(self, rng: PartitionRange, pending: list[PreparedBatch], result: CopyResult,
+               session: _Session) -> None:
+        stream, session.stream = session.stream, None
+        if stream is not None and len(stream) == len(pending):
+            bases = stream.finish()
+        else:
+            if stream is not None:  # cannot happen: every pending batch went to the stream or none did
+                stream.settle()
+                raise MirrorError(f"{rng.topic}-{rng.partition}: {len(stream)} of {len(pending)} batches were "
+                                  "streamed")
+            self._announce(session, pending[0])
+            bases = self.writer.write([OutgoingBatch(rng.target_topic, rng.target_partition, p.data,
+                                                     p.source_first_offset) for p in pending])
         for prepared, base in zip(pending, bases, strict=True):
             base = session.check_landing(self.target.cluster_name, rng, prepared, base)
             if result.first_target_offset is None:
@@ -383,6 +424,7 @@ class _Session:
     markers_allowed: int = 0
     landing: LandingRule | None = None  # checks the first batch (the copier has no earlier landing to go by)
     announced: bool = False  # the landing rule was told about the first batch before it was written
+    stream: WriteStream | None = None  # the write being given batch by batch (``pending`` of the copy loop)
 
     def check_landing(self, cluster: str, rng: PartitionRange, prepared: PreparedBatch, base: int) -> int:
         where = f"cluster {cluster!r} {rng.target_topic}-{rng.target_partition}"

@@ -176,52 +176,13 @@ class ProducePipeline(PipelineRetry):
 
         Returns False (nothing done) when the write is not on this shape: the partition's leader not yet looked
         up (the general :meth:`_fill` looks it up), no fast connection to it, or a failure being drained."""
-        if self.failed or self.draining:
+        route = self._one_partition_route()
+        if route is None:
             return False
-        (key, queue), = self.unacked.items()
-        node = self.leaders.get(key)
-        if node is None:
-            return False
-        conn = self.transport.fast_connection(node)
-        if conn is None:
-            return False
-        tp = key[1]
-        topic, partition = tp
-        writer = self.writer
-        acknowledged, next_seq = writer._acknowledged, writer._next_seq
-        sent, send_seq, inflight, node_load, stats = self.sent, self.send_seq, self.inflight, self.node_load, \
-            self.stats
-        max_inflight_bytes, produce = self.max_inflight_bytes, conn.produce
+        key, tp, conn = route
+        inflight = self.inflight
         while True:
-            count = sent[key]
-            load = node_load[node]
-            while count < len(queue) and load < MAX_IN_FLIGHT and (not count or tp in acknowledged):
-                p = queue[count]
-                data = p.batch.data
-                size = len(data)
-                if inflight and self.inflight_bytes + size > max_inflight_bytes:
-                    break
-                sequence = next_seq[tp] if not count else send_seq[key]
-                writer._stamp(p, sequence)
-                send_seq[key] = next_sequence(sequence, p.records)
-                count += 1
-                sent[key] = count
-                timeout_ms = writer.produce_timeout_ms
-                try:
-                    future = produce(transactional_id=writer.transactional_id if writer._in_txn else None,
-                                     acks=writer.acks, timeout_ms=timeout_ms,
-                                     topic_data=[(topic, [(partition, data)])], max_version=PRODUCE_MAX_VERSION,
-                                     request_timeout_ms=timeout_ms + 5_000, defer=True)
-                except Errors.KafkaError as exc:
-                    future = Future().failure(exc)
-                inflight.append(_Request(node, {tp: p}, [key], size, future))
-                load += 1
-                node_load[node] = load
-                self.inflight_bytes += size
-                if stats is not None:
-                    stats.requests += 1
-                    stats.batches += 1
-            conn.flush()
+            self._send_one_partition(key, tp, conn)
             if not inflight:
                 return False
             self._take_one_partition(inflight.popleft(), key, tp)
@@ -229,6 +190,105 @@ class ProducePipeline(PipelineRetry):
                 self._take_one_partition(inflight.popleft(), key, tp)
             if self.draining or key not in self.unacked:
                 return True
+
+    def _one_partition_route(self):
+        """(key, tp, fast connection) when this write is one writer's to one partition whose leader is known and
+        reached by a fast connection, and no failure is being handled; else None."""
+        if self.failed or self.draining or len(self.writers) != 1 or len(self.unacked) != 1:
+            return None
+        (key, _), = self.unacked.items()
+        node = self.leaders.get(key)
+        if node is None:
+            return None
+        conn = self.transport.fast_connection(node)
+        if conn is None:
+            return None
+        return key, key[1], conn
+
+    def _send_one_partition(self, key: tuple, tp: tuple[str, int], conn) -> None:
+        """Send the partition's next batches while :meth:`_fill`'s limits allow, then flush (one ``sendmsg``)."""
+        queue = self.unacked[key]
+        node = self.leaders[key]
+        topic, partition = tp
+        writer = self.writer
+        acknowledged, next_seq = writer._acknowledged, writer._next_seq
+        sent, send_seq, inflight, node_load, stats = self.sent, self.send_seq, self.inflight, self.node_load, \
+            self.stats
+        max_inflight_bytes, produce = self.max_inflight_bytes, conn.produce
+        count = sent[key]
+        load = node_load[node]
+        while count < len(queue) and load < MAX_IN_FLIGHT and (not count or tp in acknowledged):
+            p = queue[count]
+            data = p.batch.data
+            size = len(data)
+            if inflight and self.inflight_bytes + size > max_inflight_bytes:
+                break
+            sequence = next_seq[tp] if not count else send_seq[key]
+            writer._stamp(p, sequence)
+            send_seq[key] = next_sequence(sequence, p.records)
+            count += 1
+            sent[key] = count
+            timeout_ms = writer.produce_timeout_ms
+            try:
+                future = produce(transactional_id=writer.transactional_id if writer._in_txn else None,
+                                 acks=writer.acks, timeout_ms=timeout_ms,
+                                 topic_data=[(topic, [(partition, data)])], max_version=PRODUCE_MAX_VERSION,
+                                 request_timeout_ms=timeout_ms + 5_000, defer=True)
+            except Errors.KafkaError as exc:
+                future = Future().failure(exc)
+            inflight.append(_Request(node, {tp: p}, [key], size, future))
+            load += 1
+            node_load[node] = load
+            self.inflight_bytes += size
+            if stats is not None:
+                stats.requests += 1
+                stats.batches += 1
+        conn.flush()
+
+    # -- a write given a batch at a time (WriteStream) --------------------------------------------------------
+
+    def add(self, slot: int, pending: PendingBatch) -> None:
+        """One more batch of writer ``slot``, after every batch given before (a partition's order is the order
+        given, whether the batches came at construction or one by one)."""
+        key = (slot, (pending.batch.topic, pending.batch.partition))
+        self.unacked[key].append(pending)
+        self.sent.setdefault(key, 0)
+
+    def pump(self) -> None:
+        """A turn that never waits: take the answers that already arrived, then send what the limits allow (the
+        same decisions as :meth:`run`'s turns, which differ only in waiting for the oldest answer). A failure is
+        only noted here (``draining``): its handling (resends, backoff, a new producer id, or the error) is
+        :meth:`run`'s, when the writer's caller finishes the write."""
+        inflight = self.inflight
+        try:
+            route = self._one_partition_route()
+            if route is not None and ONE_PARTITION_LOOP:
+                key, tp, conn = route
+                while inflight and not self.draining and conn.answered(inflight[0].future):
+                    self._take_one_partition(inflight.popleft(), key, tp)
+                if not self.draining and key in self.unacked:
+                    self._send_one_partition(key, tp, conn)
+                return
+            transport = self.transport
+            while inflight and not self.draining and transport.answered(inflight[0].future):
+                self._complete(inflight.popleft())
+            if not self.draining:
+                self._fill()
+                transport.flush()
+        except BaseException:
+            self._abandon()
+            raise
+
+    def settle(self) -> None:
+        """The caller gives up on this write (its own error, before :meth:`run`): take the answers of the requests
+        in flight as :meth:`run` would, so the writer's sequences match what the broker wrote, then leave. Batches
+        never sent are dropped; nothing is resent."""
+        try:
+            while self.inflight:
+                self._complete(self.inflight.popleft())
+        except BaseException:
+            self._abandon()
+            raise
 
     def _take_one_partition(self, request: _Request, key: tuple, tp: tuple[str, int]) -> None:
         """:meth:`_complete` for a request of :meth:`_run_one_partition`: a clean acknowledgement of its batch is

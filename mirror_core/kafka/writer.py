@@ -143,6 +143,13 @@ class BatchWriter(TransactionalProducer):
             raise self._fenced_or_timed_out(exc) from None
         return results
 
+    def stream(self) -> WriteStream | None:
+        """A write given a batch at a time (:class:`WriteStream`), or None where writes go through a
+        :class:`~mirror_core.kafka.shared_produce.SharedProduce` (there lanes' writes meet in shared requests)."""
+        if self.shared is not None and not self._in_txn:
+            return None
+        return WriteStream(self)
+
     def prepare_write(self, batches: Sequence[OutgoingBatch]) -> list[int]:
         """Before a shared write (:func:`write_together`): each batch's record count (ValueError naming a batch
         that cannot be written as it is), and a producer id."""
@@ -248,6 +255,84 @@ def write_together(writes: Sequence[tuple[BatchWriter, Sequence[OutgoingBatch], 
     if jobs:
         ProducePipeline(jobs, stats).run()
     return results
+
+
+class WriteStream:
+    """One write whose batches are given one at a time (:meth:`BatchWriter.stream`): :meth:`add` sends what the
+    pipeline's limits allow and takes the answers that already arrived, never waiting; :meth:`finish` waits for
+    the rest and returns the base offsets, as :meth:`BatchWriter.write` of the same batches would. So the caller
+    prepares its next batches while the broker works on the ones in flight, instead of preparing a whole write
+    before sending any of it (one partition of small batches: the broker then idled while the copier prepared).
+
+    The pipeline is :meth:`BatchWriter.write`'s, with the same decisions (requests, sequences, limits, order;
+    tested byte for byte): only when requests leave differs. A failure answered during :meth:`add` is handled
+    (resent, retried, or raised) in :meth:`finish`, as a write would. A caller that fails before finishing calls
+    :meth:`settle`: the answers in flight are taken (so the writer's sequences match what the broker wrote) and
+    the batches not yet sent are dropped. Used by one thread; after :meth:`finish` or :meth:`settle` it is done."""
+
+    def __init__(self, writer: BatchWriter):
+        self.writer = writer
+        self.results: list[int] = []      # base offsets, in the order given (-1 until acknowledged)
+        self._pipeline: ProducePipeline | None = None
+        self._partitions: set[tuple[str, int]] = set()
+        self.done = False
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def add(self, batch: OutgoingBatch) -> None:
+        """Queue ``batch`` after the ones given before and send what the limits allow; never waits for an answer.
+        A batch that cannot be written as it is raises ValueError naming it (the stream stays open: settle it)."""
+        if self.done:
+            raise MirrorError("a finished write stream takes no more batches")
+        writer = self.writer
+        count = _check_ready(batch)
+        tp = (batch.topic, batch.partition)
+        try:
+            if writer.producer_id < 0:
+                writer.init_producer_id()
+            if tp not in self._partitions and writer._in_txn:
+                writer._add_partitions([tp])
+        except ProducerFencedError as exc:
+            raise writer._fenced_or_timed_out(exc) from None
+        self._partitions.add(tp)
+        if self._pipeline is None:
+            self._pipeline = ProducePipeline([(writer, (), self.results, ())])
+        self.results.append(-1)
+        self._pipeline.add(0, PendingBatch(len(self.results) - 1, batch, count))
+        try:
+            self._pipeline.pump()
+        except BaseException as exc:
+            self.done = True  # the pipeline gave up (and waited for its requests in flight)
+            if isinstance(exc, ProducerFencedError):
+                raise writer._fenced_or_timed_out(exc) from None
+            raise
+
+    def finish(self) -> list[int]:
+        """Wait until every batch given is acknowledged (retrying as a write does); their base offsets in order."""
+        if self.done:
+            raise MirrorError("the write stream was already finished or given up")
+        self.done = True
+        if self._pipeline is not None:
+            # the retry window starts now, as a write's does when it is called (the stream may be older)
+            self._pipeline.backoff.give_up_after = self.writer._retry_window_s()
+            try:
+                self._pipeline.run()
+            except ProducerFencedError as exc:
+                raise self.writer._fenced_or_timed_out(exc) from None
+        return self.results
+
+    def settle(self) -> None:
+        """Give up the stream (the caller failed): wait for the answers in flight, send nothing more. Never raises
+        over the caller's error: a failure here is logged."""
+        if self.done:
+            return
+        self.done = True
+        if self._pipeline is not None:
+            try:
+                self._pipeline.settle()
+            except Exception:  # noqa: BLE001 - the caller's error is the one to report
+                log.debug("settling a given-up write stream failed", exc_info=True)
 
 
 def _check_ready(batch: OutgoingBatch) -> int:

@@ -163,3 +163,45 @@ class RecordingWriter:
     @property
     def source_offsets(self) -> list[int]:
         return [r.source_offset for r in self.landed]
+
+
+class StreamingWriter(RecordingWriter):
+    """A :class:`RecordingWriter` that also takes a write a batch at a time (``stream()``, as ``BatchWriter`` does):
+    the batches given to a stream land when it is finished, as one write call; ``added`` keeps, per stream, how
+    many batches had been given when it was finished (or settled); ``settled`` counts streams given up."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.added: list[int] = []
+        self.settled = 0
+        self.open: _Stream | None = None
+
+    def stream(self):
+        if self.open is not None:
+            raise AssertionError("a second stream opened before the first was finished or settled")
+        self.open = _Stream(self)
+        return self.open
+
+
+class _Stream:
+    def __init__(self, writer: StreamingWriter):
+        self.writer, self.batches, self.done = writer, [], False
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def add(self, batch) -> None:
+        assert not self.done
+        self.batches.append(batch)
+
+    def finish(self) -> list[int]:
+        assert not self.done
+        self.done, self.writer.open = True, None
+        self.writer.added.append(len(self.batches))
+        return self.writer.write(self.batches)
+
+    def settle(self) -> None:
+        if not self.done:
+            self.done, self.writer.open = True, None
+            self.writer.added.append(len(self.batches))
+            self.writer.settled += 1

@@ -16,7 +16,7 @@ import mirror_core.engine.copier as copier_module
 from mirror_core.engine.copier import CopyOptions, RangeCopier
 from mirror_core.errors import MirrorError
 from mirror_core.model.ranges import PartitionRange
-from tests.unit.engine.source_stand_ins import Cluster, LogFetcher, RecordingWriter, SourceLog
+from tests.unit.engine.source_stand_ins import Cluster, LogFetcher, RecordingWriter, SourceLog, StreamingWriter
 
 pytestmark = [pytest.mark.unit, pytest.mark.timeout(60)]
 
@@ -219,6 +219,43 @@ def test_batches_are_written_whenever_the_window_fills_and_each_flush_is_told_on
     assert result.source_end == 14
 
 
+def test_with_overlap_each_batch_goes_to_the_write_stream_and_the_flushes_are_the_same():
+    """Overlap on a writer that streams: every prepared batch is given to the open stream as it is prepared, the
+    stream is finished where a whole write would have been made, and the checkpoints are told the same."""
+    log = SourceLog()
+    for _ in range(7):
+        log.data(2)
+    batch_size = len(log.batches[0][2])
+    writer = StreamingWriter()
+    listener = Listener(writer)
+    result, _, _ = copy(log, 0, log.next, writer=writer, listener=listener, per_answer=7,
+                        max_inflight_bytes=batch_size * 3, overlap=True)
+    assert writer.calls == writer.added == [3, 3, 1] and writer.settled == 0
+    assert writer.source_offsets == list(range(14))
+    assert [told[0] for told in listener.told] == [6, 12, 14, 14]
+    assert result.source_end == 14
+
+
+def test_a_copy_that_halts_with_batches_in_the_write_stream_settles_it():
+    """The copy fails while batches wait in the open stream (some may be in flight): the stream is given up, its
+    answers taken, nothing more sent; the halt is what the caller sees, and nothing is counted as written."""
+    log = SourceLog()
+    log.data(3)
+    writer = StreamingWriter()
+    with pytest.raises(MirrorError, match="last stable offset is 3"):
+        copy(log, 0, 10, writer=writer, stall_timeout_s=0.0, overlap=True)
+    assert writer.settled == 1 and writer.added == [1] and writer.open is None
+    assert writer.calls == [] and writer.landed == []
+
+
+def test_a_writer_without_streams_gets_whole_writes_with_overlap_on():
+    log = SourceLog()
+    for _ in range(4):
+        log.data(2)
+    _, writer, _ = copy(log, 0, 8, overlap=True, per_answer=4)
+    assert writer.source_offsets == list(range(8)) and writer.calls == [4]
+
+
 # -- prefetch (overlap) -------------------------------------------------------------------------------------------
 
 def test_the_next_fetch_is_sent_as_soon_as_an_answer_is_taken_while_the_budget_allows():
@@ -336,7 +373,8 @@ def test_the_position_never_moves_back_nor_past_a_record_not_yet_on_the_target(l
     window = data.draw(st.integers(1, 400), label="max_inflight_bytes")
     per_answer = data.draw(st.integers(1, 4), label="per_answer")
     exact = data.draw(st.booleans(), label="exact_bounds")
-    writer = RecordingWriter()
+    streamed = data.draw(st.booleans(), label="streamed")       # batches given to a write stream as prepared
+    writer = StreamingWriter() if streamed else RecordingWriter()
     seen: list[int] = []
 
     def progress(result):
@@ -345,7 +383,9 @@ def test_the_position_never_moves_back_nor_past_a_record_not_yet_on_the_target(l
         assert set(below) <= set(writer.source_offsets), "the position passed a record the target does not hold"
 
     result, _, _ = copy(log, start, end, writer=writer, per_answer=per_answer, progress=progress,
-                        max_inflight_bytes=window, exact_bounds=exact)
+                        max_inflight_bytes=window, exact_bounds=exact, overlap=streamed)
+    if streamed:
+        assert writer.calls == writer.added and not writer.settled and writer.open is None
     assert seen == sorted(seen)
     assert result.source_end >= end
     if exact:
