@@ -137,6 +137,8 @@ class ProducePipeline(PipelineRetry):
         # (a moved leader answers NOT_LEADER_OR_FOLLOWER, which fails it) and before every retry, so a retry
         # always asks the client's metadata afresh, as each send did before
         self.leaders: dict[tuple, int] = {}
+        # pump's one-partition route (key, tp, connection), found once: a noted failure ends pumping for good
+        self._pump_route: tuple | None = None
 
     def run(self) -> None:
         # Per turn: send what the limits allow (the requests queued in one turn leave together, one sendmsg per
@@ -255,19 +257,30 @@ class ProducePipeline(PipelineRetry):
         self.sent.setdefault(key, 0)
 
     def pump(self) -> None:
-        """A turn that never waits: take the answers that already arrived, then send what the limits allow (the
-        same decisions as :meth:`run`'s turns, which differ only in waiting for the oldest answer). A failure is
-        only noted here (``draining``): its handling (resends, backoff, a new producer id, or the error) is
-        :meth:`run`'s, when the writer's caller finishes the write."""
+        """A turn that never waits: send what the limits allow and, when a batch still waits for room, take the
+        answers that already arrived and send again (the same decisions as :meth:`run`'s turns, which differ only
+        in waiting for the oldest answer). A failure is only noted here (``draining``): its handling (resends,
+        backoff, a new producer id, or the error) is :meth:`run`'s, when the writer's caller finishes the write."""
+        if self.failed or self.draining:
+            return
         inflight = self.inflight
         try:
-            route = self._one_partition_route()
-            if route is not None and ONE_PARTITION_LOOP:
+            route = self._pump_route if len(self.unacked) == 1 else None
+            if route is None and ONE_PARTITION_LOOP:
+                route = self._pump_route = self._one_partition_route()
+            if route is not None:
                 key, tp, conn = route
-                while inflight and not self.draining and conn.answered(inflight[0].future):
-                    self._take_one_partition(inflight.popleft(), key, tp)
-                if not self.draining and key in self.unacked:
-                    self._send_one_partition(key, tp, conn)
+                queue = self.unacked.get(key)
+                if queue is None:
+                    return
+                self._send_one_partition(key, tp, conn)
+                if self.sent[key] < len(queue):   # a batch waits for room: take the answers already here
+                    took = False
+                    while inflight and not self.draining and conn.answered(inflight[0].future):
+                        self._take_one_partition(inflight.popleft(), key, tp)
+                        took = True
+                    if took and not self.draining and key in self.unacked:
+                        self._send_one_partition(key, tp, conn)
                 return
             transport = self.transport
             while inflight and not self.draining and transport.answered(inflight[0].future):
