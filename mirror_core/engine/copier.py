@@ -16,6 +16,12 @@ checkpoint: nothing skipped, nothing committed twice). Memory is bounded by ``Co
 one more full answer fit in it (:func:`may_prefetch`); by default ``2 × fetch_max_bytes + max_inflight_bytes``.
 Answers count whole (:attr:`FetchResult.frame_bytes`: aborted transactions, markers and a cut-off tail included),
 and so does an answer kept alive by batches waiting in place (re-stamped in its buffer, not copied).
+Overlap on the target side too: with a writer that takes a write a batch at a time
+(:meth:`BatchWriter.stream <mirror_core.kafka.writer.BatchWriter.stream>`), each prepared batch is given to the open
+:class:`~mirror_core.kafka.writer.WriteStream` as soon as it is prepared (sent as the pipeline's limits allow) and the
+flush only finishes the stream, so the broker works on a write's first batches while the copier prepares the rest;
+the batches are held exactly as before (they wait in ``pending`` for the flush's bookkeeping), the checkpoint still
+moves at the flush only, and a copy failing with a stream open settles it (answers in flight taken, nothing more sent).
 
 Range bounds: by default whole batches are copied, so a batch that straddles ``end`` is copied whole and the
 actual end (the next offset after it) is reported; the next range or the daemon starts there. With
@@ -264,10 +270,15 @@ class RangeCopier:
                    bounds, started: float, progress: Progress | None) -> CopyResult:
         try:
             return self._copy_loop(rng, result, session, fetcher, bounds, started, progress)
-        except BaseException:
-            if session.stream is not None:   # batches in flight: take their answers, send nothing more
-                session.stream.settle()
-                session.stream = None
+        except BaseException as exc:
+            stream, session.stream = session.stream, None
+            if stream is not None:   # batches may be in flight: take their answers, send nothing more
+                if not isinstance(exc, Exception):
+                    stream.drop()    # interrupted: no waiting for answers (the writer renews its producer id)
+                else:
+                    fence = stream.settle()
+                    if fence is not None:   # fenced meanwhile: the lane is no longer ours, whatever else failed
+                        raise fence from exc
             raise
 
     def _copy_loop(self, rng: PartitionRange, result: CopyResult, session: _Session, fetcher: BatchSource,

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import kafka.errors as Errors
 from kafka.future import Future
 
-from mirror_core.errors import MirrorError
+from mirror_core.errors import MirrorError, ProducerFencedError
 from mirror_core.kafka.produce_errors import STATE_LOST
 from mirror_core.kafka.produce_retry import PipelineRetry
 from mirror_core.kafka.produce_transport import PRODUCE_MAX_VERSION, ProduceTransport
@@ -290,18 +290,35 @@ class ProducePipeline(PipelineRetry):
                 transport.flush()
         except BaseException:
             self._abandon()
+            self._mark_unknown()
             raise
 
-    def settle(self) -> None:
+    def settle(self) -> ProducerFencedError | None:
         """The caller gives up on this write (its own error, before :meth:`run`): take the answers of the requests
-        in flight as :meth:`run` would, so the writer's sequences match what the broker wrote, then leave. Batches
-        never sent are dropped; nothing is resent."""
+        in flight as :meth:`run` would, then leave; batches never sent are dropped, nothing is resent. Unless every
+        batch sent was acknowledged, the writers' sequences no longer match the broker's (a request without an
+        answer, or refused after it was written, may have landed): they are marked so, and take a new producer id
+        or epoch before they write again (:meth:`BatchWriter._sequences_unknown`). Returns the fence if the
+        broker fenced a writer meanwhile (the caller reports it: the lane is no longer ours); raises only what is
+        not a Kafka answer."""
+        fence = None
         try:
             while self.inflight:
                 self._complete(self.inflight.popleft())
+        except ProducerFencedError as exc:
+            fence = exc
+            self._abandon()
         except BaseException:
             self._abandon()
+            self._mark_unknown()
             raise
+        if fence is not None or self.failed or any(self.sent.get(key) for key in self.unacked):
+            self._mark_unknown()
+        return fence
+
+    def _mark_unknown(self) -> None:
+        for writer in self.writers:
+            writer._sequences_unknown = True
 
     def _take_one_partition(self, request: _Request, key: tuple, tp: tuple[str, int]) -> None:
         """:meth:`_complete` for a request of :meth:`_run_one_partition`: a clean acknowledgement of its batch is

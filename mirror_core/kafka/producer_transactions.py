@@ -68,6 +68,7 @@ class TransactionalProducer:
         self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
         self._next_seq.clear()
         self._acknowledged.clear()
+        self._sequences_unknown = False
         self._in_txn = False
         self._txn_partitions.clear()
         self._txn_expected.clear()
@@ -213,6 +214,8 @@ class TransactionalProducer:
             raise MirrorError("begin_transaction needs a transactional_id")
         if self.producer_id < 0:
             self.init_producer_id()
+        elif self._sequences_unknown:   # a given-up write (WriteStream.settle): a new epoch before a new transaction
+            self.init_producer_id(keep=True)
         self._in_txn = True
         self._txn_started = time.monotonic()
         self._txn_partitions.clear()

@@ -103,6 +103,10 @@ class BatchWriter(TransactionalProducer):
         # producer state and enforces our sequences there); see ProducePipeline._fill
         self._acknowledged: set[tuple[str, int]] = set()
         self._in_txn = False
+        # a given-up write stream (WriteStream.settle / drop) left requests whose outcome is unknown: the broker may
+        # hold batches this writer never heard acknowledged, so its sequences are renewed (a new producer id, or a
+        # new epoch for a transactional id) before it writes again; cleared by init_producer_id
+        self._sequences_unknown = False
         self._txn_started = 0.0  # monotonic time of begin_transaction
         self._txn_partitions: set[tuple[str, int]] = set()
         # outside transactions, writes may go through a SharedProduce (mirror_core.kafka.shared_produce): several lanes'
@@ -128,6 +132,7 @@ class BatchWriter(TransactionalProducer):
         ``MAX_IN_FLIGHT`` requests per broker are in flight at once; a base offset of -1 means the broker
         reported the batch as an already-written duplicate without its offset.
         """
+        self._renew_if_sequences_unknown()
         if self.shared is not None and not self._in_txn:
             return self.shared.write(self, batches)
         counts = [_check_ready(batch) for batch in batches]   # each batch parsed once
@@ -148,7 +153,19 @@ class BatchWriter(TransactionalProducer):
         :class:`~mirror_core.kafka.shared_produce.SharedProduce` (there lanes' writes meet in shared requests)."""
         if self.shared is not None and not self._in_txn:
             return None
+        self._renew_if_sequences_unknown()
         return WriteStream(self)
+
+    def _renew_if_sequences_unknown(self) -> None:
+        """After a given-up write stream whose outcome is unknown: a new producer id (idempotent) or epoch
+        (transactional, its current id and epoch sent so a newer holder is not fenced) before writing; inside a
+        transaction the caller must abort first (the transaction holds batches it cannot account for)."""
+        if not self._sequences_unknown:
+            return
+        if self._in_txn:
+            raise MirrorError(f"{self._who}: a write of the open transaction was given up with its outcome unknown; "
+                              "abort the transaction before writing again")
+        self.init_producer_id(keep=True)
 
     def prepare_write(self, batches: Sequence[OutgoingBatch]) -> list[int]:
         """Before a shared write (:func:`write_together`): each batch's record count (ValueError naming a batch
@@ -322,17 +339,31 @@ class WriteStream:
                 raise self.writer._fenced_or_timed_out(exc) from None
         return self.results
 
-    def settle(self) -> None:
-        """Give up the stream (the caller failed): wait for the answers in flight, send nothing more. Never raises
-        over the caller's error: a failure here is logged."""
+    def settle(self) -> MirrorError | None:
+        """Give up the stream (the caller failed): wait for the answers in flight, send nothing more. Unless every
+        batch sent was acknowledged, the writer takes a new producer id or epoch before it writes again. Returns
+        the fence if the target fenced this writer meanwhile (the caller raises it over its own error: the lane is
+        no longer ours); anything else going wrong here is logged, never raised over the caller's error."""
         if self.done:
-            return
+            return None
         self.done = True
-        if self._pipeline is not None:
-            try:
-                self._pipeline.settle()
-            except Exception:  # noqa: BLE001 - the caller's error is the one to report
-                log.debug("settling a given-up write stream failed", exc_info=True)
+        if self._pipeline is None:
+            return None
+        try:
+            fence = self._pipeline.settle()
+        except Exception as exc:  # noqa: BLE001 - the caller's error is the one to report
+            log.warning("%s: giving up a write stream: %s: %s (the writer takes a new producer id or epoch before "
+                        "its next write)", self.writer._who, type(exc).__name__, exc)
+            return None
+        return None if fence is None else self.writer._fenced_or_timed_out(fence)
+
+    def drop(self) -> None:
+        """Give up the stream without waiting (the process is being interrupted): if anything was sent, the
+        writer takes a new producer id or epoch before it writes again."""
+        if not self.done:
+            self.done = True
+            if self._pipeline is not None and (self._pipeline.inflight or self._pipeline.failed):
+                self.writer._sequences_unknown = True
 
 
 def _check_ready(batch: OutgoingBatch) -> int:

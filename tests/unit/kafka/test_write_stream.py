@@ -201,3 +201,47 @@ def test_a_batch_that_cannot_be_written_leaves_the_stream_open_to_settle(monkeyp
     finally:
         client.close()
         cluster.close()
+
+
+def test_a_stream_given_up_with_a_request_unanswered_renews_the_producer_before_the_next_write(monkeypatch):
+    """The connection drops after the broker wrote a batch and before its answer: the writer cannot know its
+    sequence any more (the broker is one batch ahead), so its next write takes a new producer id first — never a
+    sequence the broker would answer as a duplicate of that batch (the next batch acknowledged, not written).
+    (Found by review: the writer kept its old sequence, and a one-record batch after it was lost.)"""
+    tp = ("t", 0)
+    cluster = faults.Cluster({tp: 1}, {tp: [0, 0, 0, "reset"]})
+    client = faults.FastClient(cluster)
+    try:
+        writer = BatchWriter(client, retry_timeout_s=10)
+        stream = writer.stream()
+        for i in range(4):
+            stream.add(OutgoingBatch("t", 0, make_batch(i, 1), source_offset=i))
+            time.sleep(0.05)                                # the answers come and are taken by the next add
+        assert stream.settle() is None
+        assert cluster.log[tp] == [0, 1, 2, 3]              # the fourth landed, its answer never came
+        assert writer._sequences_unknown
+        producer = writer.producer_id
+        assert writer.write([OutgoingBatch("t", 0, make_batch(100, 1), source_offset=100)]) == [4]
+        assert cluster.log[tp] == [0, 1, 2, 3, 100]         # written, not taken for a duplicate
+        assert writer.producer_id != producer and not writer._sequences_unknown
+    finally:
+        client.close()
+        cluster.close()
+
+
+def test_a_stream_settled_with_every_batch_acknowledged_keeps_the_producer(monkeypatch):
+    tp = ("t", 0)
+    cluster = faults.Cluster({tp: 1}, {tp: []})
+    client = faults.FastClient(cluster)
+    try:
+        writer = BatchWriter(client, retry_timeout_s=10)
+        stream = writer.stream()
+        stream.add(OutgoingBatch("t", 0, make_batch(0, 1), source_offset=0))
+        assert stream.settle() is None
+        assert cluster.log[tp] == [0] and not writer._sequences_unknown
+        producer = writer.producer_id
+        assert writer.write([OutgoingBatch("t", 0, make_batch(1, 1), source_offset=1)]) == [1]
+        assert writer.producer_id == producer
+    finally:
+        client.close()
+        cluster.close()
