@@ -8,6 +8,7 @@ recording every Produce frame it receives (as in ``test_writer_one_partition``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import kafka.errors as Errors
@@ -26,6 +27,19 @@ pytestmark = pytest.mark.timeout(120)
 
 NOT_LEADER = Errors.NotLeaderForPartitionError.errno
 _PARSE_PRODUCE = faults._parse_produce
+
+
+@contextlib.contextmanager
+def _target(script: list | None = None, topic: str = "t"):
+    """(scripted broker, a BatchWriter on it) for partition ``topic``-0, closed afterwards."""
+    tp = (topic, 0)
+    cluster = faults.Cluster({tp: 1}, {tp: list(script or [])})
+    client = faults.FastClient(cluster)
+    try:
+        yield cluster, BatchWriter(client, retry_timeout_s=10)
+    finally:
+        client.close()
+        cluster.close()
 
 
 def _batches(topic: str, counts: list[int], first_offset: int = 0) -> list[OutgoingBatch]:
@@ -97,10 +111,7 @@ def test_the_stream_sends_before_it_is_finished(monkeypatch):
 
     monkeypatch.setattr(faults, "_parse_produce", recording)
     tp = ("t", 0)
-    cluster = faults.Cluster({tp: 1}, {tp: []})
-    client = faults.FastClient(cluster)
-    try:
-        writer = BatchWriter(client, retry_timeout_s=10)
+    with _target() as (cluster, writer):
         stream = writer.stream()
         for batch in _batches("t", [1] * 30):
             stream.add(batch)
@@ -110,9 +121,6 @@ def test_the_stream_sends_before_it_is_finished(monkeypatch):
             time.sleep(0.01)
         assert len(cluster.log.get(tp, [])) >= 5     # written before finish was called
         assert stream.finish() == list(range(30))
-    finally:
-        client.close()
-        cluster.close()
 
 
 def test_refusals_mid_stream_are_resent_in_order_at_finish(monkeypatch):
@@ -132,10 +140,7 @@ def test_a_settled_stream_leaves_the_writer_where_the_broker_is(monkeypatch, giv
     """The caller fails after giving some batches: settle takes the answers in flight and sends nothing more; the
     writer's next write (the copy retried from where it was acknowledged) lands right behind, each batch once."""
     tp = ("t", 0)
-    cluster = faults.Cluster({tp: 1}, {tp: []})
-    client = faults.FastClient(cluster)
-    try:
-        writer = BatchWriter(client, retry_timeout_s=10)
+    with _target() as (cluster, writer):
         batches = _batches("t", [2] * 20)
         stream = writer.stream()
         for batch in batches[:given_before_settle]:
@@ -155,17 +160,10 @@ def test_a_settled_stream_leaves_the_writer_where_the_broker_is(monkeypatch, giv
         assert cluster.log[tp] == list(range(40))
         sequences = sorted({parse_batch(bytes(b.data)).base_sequence for b in rest})
         assert sequences[0] == 2 * written
-    finally:
-        client.close()
-        cluster.close()
 
 
 def test_a_finished_stream_takes_nothing_more(monkeypatch):
-    tp = ("t", 0)
-    cluster = faults.Cluster({tp: 1}, {tp: []})
-    client = faults.FastClient(cluster)
-    try:
-        writer = BatchWriter(client, retry_timeout_s=10)
+    with _target() as (_, writer):
         stream = writer.stream()
         batches = _batches("t", [1, 1])
         stream.add(batches[0])
@@ -175,17 +173,11 @@ def test_a_finished_stream_takes_nothing_more(monkeypatch):
         with pytest.raises(MirrorError):
             stream.finish()
         stream.settle()                                         # nothing to do, never raises
-    finally:
-        client.close()
-        cluster.close()
 
 
 def test_a_batch_that_cannot_be_written_leaves_the_stream_open_to_settle(monkeypatch):
     tp = ("t", 0)
-    cluster = faults.Cluster({tp: 1}, {tp: []})
-    client = faults.FastClient(cluster)
-    try:
-        writer = BatchWriter(client, retry_timeout_s=10)
+    with _target() as (cluster, writer):
         stream = writer.stream()
         good = _batches("t", [1, 1, 1])
         for batch in good:
@@ -198,9 +190,6 @@ def test_a_batch_that_cannot_be_written_leaves_the_stream_open_to_settle(monkeyp
         time.sleep(0.2)
         assert cluster.log[tp] == landed == list(range(len(landed))) and landed
         assert writer._next_seq[tp] == len(landed)
-    finally:
-        client.close()
-        cluster.close()
 
 
 def test_a_stream_given_up_with_a_request_unanswered_renews_the_producer_before_the_next_write(monkeypatch):
@@ -209,10 +198,7 @@ def test_a_stream_given_up_with_a_request_unanswered_renews_the_producer_before_
     sequence the broker would answer as a duplicate of that batch (the next batch acknowledged, not written).
     (Found by review: the writer kept its old sequence, and a one-record batch after it was lost.)"""
     tp = ("t", 0)
-    cluster = faults.Cluster({tp: 1}, {tp: [0, 0, 0, "reset"]})
-    client = faults.FastClient(cluster)
-    try:
-        writer = BatchWriter(client, retry_timeout_s=10)
+    with _target([0, 0, 0, "reset"]) as (cluster, writer):
         stream = writer.stream()
         for i in range(4):
             stream.add(OutgoingBatch("t", 0, make_batch(i, 1), source_offset=i))
@@ -224,17 +210,11 @@ def test_a_stream_given_up_with_a_request_unanswered_renews_the_producer_before_
         assert writer.write([OutgoingBatch("t", 0, make_batch(100, 1), source_offset=100)]) == [4]
         assert cluster.log[tp] == [0, 1, 2, 3, 100]         # written, not taken for a duplicate
         assert writer.producer_id != producer and not writer._sequences_unknown
-    finally:
-        client.close()
-        cluster.close()
 
 
 def test_a_stream_settled_with_every_batch_acknowledged_keeps_the_producer(monkeypatch):
     tp = ("t", 0)
-    cluster = faults.Cluster({tp: 1}, {tp: []})
-    client = faults.FastClient(cluster)
-    try:
-        writer = BatchWriter(client, retry_timeout_s=10)
+    with _target() as (cluster, writer):
         stream = writer.stream()
         stream.add(OutgoingBatch("t", 0, make_batch(0, 1), source_offset=0))
         assert stream.settle() is None
@@ -242,6 +222,3 @@ def test_a_stream_settled_with_every_batch_acknowledged_keeps_the_producer(monke
         producer = writer.producer_id
         assert writer.write([OutgoingBatch("t", 0, make_batch(1, 1), source_offset=1)]) == [1]
         assert writer.producer_id == producer
-    finally:
-        client.close()
-        cluster.close()
