@@ -37,6 +37,7 @@ someone else wrote to it, and the copy halts); ``CopyResult.source_end`` never p
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,13 +46,15 @@ from typing import Protocol
 from mirror_core.codec.batch_codec import PreparedBatch
 from mirror_core.codec.batch_prepare import prepare_for_target
 from mirror_core.codec.records_digest import RecordsDigest
-from mirror_core.errors import ConfigError, MirrorError
+from mirror_core.errors import ConfigError, MirrorError, ProducerFencedError
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, WriteStream
 from mirror_core.model.offset_runs import OffsetRuns
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.model.throttle import Throttle
+
+log = logging.getLogger(__name__)
 
 RECORDS_SECTION = 61  # RecordBatch v2 header size: the digest covers what follows it
 # A concurrent copy's fetch round never asks for more than this by default, whatever its partition count (memory):
@@ -277,8 +280,11 @@ class RangeCopier:
                     stream.drop()    # interrupted: no waiting for answers (the writer renews its producer id)
                 else:
                     fence = stream.settle()
-                    if fence is not None:   # fenced meanwhile: the lane is no longer ours, whatever else failed
+                    if isinstance(fence, ProducerFencedError):   # the lane is no longer ours, whatever else failed
                         raise fence from exc
+                    if fence is not None:   # e.g. the transaction timed out meanwhile: the copy's own error stands
+                        log.warning("cluster %r %s-%d: %s (while the copy failed: %s)", self.target.cluster_name,
+                                    rng.target_topic, rng.target_partition, fence, exc)
             raise
 
     def _copy_loop(self, rng: PartitionRange, result: CopyResult, session: _Session, fetcher: BatchSource,

@@ -162,6 +162,8 @@ class ProducePipeline(PipelineRetry):
                     self._retry()
         except BaseException:
             self._abandon()
+            if self._outcome_unknown():
+                self._mark_unknown()
             raise
 
     def _run_one_partition(self) -> bool:
@@ -315,6 +317,13 @@ class ProducePipeline(PipelineRetry):
         if fence is not None or self.failed or any(self.sent.get(key) for key in self.unacked):
             self._mark_unknown()
         return fence
+
+    def _outcome_unknown(self) -> bool:
+        """Whether a batch of this write may be on the target without the writer knowing it: one whose request got
+        no answer (``ambiguous``) or that landed behind a refused batch (``landed_at``). A write stopped with only
+        answered requests behind it is not: the same writer resending from its first unacknowledged batch is
+        deduplicated by the broker (tested), so its sequences stay."""
+        return any(p.ambiguous or p.landed_at >= 0 for queue in self.unacked.values() for p in queue)
 
     def _mark_unknown(self) -> None:
         for writer in self.writers:

@@ -235,6 +235,9 @@ class TransactionalProducer:
         return self._in_txn
 
     def commit_transaction(self) -> None:
+        if self._sequences_unknown:
+            raise MirrorError(f"{self._who}: the open transaction holds a write given up with its outcome unknown; "
+                              "abort it instead of committing")
         try:
             self._end_transaction(committed=True)
         except ProducerFencedError as exc:

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirror_core.codec.batch_codec import parse_batch
-from mirror_core.errors import MirrorError, WriteOrderError
+from mirror_core.errors import MirrorError, PartitionUnavailableError, WriteOrderError
 from mirror_core.kafka import produce_pipeline
 from mirror_core.kafka.writer import BatchWriter, OutgoingBatch
 from tests.unit.kafka import test_writer_fast_route_faults as faults
@@ -222,3 +222,38 @@ def test_a_stream_settled_with_every_batch_acknowledged_keeps_the_producer(monke
         producer = writer.producer_id
         assert writer.write([OutgoingBatch("t", 0, make_batch(1, 1), source_offset=1)]) == [1]
         assert writer.producer_id == producer
+
+
+@pytest.mark.parametrize("via", ["finish", "write"])
+def test_a_write_given_up_after_an_unanswered_request_renews_the_producer_before_the_next(via):
+    """The broker writes a batch, the connection drops before its answer, every resend is refused until the retry
+    window ends: the write raises, and the writer's next write takes a new producer id first instead of a sequence
+    the broker would take for a duplicate of that batch (then the next batch would be acknowledged and not
+    written). (Found by the second review: the retry path gave up without marking the writer.)"""
+    with _target([0, "reset"] + [NOT_LEADER] * 200) as (cluster, writer):
+        writer.retry_timeout_s = 0.6
+        batches = _batches("t", [1, 1])
+        with pytest.raises(PartitionUnavailableError):
+            if via == "finish":
+                stream = writer.stream()
+                for batch in batches:
+                    stream.add(batch)
+                stream.finish()
+            else:
+                writer.write(batches)
+        cluster.script[("t", 0)] = []
+        assert writer._sequences_unknown
+        assert writer.write([OutgoingBatch("t", 0, make_batch(100, 1), source_offset=100)]) == [2]
+        assert cluster.log[("t", 0)] == [0, 1, 100]
+
+
+def test_a_transaction_holding_a_write_of_unknown_outcome_is_not_committed_nor_written_to():
+    writer = BatchWriter(None, transactional_id="lane-x")
+    writer.producer_id, writer.producer_epoch = 7, 0
+    writer._in_txn, writer._sequences_unknown = True, True
+    with pytest.raises(MirrorError, match="abort it instead of committing"):
+        writer.commit_transaction()
+    with pytest.raises(MirrorError, match="abort the transaction before writing again"):
+        writer.write(_batches("t", [1]))
+    with pytest.raises(MirrorError, match="abort the transaction before writing again"):
+        writer.stream()
