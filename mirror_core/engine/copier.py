@@ -404,7 +404,7 @@ class RangeCopier:
             bases = stream.finish()
         else:
             if stream is not None:  # cannot happen: every pending batch went to the stream or none did
-                stream.settle()
+                stream.settle()     # (its result is moot: this error halts the copy)
                 raise MirrorError(f"{rng.topic}-{rng.partition}: {len(stream)} of {len(pending)} batches were "
                                   "streamed")
             self._announce(session, pending[0])

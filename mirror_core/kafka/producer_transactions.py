@@ -214,7 +214,7 @@ class TransactionalProducer:
             raise MirrorError("begin_transaction needs a transactional_id")
         if self.producer_id < 0:
             self.init_producer_id()
-        elif self._sequences_unknown:   # a given-up write (WriteStream.settle): a new epoch before a new transaction
+        elif self._sequences_unknown:   # a write given up with its outcome unknown: a new epoch first
             self.init_producer_id(keep=True)
         self._in_txn = True
         self._txn_started = time.monotonic()

@@ -103,9 +103,10 @@ class BatchWriter(TransactionalProducer):
         # producer state and enforces our sequences there); see ProducePipeline._fill
         self._acknowledged: set[tuple[str, int]] = set()
         self._in_txn = False
-        # a given-up write stream (WriteStream.settle / drop) left requests whose outcome is unknown: the broker may
-        # hold batches this writer never heard acknowledged, so its sequences are renewed (a new producer id, or a
-        # new epoch for a transactional id) before it writes again; cleared by init_producer_id
+        # a write given up (a stream settled or dropped, or a write that raised) left a batch whose outcome is
+        # unknown: the broker may hold batches this writer never heard acknowledged, so its sequences are renewed
+        # (a new producer id, or a new epoch for a transactional id) before it writes again; cleared by
+        # init_producer_id
         self._sequences_unknown = False
         self._txn_started = 0.0  # monotonic time of begin_transaction
         self._txn_partitions: set[tuple[str, int]] = set()
@@ -157,7 +158,7 @@ class BatchWriter(TransactionalProducer):
         return WriteStream(self)
 
     def _renew_if_sequences_unknown(self) -> None:
-        """After a given-up write stream whose outcome is unknown: a new producer id (idempotent) or epoch
+        """After a given-up write whose outcome is unknown: a new producer id (idempotent) or epoch
         (transactional, its current id and epoch sent so a newer holder is not fenced) before writing; inside a
         transaction the caller must abort first (the transaction holds batches it cannot account for)."""
         if not self._sequences_unknown:
@@ -284,8 +285,9 @@ class WriteStream:
     The pipeline is :meth:`BatchWriter.write`'s, with the same decisions (requests, sequences, limits, order;
     tested byte for byte): only when requests leave differs. A failure answered during :meth:`add` is handled
     (resent, retried, or raised) in :meth:`finish`, as a write would. A caller that fails before finishing calls
-    :meth:`settle`: the answers in flight are taken (so the writer's sequences match what the broker wrote) and
-    the batches not yet sent are dropped. Used by one thread; after :meth:`finish` or :meth:`settle` it is done."""
+    :meth:`settle`: the answers in flight are taken and the batches not yet sent are dropped (unless every batch
+    sent was acknowledged, the writer renews its producer id or epoch before its next write). Used by one thread;
+    after :meth:`finish` or :meth:`settle` it is done."""
 
     def __init__(self, writer: BatchWriter):
         self.writer = writer
