@@ -55,7 +55,8 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
             ranges.append(PartitionRange(cmd.topic, p, lo, hi, cmd.target_topic, p))
         report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,
                                start_offsets={r.partition: r.start for r in ranges},
-                               link_bytes_per_s=cmd.link_bytes_per_s)
+                               link_bytes_per_s=cmd.link_bytes_per_s,
+                               coalesce_bytes=cmd.options.coalesce_bytes)
         for finding in report.findings:
             console.print(f"[yellow]preflight {finding.severity.name}[/]: {finding.message}", highlight=False)
         report.raise_if_refused()
@@ -188,8 +189,10 @@ def _summary(console, cmd: CopyCommand, results: list[CopyResult]) -> None:
                       str(r.batches), f"{r.bytes / 1e6:.2f}", str(r.deep_batches), f"{rate:.1f}")
     console.print(table)
     total = sum(r.records for r in results)
+    coalesced = sum(r.coalesced_batches for r in results)
+    merged = f", {coalesced} source batches coalesced into larger ones" if coalesced else ""
     console.print(f"copied {total} records in {sum(r.batches for r in results)} batches "
-                  f"({sum(r.deep_batches for r in results)} deep)")
+                  f"({sum(r.deep_batches for r in results)} deep{merged})")
     for r in results:
         for lo, hi in r.lost_ranges:
             console.print(f"[yellow]accepted loss[/]: {cmd.topic}-{r.range.partition} offsets [{lo}, {hi}) were "

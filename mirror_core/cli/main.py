@@ -24,6 +24,7 @@ from mirror_core.cli import (
     sandbox_command,
 )
 from mirror_core.cli.clusters import resolve_cluster
+from mirror_core.codec.batch_coalesce import DEFAULT_COALESCE_BYTES
 from mirror_core.dev.sandbox import sandbox_from_environ
 from mirror_core.errors import ConfigError, MirrorError
 
@@ -77,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--round-max-bytes", type=int, default=64 * 1024 * 1024,
                     help="bytes one fetch round of all partitions may bring (memory: a copy holds about three rounds)")
     cp.add_argument("--throttle-mbps", type=float, help="limit the copy to this many MB/s (protects a busy source)")
+    cp.add_argument("--coalesce-small-batches", nargs="?", type=int, const=DEFAULT_COALESCE_BYTES, default=0,
+                    metavar="BYTES",
+                    help="merge runs of small uncompressed batches (e.g. one record each) into batches of up to "
+                         f"BYTES (default {DEFAULT_COALESCE_BYTES}): one Produce request per run instead of per "
+                         "batch. Re-encodes records (offset and timestamp deltas; keys, values, headers, timestamps "
+                         "and offsets stay), counted as deep; off by default")
     cp.add_argument("--link-mbps", type=float,
                     help="the source link's rate in MB/s: preflight warns when a source broker's socket buffer "
                          "caps one connection below it at the measured round trip")
@@ -222,7 +229,7 @@ def _copy(args: argparse.Namespace, sandbox, console) -> int:
         start=parse_position(args.start, what="--from"), end=parse_position(args.end, what="--to"),
         options=CopyOptions(exact_bounds=args.exact_bounds, preserve_log_append_time=not args.producer_timestamps,
                             fetch_max_bytes=args.fetch_max_bytes, max_inflight_bytes=args.max_inflight_bytes,
-                            round_max_bytes=args.round_max_bytes,
+                            round_max_bytes=args.round_max_bytes, coalesce_bytes=args.coalesce_small_batches,
                             throttle_bytes_per_s=args.throttle_mbps * 1e6 if args.throttle_mbps else None),
         accept_loss=args.accept_loss, mode=args.mode, pipeline=args.pipeline,
         commit_interval_ms=args.commit_interval_ms, commit_bytes=args.commit_bytes,

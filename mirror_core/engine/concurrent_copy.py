@@ -305,6 +305,7 @@ def _merge(total: CopyResult, share: CopyResult) -> None:
     total.batches += share.batches
     total.bytes += share.bytes
     total.deep_batches += share.deep_batches
+    total.coalesced_batches += share.coalesced_batches
     total.commits += share.commits
     total.lost_ranges = total.lost_ranges or share.lost_ranges
     if share.newest_timestamp_ms is not None:

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mirror_core.codec.batch_coalesce import coalesce, split_runs
 from mirror_core.codec.batch_codec import PreparedBatch
 from mirror_core.codec.batch_prepare import prepare_for_target
 from mirror_core.codec.records_digest import RecordsDigest
@@ -60,6 +61,7 @@ RECORDS_SECTION = 61  # RecordBatch v2 header size: the digest covers what follo
 # A concurrent copy's fetch round never asks for more than this by default, whatever its partition count (memory):
 # the copy holds about two rounds plus one round's prepared batches (see mirror_core.engine.concurrent_copy)
 DEFAULT_ROUND_MAX_BYTES = 64 * 1024 * 1024
+MIN_COALESCE_BYTES = 1024  # below this, no run of small batches is worth a re-encode
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ class CopyOptions:
     # concurrent copy: connections per source broker a round deals that broker's partitions over (each its own
     # request and TCP window; fast path only): > 1 where one connection's window per round trip is below the link
     fetch_connections: int = 1
+    # > 0: runs of small uncompressed batches are merged into batches of up to this many bytes (the named deep
+    # case ``coalesced``, mirror_core.codec.batch_coalesce): one Produce request per run instead of per batch
+    coalesce_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.fetch_max_bytes <= 0 or self.max_inflight_bytes <= 0:
@@ -89,6 +94,9 @@ class CopyOptions:
             raise ConfigError("round_max_bytes must be positive")
         if self.fetch_connections < 1:
             raise ConfigError("fetch_connections must be at least 1")
+        if self.coalesce_bytes and self.coalesce_bytes < MIN_COALESCE_BYTES:
+            raise ConfigError(f"coalesce_bytes must be 0 (off) or at least {MIN_COALESCE_BYTES}, not "
+                              f"{self.coalesce_bytes}")
 
     @property
     def budget_bytes(self) -> int:
@@ -155,6 +163,7 @@ class CopyResult:
     batches: int = 0
     bytes: int = 0
     deep_batches: int = 0
+    coalesced_batches: int = 0  # source batches merged into larger ones (``CopyOptions.coalesce_bytes``)
     first_target_offset: int | None = None
     next_target_offset: int | None = None
     offset_runs: OffsetRuns = field(default_factory=OffsetRuns)
@@ -317,16 +326,25 @@ class RangeCopier:
             # by pending batches when the next one is taken counts whole in ``pending_bytes`` (DESIGN §3.8)
             in_place = 2 * kept_bytes >= answer_bytes
             held_in_place = 0  # bytes of this answer's batches pending in place (0: the answer is not held)
-            for view in fetched.batches:
-                prepared = prepare_for_target(view, preserve_log_append_time=opts.preserve_log_append_time,
-                                              exact_bounds=bounds, in_place=in_place)
-                if prepared is None:
-                    continue
+            # coalescing on: runs of small batches come as lists, each merged into one batch (a counted deep case)
+            items = split_runs(fetched.batches, opts.coalesce_bytes, *(bounds or (None, None))) \
+                if opts.coalesce_bytes else fetched.batches
+            for view in items:
+                if view.__class__ is list:
+                    prepared = coalesce(view, log_append_time_to_max=opts.preserve_log_append_time)
+                    result.coalesced_batches += len(view)
+                    newest = max(run_view.max_timestamp for run_view in view)
+                else:
+                    prepared = prepare_for_target(view, preserve_log_append_time=opts.preserve_log_append_time,
+                                                  exact_bounds=bounds, in_place=in_place)
+                    if prepared is None:
+                        continue
+                    newest = view.max_timestamp
                 # a whole first batch straddling the start: the copy began below it (a legacy wrapper's first
                 # offset is known only once decoded, hence the prepared batch, not the view)
                 result.source_start = min(result.source_start, prepared.source_first_offset)
-                if result.newest_timestamp_ms is None or view.max_timestamp > result.newest_timestamp_ms:
-                    result.newest_timestamp_ms = view.max_timestamp
+                if result.newest_timestamp_ms is None or newest > result.newest_timestamp_ms:
+                    result.newest_timestamp_ms = newest
                 pending.append(prepared)
                 pending_bytes += len(prepared.data)
                 if streaming:
@@ -359,7 +377,7 @@ class RangeCopier:
             # drop this response's views before the next fetch is taken: besides the prefetched answer, only answers
             # held by batches pending in place stay alive, and those are counted whole in pending_bytes: what is
             # held is the pending bytes plus this answer and the prefetched one (bounded by may_prefetch)
-            fetched = view = None
+            fetched = view = items = None
         if pending:
             self._flush(rng, pending, result, session)
         _advance_end(result, self._reachable_end(fetcher, rng), fetcher.last_epoch)

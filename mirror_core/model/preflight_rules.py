@@ -74,6 +74,7 @@ class DataFacts:
     oldest_timestamp_ms: int | None = None
     newest_timestamp_ms: int | None = None
     max_batch_bytes: int | None = None
+    coalesce_bytes: int = 0  # the copy merges small batches into batches of up to this many bytes (0: it does not)
 
     @property
     def oldest_age_ms(self) -> int | None:
@@ -176,7 +177,7 @@ def plan_target_configs(source: TopicState, facts: DataFacts) -> tuple[dict[str,
         notes.append(Finding(Severity.INFO, "message.timestamp.type", "LogAppendTime", "CreateTime",
                              f"{_where(source.cluster, source.topic)}: is LogAppendTime; the target is created as "
                              "CreateTime and the copy carries the append times consumers see on the source"))
-    largest = max(_int(source.configs, "max.message.bytes") or 0, facts.max_batch_bytes or 0)
+    largest = max(_int(source.configs, "max.message.bytes") or 0, facts.max_batch_bytes or 0, facts.coalesce_bytes)
     if largest:
         config["max.message.bytes"] = str(largest)
     widen = {"message.timestamp.before.max.ms": None if facts.oldest_age_ms is None
@@ -212,10 +213,12 @@ def check_partitions(source: TopicState, target: TopicState, facts: DataFacts) -
 def check_max_message_bytes(source: TopicState, target: TopicState, facts: DataFacts) -> list[Finding]:
     src_limit, t = _int(source.configs, "max.message.bytes"), _int(target.configs, "max.message.bytes")
     needed = facts.max_batch_bytes if facts.max_batch_bytes is not None else src_limit
+    basis = "the largest batch observed" if facts.max_batch_bytes is not None else "the source's max.message.bytes"
+    if facts.coalesce_bytes > (needed or 0):
+        needed, basis = facts.coalesce_bytes, "small batches coalesced up to that size"
     if needed is None or t is None:
         return []
     where = _where(target.cluster, target.topic)
-    basis = "the largest batch observed" if facts.max_batch_bytes is not None else "the source's max.message.bytes"
     if t < needed:
         return [Finding(Severity.REFUSE, "max.message.bytes", str(needed), str(t),
                         f"{where}: max.message.bytes is {t} but batches of up to {needed} bytes ({basis}) will be "

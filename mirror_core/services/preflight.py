@@ -35,14 +35,16 @@ __all__ = ["run_preflight", "check_only", "preflight_topics", "describe_topic", 
 def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, target_topic: str | None = None,
                   allow_internal: bool = False, max_batch_bytes: int | None = None,
                   start_offsets: Mapping[int, int] | None = None, facts: DataFacts | None = None,
-                  timeout_s: float = 30.0, link_bytes_per_s: float | None = None) -> PreflightReport:
+                  timeout_s: float = 30.0, link_bytes_per_s: float | None = None,
+                  coalesce_bytes: int = 0) -> PreflightReport:
     """Check the target for a copy of ``source``/``topic`` and create it when missing and nothing refuses.
 
     ``target_topic`` defaults to the source name (see ``target_topic_name`` for a prefix policy); partitions map
     one to one. ``start_offsets`` (partition → first offset to copy) narrows where the oldest timestamp is read;
     ``facts`` replaces the observation entirely (e.g. figures the caller already measured).
     ``link_bytes_per_s``: the source link's rate; then the source brokers' send buffers are checked against it
-    (:func:`link_findings`).
+    (:func:`link_findings`). ``coalesce_bytes``: the copy merges small batches up to this size, so the target must
+    accept batches that large.
     """
     target_topic = target_topic or topic
     names = dict(source_cluster=source.name, source_topic=topic, target_cluster=target.name,
@@ -56,6 +58,8 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
     facts = facts or DataFacts(now_ms=_now_ms())
     if max_batch_bytes is not None:
         facts = dataclasses.replace(facts, max_batch_bytes=max_batch_bytes)
+    if coalesce_bytes:
+        facts = dataclasses.replace(facts, coalesce_bytes=coalesce_bytes)
     extra = tuple(link_findings(source, link_bytes_per_s, timeout_s=timeout_s)) if link_bytes_per_s else ()
     for _attempt in range(2):
         report = decide(source_state, describe_topic(target, target_topic, timeout_s=timeout_s), facts, **names)

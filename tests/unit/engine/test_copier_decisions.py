@@ -374,6 +374,7 @@ def test_the_position_never_moves_back_nor_past_a_record_not_yet_on_the_target(l
     per_answer = data.draw(st.integers(1, 4), label="per_answer")
     exact = data.draw(st.booleans(), label="exact_bounds")
     streamed = data.draw(st.booleans(), label="streamed")       # batches given to a write stream as prepared
+    coalesce_bytes = data.draw(st.sampled_from([0, 1024, 64 * 1024]), label="coalesce_bytes")
     writer = StreamingWriter() if streamed else RecordingWriter()
     seen: list[int] = []
 
@@ -383,7 +384,11 @@ def test_the_position_never_moves_back_nor_past_a_record_not_yet_on_the_target(l
         assert set(below) <= set(writer.source_offsets), "the position passed a record the target does not hold"
 
     result, _, _ = copy(log, start, end, writer=writer, per_answer=per_answer, progress=progress,
-                        max_inflight_bytes=window, exact_bounds=exact, overlap=streamed)
+                        max_inflight_bytes=window, exact_bounds=exact, overlap=streamed,
+                        coalesce_bytes=coalesce_bytes)
+    for record in writer.landed:   # the offset map translates every copied offset to where it landed
+        assert result.offset_runs.translate(record.source_offset) == record.target_offset
+    assert result.coalesced_batches == 0 or coalesce_bytes
     if streamed:
         assert writer.calls == writer.added and not writer.settled and writer.open is None
     assert seen == sorted(seen)
@@ -424,3 +429,52 @@ def test_a_new_leader_whose_high_watermark_lags_the_position_for_one_answer_is_n
     result = copier.copy(PartitionRange("orders", 3, 0, 4, "dr.orders", 3),
                          fetcher=FailoverFetcher(log, 0, 4, per_answer=1))
     assert writer.source_offsets == [0, 1, 2, 3] and result.source_end == 4
+
+
+# -- coalescing small batches (``CopyOptions.coalesce_bytes``) --------------------------------------------------------
+
+def test_runs_of_one_record_batches_are_merged_between_markers_with_the_exact_offset_map():
+    log = SourceLog()
+    log.data(1)
+    for _ in range(99):
+        log.data(1)                 # 0-99: one record per batch
+    log.txn(7, 1)                   # 100
+    log.commit(7)                   # 101: a marker, a gap in the offsets the target receives
+    for _ in range(50):
+        log.data(1)                 # 102-151
+    log.data(deltas=[0, 2])         # 152, 154: holes (a deep re-encode of its own, never merged)
+    for _ in range(20):
+        log.data(1)                 # 155-174
+    result, writer, _ = copy(log, 0, 175, per_answer=400, coalesce_bytes=64 * 1024)
+    assert writer.source_offsets == log.committed               # every committed record, in order, once
+    for record in writer.landed:
+        assert result.offset_runs.translate(record.source_offset) == record.target_offset
+    # one merged batch per run: [0, 101) (the committed transactional batch joins), [102, 152), [155, 175)
+    assert writer.calls == [4]
+    assert result.coalesced_batches == 101 + 50 + 20
+    assert result.deep_batches == 4 and result.batches == 4 and result.records == len(log.committed)
+    assert result.source_end == 175
+
+
+def test_coalescing_off_copies_every_batch_as_it_is():
+    log = SourceLog()
+    for _ in range(30):
+        log.data(1)
+    result, writer, _ = copy(log, 0, 30, per_answer=400)
+    assert writer.calls == [30] and result.coalesced_batches == 0 and result.deep_batches == 0
+
+
+def test_a_merged_run_never_passes_the_limit_and_the_window_still_flushes():
+    log = SourceLog()
+    for _ in range(500):
+        log.data(1)
+    result, writer, _ = copy(log, 0, 500, per_answer=600, coalesce_bytes=2048, max_inflight_bytes=4096)
+    assert writer.source_offsets == log.committed
+    assert len(writer.calls) > 1 and sum(writer.calls) == result.batches < 100
+    assert result.coalesced_batches == 500
+
+
+def test_coalesce_bytes_below_the_minimum_is_refused():
+    from mirror_core.errors import ConfigError
+    with pytest.raises(ConfigError, match="coalesce_bytes must be 0 .off. or at least 1024, not 100"):
+        CopyOptions(coalesce_bytes=100)

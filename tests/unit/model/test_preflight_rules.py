@@ -83,6 +83,16 @@ def test_observed_batch_size_decides_and_source_limit_only_warns():
     assert f.severity is Severity.REFUSE and "largest batch observed" in f.message and "by 10000" in f.message
 
 
+def test_coalesced_batches_need_the_target_to_take_their_size():
+    facts = DataFacts(now_ms=NOW, max_batch_bytes=200, coalesce_bytes=65_536)
+    f = only(run(source(max_message_bytes="1000"), target(max_message_bytes="40000"), facts), "max.message.bytes")
+    assert f.severity is Severity.REFUSE and "small batches coalesced up to that size" in f.message
+    assert "batches of up to 65536 bytes" in f.message and "by 25536" in f.message
+    assert run(source(max_message_bytes="1000"), target(max_message_bytes="65536"), facts).ok
+    configs, _ = plan_target_configs(source(max_message_bytes="1000"), facts)
+    assert configs["max.message.bytes"] == "65536"   # a created target takes them
+
+
 @pytest.mark.parametrize("src_codec,tgt_codec,warned", [
     ("zstd", "zstd", False), ("zstd", "producer", False), ("producer", "producer", False),
     ("zstd", "lz4", True), ("producer", "gzip", True), ("uncompressed", "zstd", True)])

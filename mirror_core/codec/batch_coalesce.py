@@ -1,0 +1,185 @@
+"""Coalescing runs of small uncompressed batches into one batch: the named deep case ``coalesced``, off by default.
+
+Why: a v2 Produce request carries exactly one batch per partition, idempotence allows five requests in flight, and a
+broker serves one request per connection at a time, so a partition of one-record batches (producers with
+``linger.ms=0``) copies one record per request however fast Shoal is. Coalescing turns a run of such batches into
+one batch of up to ``limit`` bytes, so the copy pays one request per run. It re-encodes records, which the shallow
+path never does (DESIGN §3.7), hence opt-in (``CopyOptions.coalesce_bytes``, ``shoal copy --coalesce-small-batches``)
+and counted like every deep case (``deep_batches``; ``CopyResult.coalesced_batches`` counts the source batches
+merged).
+
+What it keeps (DESIGN §3.1, §3.6): every record's key, value, headers and attributes byte for byte (each record's
+*tail* is copied verbatim), every record's timestamp as consumers see it (a LogAppendTime batch's records carry its
+``maxTimestamp`` when that is preserved, as in :mod:`mirror_core.codec.batch_deep`), and the exact offset map: a run
+is a contiguous stretch of source offsets (each batch dense, each starting where the one before ended), so the
+merged batch's record ``i`` is source offset ``first + i`` and lands at target ``b' + i``. What changes: batch
+boundaries, each record's offset delta and timestamp delta (hence its length prefix), and the header (one
+baseTimestamp, CreateTime). Verification compares records as consumers see them
+(:mod:`mirror_core.kafka.verify`), so it holds; the copy's records digest covers the merged sections as written.
+
+Which batches join a run (:func:`joins_run`): magic 2, uncompressed (a compressed batch would have to be
+decompressed and compressed again), data (no control batch), dense (no compaction holes), inside the copy's bounds
+(never a batch the caller would trim), and small: at least :data:`SMALL_PER_RUN` of them fit in ``limit``. A run
+ends at the first batch that does not join, at an offset gap (markers, aborted or deleted data in between), or
+before the merged batch could pass ``limit`` bytes; a run of one batch is not re-encoded (the caller copies it
+shallow, as without coalescing). Every batch's CRC is verified before its records are read.
+
+Size bound: re-encoding adds at most :data:`RECORD_GROWTH` bytes to a record (its timestamp delta may grow from 1 to
+10 bytes, its offset delta from 1 to 5, its length prefix by 1) and drops every header but the first, so
+:func:`coalesced_size_bound` of a run is never below the merged batch's size; a run is cut to keep that bound within
+``limit``, and preflight asks the target's ``max.message.bytes`` for ``limit``.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mirror_core.codec.batch_codec import (
+    CODEC_MASK,
+    CONTROL_BIT,
+    RECORDS_OFFSET,
+    V2_HEADER,
+    BatchView,
+    PreparedBatch,
+    seal_crc,
+    verify_crc,
+)
+from mirror_core.errors import CorruptBatchError
+
+DEFAULT_COALESCE_BYTES = 64 * 1024   # ``--coalesce-small-batches`` without a size: well under the 1 MB topic default
+SMALL_PER_RUN = 8                    # a batch is small when at least this many of its size fit in the limit
+RECORD_GROWTH = 16                   # bytes re-encoding may add to one record (at most 14: 9 + 4 + 1)
+_NOT_SMALL = CODEC_MASK | CONTROL_BIT
+
+
+def coalesced_size_bound(view: BatchView) -> int:
+    """Bytes ``view`` can add to a merged batch at most (its records, each grown by :data:`RECORD_GROWTH`)."""
+    return view.size - RECORDS_OFFSET + RECORD_GROWTH * view.records_count
+
+
+def joins_run(view: BatchView, limit: int, lo: int | None = None, hi: int | None = None) -> bool:
+    """Whether ``view`` may be merged with its neighbours (see the module docstring); ``[lo, hi)`` are the copy's
+    trimming bounds (None: not trimmed on that side)."""
+    return (view.magic == 2 and not view.attributes & _NOT_SMALL and view.records_count > 0
+            and view.last_offset_delta + 1 == view.records_count
+            and (lo is None or view.base_offset >= lo) and (hi is None or view.next_offset <= hi)
+            and SMALL_PER_RUN * (RECORDS_OFFSET + coalesced_size_bound(view)) <= limit)
+
+
+def coalesce(views: Sequence[BatchView], *, log_append_time_to_max: bool = True) -> PreparedBatch:
+    """One dense uncompressed v2 batch (baseOffset 0, CreateTime, no producer fields: the writer stamps them)
+    holding the records of ``views`` in order; ``views`` must be a run (each joins, each starts where the one before
+    ended). Raises :class:`CorruptBatchError` naming the source offset of a batch whose CRC or records do not
+    parse; ``ValueError`` for a list that is not a run (a caller's bug)."""
+    if not views:
+        raise ValueError("coalesce needs at least one batch")
+    base_ts = None
+    max_ts = None
+    count = 0
+    out = bytearray(RECORDS_OFFSET)
+    expected = views[0].base_offset
+    for view in views:
+        if view.base_offset != expected or view.magic != 2 or view.attributes & _NOT_SMALL or \
+                view.last_offset_delta + 1 != view.records_count:
+            raise ValueError(f"the batch at offset {view.base_offset} does not continue a run at {expected}")
+        verify_crc(view)
+        expected = view.next_offset
+        data = view.records_section
+        visible_max = log_append_time_to_max and view.log_append_time
+        batch_base = view.base_timestamp
+        pos, end_of_section = 0, len(data)
+        try:
+            for _ in range(view.records_count):
+                length, pos = _varint(data, pos)
+                record_end = pos + length
+                attributes = data[pos]
+                ts_delta, inner = _varint(data, pos + 1)
+                _offset_delta, inner = _varint(data, inner)
+                if length < 0 or record_end > end_of_section or inner > record_end:
+                    raise ValueError(f"record length {length} does not fit its fields")
+                timestamp = view.max_timestamp if visible_max else batch_base + ts_delta
+                if base_ts is None:
+                    base_ts = max_ts = timestamp
+                elif timestamp > max_ts:
+                    max_ts = timestamp
+                head = bytearray((attributes,))
+                head += _zigzag(timestamp - base_ts)
+                head += _zigzag(count)
+                out += _zigzag(len(head) + record_end - inner)
+                out += head
+                out += data[inner:record_end]
+                count += 1
+                pos = record_end
+        except (IndexError, ValueError) as exc:
+            raise CorruptBatchError(view.base_offset, f"malformed record in a batch being coalesced: {exc}") \
+                from exc
+        if pos != end_of_section:
+            raise CorruptBatchError(view.base_offset,
+                                    f"{end_of_section - pos} bytes left after {view.records_count} records")
+    V2_HEADER.pack_into(out, 0, 0, len(out) - 12, -1, 2, 0, 0, count - 1, base_ts, max_ts, -1, -1, -1, count)
+    seal_crc(out, 0, len(out))
+    return PreparedBatch(out, count, views[0].base_offset, expected, deep=True, records_identical=False,
+                         source_leader_epoch=views[-1].partition_leader_epoch)
+
+
+def split_runs(views: Sequence[BatchView], limit: int, lo: int | None = None,
+               hi: int | None = None) -> list[BatchView | list[BatchView]]:
+    """``views`` in order with every run of two or more joining batches replaced by a list of them (to be given to
+    :func:`coalesce`); each list's :func:`coalesced_size_bound` total plus one header stays within ``limit``."""
+    out: list[BatchView | list[BatchView]] = []
+    run: list[BatchView] = []
+    run_bytes = 0
+    for view in views:
+        if joins_run(view, limit, lo, hi):
+            grows = coalesced_size_bound(view)
+            if run and (view.base_offset != run[-1].next_offset or RECORDS_OFFSET + run_bytes + grows > limit):
+                out.append(run if len(run) > 1 else run[0])
+                run, run_bytes = [], 0
+            run.append(view)
+            run_bytes += grows
+            continue
+        if run:
+            out.append(run if len(run) > 1 else run[0])
+            run, run_bytes = [], 0
+        out.append(view)
+    if run:
+        out.append(run if len(run) > 1 else run[0])
+    return out
+
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    """A zig-zag varint at ``pos``: (value, position after it); one byte without a loop."""
+    byte = buf[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    raw, shift = byte & 0x7F, 7
+    while True:
+        pos += 1
+        byte = buf[pos]
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos + 1
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def _encode_zigzag(value: int) -> bytes:
+    raw = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+_TABLE_SIZE = 8192   # offset deltas of a 64 KiB run and most timestamp deltas: looked up, not computed
+_ZIGZAG_TABLE = [_encode_zigzag(n) for n in range(_TABLE_SIZE)]
+
+
+def _zigzag(value: int) -> bytes:
+    """``value`` as a zig-zag varint (signed 64-bit)."""
+    return _ZIGZAG_TABLE[value] if 0 <= value < _TABLE_SIZE else _encode_zigzag(value)

@@ -1,0 +1,165 @@
+"""Coalescing runs of small uncompressed batches (the ``coalesced`` deep case): records as consumers see them, the
+exact offset map, the size bound, which batches join a run, and corrupt input named by its offset."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mirror_core.codec import batch_deep
+from mirror_core.codec.batch_coalesce import (
+    DEFAULT_COALESCE_BYTES,
+    coalesce,
+    coalesced_size_bound,
+    joins_run,
+    split_runs,
+)
+from mirror_core.codec.batch_codec import Codec, parse_batch, walk_batches
+from mirror_core.codec.batch_prepare import stamp_producer_in_place
+from mirror_core.errors import CorruptBatchError
+from tests.unit.codec.test_batch_codec import CONTROL, LAT, _build_any, build, decoded, marker, patch
+
+pytestmark = pytest.mark.unit
+
+_bytes = st.one_of(st.none(), st.binary(max_size=40))
+_record = st.tuples(st.integers(0, 10**13), _bytes, _bytes,
+                    st.lists(st.tuples(st.text(max_size=8), _bytes), max_size=3))
+
+
+def one_record(offset: int, ts: int, value: bytes = b"v", key: bytes | None = b"k") -> bytes:
+    return build([(0, ts, key, value, [])], base_offset=offset)
+
+
+def run_of(count: int, first: int = 100, ts: int = 1_700_000_000_000) -> list:
+    return [parse_batch(one_record(first + i, ts + 3 * i, b"value-%d" % i)) for i in range(count)]
+
+
+def target_records(prepared, base: int) -> list[tuple]:
+    """What a consumer reads from the merged batch written at target offset ``base``."""
+    data = bytearray(prepared.data)
+    struct.pack_into(">q", data, 0, base)
+    return decoded(bytes(data))
+
+
+def source_records(views) -> list[tuple]:
+    return [r for view in views for r in decoded(view.buffer.tobytes())]
+
+
+def test_a_run_of_one_record_batches_becomes_one_batch_with_the_same_records_and_offsets():
+    views = run_of(50)
+    prepared = coalesce(views)
+    assert (prepared.record_count, prepared.source_first_offset, prepared.source_next_offset) == (50, 100, 150)
+    assert prepared.deep and not prepared.records_identical and prepared.source_offsets is None
+    assert prepared.offset_runs() == [(100, 0, 50)]
+    # written at target offset 100 (a fresh target): every record at its source offset, timestamps as they were
+    assert target_records(prepared, 100) == source_records(views)
+    merged = parse_batch(prepared.data)
+    assert merged.records_count == 50 and not merged.compressed and not merged.log_append_time
+    assert len(prepared.data) < sum(v.size for v in views) / 3  # 49 headers gone
+
+
+def test_the_writer_can_stamp_a_merged_batch_like_any_other():
+    prepared = coalesce(run_of(5))
+    data = bytearray(prepared.data)
+    stamp_producer_in_place(data, producer_id=7, producer_epoch=2, base_sequence=40, transactional=True)
+    view = parse_batch(data)
+    assert (view.producer_id, view.producer_epoch, view.base_sequence, view.transactional) == (7, 2, 40, True)
+    assert [r[3] for r in decoded(bytes(data))] == [b"value-%d" % i for i in range(5)]
+
+
+def test_log_append_time_batches_keep_what_consumers_saw_unless_told_otherwise():
+    appended = [1_800_000_000_000 + i for i in range(3)]
+    views = [parse_batch(patch(one_record(10 + i, 1_700_000_000_000 + i), set_bits=LAT, max_timestamp=ts))
+             for i, ts in enumerate(appended)]
+    assert [r[1] for r in target_records(coalesce(views), 10)] == appended
+    created = coalesce(views, log_append_time_to_max=False)
+    assert [r[1] for r in target_records(created, 10)] == [1_700_000_000_000 + i for i in range(3)]
+
+
+def test_timestamps_going_backwards_and_far_apart_survive():
+    stamps = [1_700_000_000_000, 1_600_000_000_000, 1_700_000_000_000 + 10**9, 0, 2**62]
+    views = [parse_batch(one_record(i, ts)) for i, ts in enumerate(stamps)]
+    merged = parse_batch(coalesce(views).data)
+    assert [r[1] for r in target_records(coalesce(views), 0)] == stamps
+    assert (merged.base_timestamp, merged.max_timestamp) == (stamps[0], max(stamps))
+
+
+def test_which_batches_join_a_run():
+    limit = DEFAULT_COALESCE_BYTES
+    small = parse_batch(one_record(5, 1))
+    assert joins_run(small, limit)
+    assert not joins_run(parse_batch(build(codec=Codec.LZ4, base_offset=5)), limit)        # compressed
+    assert not joins_run(parse_batch(marker()), limit)                                      # control
+    holes = patch(build(base_offset=5), last_offset_delta=9)
+    assert not joins_run(parse_batch(holes), limit)                                         # compaction holes
+    assert not joins_run(small, limit, lo=6) and not joins_run(small, limit, hi=5)          # would be trimmed
+    assert joins_run(small, limit, lo=5, hi=6)
+    big = parse_batch(build([(0, 1, None, b"x" * (limit // 8), [])]))
+    assert not joins_run(big, limit)                                                        # not small
+    assert CONTROL  # (the marker's bit, for the reader)
+
+
+def test_runs_end_at_gaps_at_batches_that_do_not_join_and_at_the_limit():
+    views = run_of(3, first=0) + run_of(2, first=4)      # offset 3 missing (a marker, aborted data)
+    compressed = parse_batch(build(codec=Codec.LZ4, base_offset=6))
+    alone = parse_batch(one_record(6 + compressed.records_count, 5))
+    items = split_runs([*views, compressed, alone], DEFAULT_COALESCE_BYTES)
+    assert [len(i) if isinstance(i, list) else "view" for i in items] == [3, 2, "view", "view"]
+    assert items[2] is compressed and items[3] is alone  # a run of one is copied as it is (shallow)
+    many = run_of(400, first=0)
+    limit = 8 * 1024
+    runs = split_runs(many, limit)
+    assert sum(len(r) for r in runs) == 400 and all(isinstance(r, list) for r in runs)
+    for run in runs:
+        bound = 61 + sum(coalesced_size_bound(v) for v in run)
+        assert bound <= limit and len(coalesce(run).data) <= bound
+
+
+def test_a_corrupt_batch_in_a_run_is_named_by_its_offset():
+    views = run_of(4)
+    raw = bytearray(views[2].buffer.tobytes())
+    raw[-1] ^= 0xFF
+    views[2] = parse_batch(bytes(raw))
+    with pytest.raises(CorruptBatchError) as err:
+        coalesce(views)
+    assert err.value.base_offset == 102 and "CRC" in str(err.value)
+    # a record whose length runs past its batch (CRC resealed: the producer wrote it so)
+    bad = bytearray(one_record(103, 1))
+    bad[61] = 0x7E   # length 63 in a record of far fewer bytes
+    with pytest.raises(CorruptBatchError) as err:
+        coalesce([*run_of(3), parse_batch(patch(bytes(bad)))])
+    assert err.value.base_offset == 103
+
+
+def test_a_list_that_is_not_a_run_is_a_caller_error():
+    with pytest.raises(ValueError, match="does not continue a run"):
+        coalesce([*run_of(2, first=0), *run_of(2, first=5)])
+    with pytest.raises(ValueError):
+        coalesce([])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=st.lists(st.lists(_record, min_size=1, max_size=4), min_size=1, max_size=12),
+       base=st.integers(0, 2**40), lat=st.lists(st.booleans(), min_size=12, max_size=12),
+       preserve=st.booleans())
+def test_property_merged_batch_reads_back_as_the_run_with_an_exact_offset_map(batches, base, lat, preserve):
+    raw, expected, offset = [], [], base
+    for i, records in enumerate(batches):
+        batch = _build_any(list(enumerate(records)), Codec.NONE, offset)
+        created = decoded(batch)   # the producers' create times
+        if lat[i]:
+            batch = patch(batch, set_bits=LAT, max_timestamp=10**12 + i)
+        # as the copy treats LogAppendTime: the broker's time preserved, else the create times
+        expected += decoded(batch) if lat[i] and preserve else created
+        raw.append(batch)
+        offset += len(records)
+    views, _ = walk_batches(b"".join(raw))
+    prepared = coalesce(views, log_append_time_to_max=preserve)
+    assert target_records(prepared, base) == expected
+    assert prepared.offset_runs() == [(base, 0, offset - base)]
+    assert len(prepared.data) <= 61 + sum(coalesced_size_bound(v) for v in views)
+    assert batch_deep.logical_digest(views, log_append_time_to_max=preserve) == \
+        batch_deep.logical_digest([parse_batch(prepared.data)])
