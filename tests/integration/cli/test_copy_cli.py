@@ -46,3 +46,25 @@ def test_bad_arguments_are_one_line_errors(source_cluster, unique_name):
         result = shoal("copy", "--source", "source", "--target", "target", *args)
         assert result.returncode == 2, result.stderr
         assert expected in result.stderr.replace("\n", " ") and "Traceback" not in result.stderr
+
+
+def test_coalescing_small_batches_copies_one_record_batches_in_few_batches(source_cluster, target_cluster,
+                                                                          unique_name):
+    """``--coalesce-small-batches``: 400 one-record batches reach the target in a handful of batches, every record
+    at its source offset (mode none: no markers) with key, value, headers and timestamp; the summary counts them."""
+    from tests.copy_helpers import raw_batches
+
+    topic = unique_name()
+    source_cluster.create_topic(topic)
+    source_cluster.produce(topic, [(b"k%d" % i, b"v%d" % i) for i in range(400)], partition=0,
+                           **{"batch.num.messages": 1, "linger.ms": 0})
+    assert len(raw_batches(source_cluster, topic)) == 400
+    result = shoal("copy", "--source", "source", "--target", "target", "--topic", topic, "--target-topic",
+                   f"dr.{topic}", "--mode", "none", "--coalesce-small-batches", "8192")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "copied 400 records" in result.stdout
+    assert "400 source batches coalesced into larger ones" in result.stdout.replace("\n", " ")
+    merged = raw_batches(target_cluster, f"dr.{topic}")
+    assert len(merged) <= 10 and all(v.size <= 8192 for v in merged), [v.size for v in merged]
+    src, tgt = source_cluster.read_all(topic), target_cluster.read_all(f"dr.{topic}")
+    assert [(r.offset, r.content()) for r in tgt] == [(r.offset, r.content()) for r in src]
