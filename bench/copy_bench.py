@@ -24,7 +24,9 @@ cluster by three mirrors, each in its own process (so CPU time and peak RSS are 
   (:class:`~mirror_core.engine.concurrent_copy.ConcurrentCopy`, one lane per partition, every partition of the case) in
   at-least-once (checkpoints, the lanes' writes sharing Produce requests), exactly-once (a transaction per lane
   and commit: lanes never share a request) and ``none`` mode; ``concurrent-alo-alone`` is at-least-once with
-  every lane writing alone (``combine_lanes=False``, how lanes wrote before). The single-partition mirrors above
+  every lane writing alone (``combine_lanes=False``, how lanes wrote before); ``concurrent-alo-coalesce`` /
+  ``concurrent-eos-coalesce`` are at-least-once / exactly-once with ``--coalesce-small-batches`` (64 KiB: the
+  ``coalesced`` deep case, off by default). The single-partition mirrors above
   skip the multi-partition case ``lz4-1-record-batches-4p``.
 
 Measured per mirror: wall seconds and CPU seconds (user + system, all threads) of the copy phase (clients
@@ -59,7 +61,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 MIRROR_CORE, BROKER_CORE = 1, 0
 MIRRORS = ("shallow", "deep", "null", "shallow-sasl", "shallow-sasl-kp", "shallow-before", "concurrent-alo",
-           "concurrent-alo-alone", "concurrent-eos", "concurrent-none", "concurrent-alo-before")
+           "concurrent-alo-alone", "concurrent-eos", "concurrent-none", "concurrent-alo-before",
+           "concurrent-alo-coalesce", "concurrent-eos-coalesce")
 # mirrors run from the --before-root checkout, as the mirror it names there
 BEFORE_MIRRORS = {"shallow-before": "shallow-before", "concurrent-alo-before": "concurrent-alo"}
 DEFAULT_MIRRORS = ("shallow", "deep", "null")
@@ -67,8 +70,11 @@ DEFAULT_MIRRORS = ("shallow", "deep", "null")
 SINGLE_PARTITION_MIRRORS = {"shallow", "null", "shallow-sasl", "shallow-sasl-kp", "shallow-before"}
 # concurrent mirrors: `shoal copy`'s engine (ConcurrentCopy) in a delivery mode; "-alone": lanes never share
 # Produce requests (CopyOptions.combine_lanes=False, how every lane wrote before)
-CONCURRENT_MIRRORS = {"concurrent-alo": ("at-least-once", True), "concurrent-alo-alone": ("at-least-once", False),
-                      "concurrent-eos": ("exactly-once", True), "concurrent-none": ("none", True)}
+# mirror -> (mode, lanes share Produce requests, coalesce_bytes: 0 = off, else --coalesce-small-batches' default)
+CONCURRENT_MIRRORS = {"concurrent-alo": ("at-least-once", True, 0), "concurrent-alo-alone": ("at-least-once", False, 0),
+                      "concurrent-eos": ("exactly-once", True, 0), "concurrent-none": ("none", True, 0),
+                      "concurrent-alo-coalesce": ("at-least-once", True, 64 * 1024),
+                      "concurrent-eos-coalesce": ("exactly-once", True, 64 * 1024)}
 SECURE_MIRRORS = {"shallow-sasl": True, "shallow-sasl-kp": False}   # mirror -> fast path on
 MIB = 1024 * 1024
 
@@ -94,6 +100,7 @@ def default_cases(scale: float) -> list[Case]:
         Case("lz4-1KiB", "lz4", int(250_000 * scale)),
         Case("lz4-1-record-batches", "lz4", int(20_000 * scale), batch_records=1, linger_ms=0),
         Case("lz4-1-record-batches-4p", "lz4", int(20_000 * scale), batch_records=1, linger_ms=0, partitions=4),
+        Case("none-1-record-batches", "none", int(20_000 * scale), batch_records=1, linger_ms=0),
         uncompressed_orders_case(scale),
     ]
 
@@ -358,9 +365,9 @@ def child_concurrent(spec: dict) -> dict:
     from mirror_core.model.ranges import PartitionRange
     from mirror_core.state.checkpoint import CheckpointStore
 
-    mode, combine = CONCURRENT_MIRRORS[spec["mirror"]]
+    mode, combine, coalesce_bytes = CONCURRENT_MIRRORS[spec["mirror"]]
     options = CopyOptions(fetch_max_bytes=spec["fetch_max_bytes"], max_inflight_bytes=spec["max_inflight_bytes"],
-                          combine_lanes=combine)
+                          combine_lanes=combine, coalesce_bytes=coalesce_bytes)
     src, dst = spec["src_topic"], spec["dst_topic"]
     with WireClient("source", spec["source"]) as source, WireClient("target", spec["target"]) as target:
         ranges = [PartitionRange(src, p, lo, hi, dst, p)

@@ -1,33 +1,36 @@
-"""Coalescing runs of small uncompressed batches into one batch: the named deep case ``coalesced``, off by default.
+"""Coalescing runs of small batches into one batch: the named deep case ``coalesced``, off by default.
 
 Why: a v2 Produce request carries exactly one batch per partition, idempotence allows five requests in flight, and a
 broker serves one request per connection at a time, so a partition of one-record batches (producers with
 ``linger.ms=0``) copies one record per request however fast Shoal is. Coalescing turns a run of such batches into
-one batch of up to ``limit`` bytes, so the copy pays one request per run. It re-encodes records, which the shallow
-path never does (DESIGN §3.7), hence opt-in (``CopyOptions.coalesce_bytes``, ``shoal copy --coalesce-small-batches``)
-and counted like every deep case (``deep_batches``; ``CopyResult.coalesced_batches`` counts the source batches
-merged).
+one batch of at most ``limit`` bytes, so the copy pays one request per run. It re-encodes records (and, for a
+compressed run, decompresses and compresses again with the run's own codec), which the shallow path never does
+(DESIGN §3.7), hence opt-in (``CopyOptions.coalesce_bytes``, ``shoal copy --coalesce-small-batches``) and counted
+like every deep case (``deep_batches``; ``PreparedBatch.coalesced`` and ``CopyResult.coalesced_batches`` count the
+source batches merged).
 
 What it keeps (DESIGN §3.1, §3.6): every record's key, value, headers and attributes byte for byte (each record's
 *tail* is copied verbatim), every record's timestamp as consumers see it (a LogAppendTime batch's records carry its
-``maxTimestamp`` when that is preserved, as in :mod:`mirror_core.codec.batch_deep`), and the exact offset map: a run
-is a contiguous stretch of source offsets (each batch dense, each starting where the one before ended), so the
-merged batch's record ``i`` is source offset ``first + i`` and lands at target ``b' + i``. What changes: batch
+``maxTimestamp`` when that is preserved, as in :mod:`mirror_core.codec.batch_deep`), the codec, and the exact offset
+map: a run is a contiguous stretch of source offsets (each batch dense, each starting where the one before ended),
+so the merged batch's record ``i`` is source offset ``first + i`` and lands at target ``b' + i``. What changes: batch
 boundaries, each record's offset delta and timestamp delta (hence its length prefix), and the header (one
-baseTimestamp, CreateTime). Verification compares records as consumers see them
-(:mod:`mirror_core.kafka.verify`), so it holds; the copy's records digest covers the merged sections as written.
+baseTimestamp, CreateTime). Verification compares records as consumers see them (:mod:`mirror_core.kafka.verify`),
+so it holds; the copy's records digest covers the merged sections as written.
 
-Which batches join a run (:func:`joins_run`): magic 2, uncompressed (a compressed batch would have to be
-decompressed and compressed again), data (no control batch), dense (no compaction holes), inside the copy's bounds
-(never a batch the caller would trim), and small: at least :data:`SMALL_PER_RUN` of them fit in ``limit``. A run
-ends at the first batch that does not join, at an offset gap (markers, aborted or deleted data in between), or
-before the merged batch could pass ``limit`` bytes; a run of one batch is not re-encoded (the caller copies it
-shallow, as without coalescing). Every batch's CRC is verified before its records are read.
+Which batches join a run (:func:`joins_run`): magic 2, data (no control batch), dense (no compaction holes), inside
+the copy's bounds (never a batch the caller would trim), and small: at least :data:`SMALL_PER_RUN` of them fit in
+``limit``. A run ends at the first batch that does not join, at an offset gap (markers, aborted or deleted data in
+between), at a change of codec, or before the merged batch could pass ``limit`` bytes; a run of one batch is not
+re-encoded (the caller copies it shallow, as without coalescing). Every batch's CRC is verified before its records
+are read.
 
 Size bound: re-encoding adds at most :data:`RECORD_GROWTH` bytes to a record (its timestamp delta may grow from 1 to
-10 bytes, its offset delta from 1 to 5, its length prefix by 1) and drops every header but the first, so
-:func:`coalesced_size_bound` of a run is never below the merged batch's size; a run is cut to keep that bound within
-``limit``, and preflight asks the target's ``max.message.bytes`` for ``limit``.
+10 bytes, its offset delta from 1 to 5, its length prefix by 1) and drops every header but the first, so an
+uncompressed run is cut by :func:`coalesced_size_bound` before it could pass ``limit``. A compressed run is cut as
+its batches are decompressed, once the records would pass :func:`compressed_body_cap`: the uncompressed size whose
+worst-case expansion under any Kafka codec (snappy's 7/6 plus its block headers is the largest) still fits in
+``limit``. Preflight asks the target's ``max.message.bytes`` for ``limit``.
 
 Pure: no I/O.
 """
@@ -42,51 +45,141 @@ from mirror_core.codec.batch_codec import (
     RECORDS_OFFSET,
     V2_HEADER,
     BatchView,
+    Codec,
     PreparedBatch,
     seal_crc,
     verify_crc,
 )
+from mirror_core.codec.batch_deep import compress, decompress
 from mirror_core.errors import CorruptBatchError
 
 DEFAULT_COALESCE_BYTES = 64 * 1024   # ``--coalesce-small-batches`` without a size: well under the 1 MB topic default
 SMALL_PER_RUN = 8                    # a batch is small when at least this many of its size fit in the limit
 RECORD_GROWTH = 16                   # bytes re-encoding may add to one record (at most 14: 9 + 4 + 1)
-_NOT_SMALL = CODEC_MASK | CONTROL_BIT
+_COMPRESSION_SLACK = 256             # frame and block headers of a compressed body (lz4, snappy/xerial, gzip, zstd)
 
 
 def coalesced_size_bound(view: BatchView) -> int:
-    """Bytes ``view`` can add to a merged batch at most (its records, each grown by :data:`RECORD_GROWTH`)."""
+    """Bytes an uncompressed ``view`` can add to a merged batch at most (its records, each grown by
+    :data:`RECORD_GROWTH`); for a compressed one, the same figure over its compressed section (a first guess only:
+    :func:`coalesce_items` cuts compressed runs by their decompressed size)."""
     return view.size - RECORDS_OFFSET + RECORD_GROWTH * view.records_count
+
+
+def compressed_body_cap(limit: int) -> int:
+    """Uncompressed records a compressed merged batch may hold: compressed by any Kafka codec, even data that does not
+    compress (snappy: at most 7/6 of the input plus block headers), they stay within ``limit`` with the header."""
+    return (limit - RECORDS_OFFSET - _COMPRESSION_SLACK) * 6 // 7
 
 
 def joins_run(view: BatchView, limit: int, lo: int | None = None, hi: int | None = None) -> bool:
     """Whether ``view`` may be merged with its neighbours (see the module docstring); ``[lo, hi)`` are the copy's
     trimming bounds (None: not trimmed on that side)."""
-    return (view.magic == 2 and not view.attributes & _NOT_SMALL and view.records_count > 0
+    return (view.magic == 2 and not view.attributes & CONTROL_BIT and view.records_count > 0
             and view.last_offset_delta + 1 == view.records_count
             and (lo is None or view.base_offset >= lo) and (hi is None or view.next_offset <= hi)
             and SMALL_PER_RUN * (RECORDS_OFFSET + coalesced_size_bound(view)) <= limit)
 
 
+def split_runs(views: Sequence[BatchView], limit: int, lo: int | None = None,
+               hi: int | None = None) -> list[BatchView | list[BatchView]]:
+    """``views`` in order with every run of two or more joining batches of one codec replaced by a list of them;
+    each list's :func:`coalesced_size_bound` total plus one header stays within ``limit``."""
+    out: list[BatchView | list[BatchView]] = []
+    run: list[BatchView] = []
+    run_bytes = 0
+    for view in views:
+        if joins_run(view, limit, lo, hi):
+            grows = coalesced_size_bound(view)
+            if run and (view.base_offset != run[-1].next_offset or RECORDS_OFFSET + run_bytes + grows > limit
+                        or (view.attributes ^ run[0].attributes) & CODEC_MASK):
+                out.append(run if len(run) > 1 else run[0])
+                run, run_bytes = [], 0
+            run.append(view)
+            run_bytes += grows
+            continue
+        if run:
+            out.append(run if len(run) > 1 else run[0])
+            run, run_bytes = [], 0
+        out.append(view)
+    if run:
+        out.append(run if len(run) > 1 else run[0])
+    return out
+
+
+def coalesce_items(views: Sequence[BatchView], limit: int, lo: int | None = None, hi: int | None = None, *,
+                   log_append_time_to_max: bool = True) -> list[BatchView | PreparedBatch]:
+    """``views`` in order with every run merged into a :class:`PreparedBatch` of at most ``limit`` bytes (its
+    ``coalesced`` says how many batches it holds); the batches left alone stay views, for the caller's shallow path.
+    Raises :class:`CorruptBatchError` naming the source offset of a batch that fails its CRC or does not parse."""
+    out: list[BatchView | PreparedBatch] = []
+    for item in split_runs(views, limit, lo, hi):
+        if item.__class__ is not list:
+            out.append(item)
+        elif not item[0].compressed:
+            out.append(coalesce(item, log_append_time_to_max=log_append_time_to_max))
+        else:
+            _merge_compressed(item, limit, log_append_time_to_max, out)
+    return out
+
+
+def _merge_compressed(run: list[BatchView], limit: int, log_append_time_to_max: bool,
+                      out: list[BatchView | PreparedBatch]) -> None:
+    """Merge a compressed run into batches whose decompressed records stay within :func:`compressed_body_cap`."""
+    cap = compressed_body_cap(limit)
+    group: list[tuple[BatchView, memoryview]] = []
+    body = 0
+    for view in run:
+        verify_crc(view)
+        section = decompress(view)
+        grows = len(section) + RECORD_GROWTH * view.records_count
+        if group and body + grows > cap:
+            _close(group, limit, log_append_time_to_max, out)
+            group, body = [], 0
+        group.append((view, section))
+        body += grows
+    _close(group, limit, log_append_time_to_max, out)
+
+
+def _close(group: list[tuple[BatchView, memoryview]], limit: int, log_append_time_to_max: bool,
+           out: list[BatchView | PreparedBatch]) -> None:
+    if len(group) == 1:
+        out.append(group[0][0])   # alone: copied as it is
+        return
+    merged = _encode(group, log_append_time_to_max)
+    if len(merged.data) > limit:   # cannot happen within compressed_body_cap; if it did, copy them as they are
+        out.extend(view for view, _ in group)
+        return
+    out.append(merged)
+
+
 def coalesce(views: Sequence[BatchView], *, log_append_time_to_max: bool = True) -> PreparedBatch:
-    """One dense uncompressed v2 batch (baseOffset 0, CreateTime, no producer fields: the writer stamps them)
-    holding the records of ``views`` in order; ``views`` must be a run (each joins, each starts where the one before
-    ended). Raises :class:`CorruptBatchError` naming the source offset of a batch whose CRC or records do not
-    parse; ``ValueError`` for a list that is not a run (a caller's bug)."""
+    """One dense v2 batch (baseOffset 0, CreateTime, the run's codec, no producer fields: the writer stamps them)
+    holding the records of ``views`` in order; ``views`` must be a run (each joins, each of the first one's codec,
+    each starting where the one before ended). Raises :class:`CorruptBatchError` naming the source offset of a batch
+    whose CRC or records do not parse; ``ValueError`` for a list that is not a run (a caller's bug)."""
     if not views:
         raise ValueError("coalesce needs at least one batch")
+    sections = []
+    for view in views:
+        verify_crc(view)
+        sections.append((view, decompress(view)))
+    return _encode(sections, log_append_time_to_max)
+
+
+def _encode(sections: Sequence[tuple[BatchView, memoryview]], log_append_time_to_max: bool) -> PreparedBatch:
+    first = sections[0][0]
+    codec = first.attributes & CODEC_MASK
     base_ts = None
     max_ts = None
     count = 0
-    out = bytearray(RECORDS_OFFSET)
-    expected = views[0].base_offset
-    for view in views:
-        if view.base_offset != expected or view.magic != 2 or view.attributes & _NOT_SMALL or \
-                view.last_offset_delta + 1 != view.records_count:
+    body = bytearray(0 if codec else RECORDS_OFFSET)   # uncompressed: the records follow the header in place
+    expected = first.base_offset
+    for view, data in sections:
+        if view.base_offset != expected or view.magic != 2 or view.attributes & CONTROL_BIT or \
+                view.last_offset_delta + 1 != view.records_count or view.attributes & CODEC_MASK != codec:
             raise ValueError(f"the batch at offset {view.base_offset} does not continue a run at {expected}")
-        verify_crc(view)
         expected = view.next_offset
-        data = view.records_section
         visible_max = log_append_time_to_max and view.log_append_time
         batch_base = view.base_timestamp
         pos, end_of_section = 0, len(data)
@@ -107,9 +200,9 @@ def coalesce(views: Sequence[BatchView], *, log_append_time_to_max: bool = True)
                 head = bytearray((attributes,))
                 head += _zigzag(timestamp - base_ts)
                 head += _zigzag(count)
-                out += _zigzag(len(head) + record_end - inner)
-                out += head
-                out += data[inner:record_end]
+                body += _zigzag(len(head) + record_end - inner)
+                body += head
+                body += data[inner:record_end]
                 count += 1
                 pos = record_end
         except (IndexError, ValueError) as exc:
@@ -118,35 +211,15 @@ def coalesce(views: Sequence[BatchView], *, log_append_time_to_max: bool = True)
         if pos != end_of_section:
             raise CorruptBatchError(view.base_offset,
                                     f"{end_of_section - pos} bytes left after {view.records_count} records")
-    V2_HEADER.pack_into(out, 0, 0, len(out) - 12, -1, 2, 0, 0, count - 1, base_ts, max_ts, -1, -1, -1, count)
+    if codec:
+        out = bytearray(RECORDS_OFFSET)
+        out += compress(Codec(codec), body)
+    else:
+        out = body
+    V2_HEADER.pack_into(out, 0, 0, len(out) - 12, -1, 2, 0, codec, count - 1, base_ts, max_ts, -1, -1, -1, count)
     seal_crc(out, 0, len(out))
-    return PreparedBatch(out, count, views[0].base_offset, expected, deep=True, records_identical=False,
-                         source_leader_epoch=views[-1].partition_leader_epoch)
-
-
-def split_runs(views: Sequence[BatchView], limit: int, lo: int | None = None,
-               hi: int | None = None) -> list[BatchView | list[BatchView]]:
-    """``views`` in order with every run of two or more joining batches replaced by a list of them (to be given to
-    :func:`coalesce`); each list's :func:`coalesced_size_bound` total plus one header stays within ``limit``."""
-    out: list[BatchView | list[BatchView]] = []
-    run: list[BatchView] = []
-    run_bytes = 0
-    for view in views:
-        if joins_run(view, limit, lo, hi):
-            grows = coalesced_size_bound(view)
-            if run and (view.base_offset != run[-1].next_offset or RECORDS_OFFSET + run_bytes + grows > limit):
-                out.append(run if len(run) > 1 else run[0])
-                run, run_bytes = [], 0
-            run.append(view)
-            run_bytes += grows
-            continue
-        if run:
-            out.append(run if len(run) > 1 else run[0])
-            run, run_bytes = [], 0
-        out.append(view)
-    if run:
-        out.append(run if len(run) > 1 else run[0])
-    return out
+    return PreparedBatch(out, count, first.base_offset, expected, deep=True, records_identical=False,
+                         source_leader_epoch=sections[-1][0].partition_leader_epoch, coalesced=len(sections))
 
 
 def _varint(buf, pos: int) -> tuple[int, int]:

@@ -346,6 +346,7 @@ class PreparedBatch:
     records_identical: bool = True  # records section byte-identical to the source's (shallow header rewrite)
     source_offsets: tuple[int, ...] | None = None
     source_leader_epoch: int = -1  # the source batch's partitionLeaderEpoch (-1: legacy), the epoch of its span
+    coalesced: int = 0  # source batches merged into this one (mirror_core.codec.batch_coalesce); 0: not a merge
 
     def offset_runs(self) -> list[tuple[int, int, int]]:
         """(source_offset, target_delta, length) runs of constant shift, for the offset map."""

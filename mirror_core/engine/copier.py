@@ -38,13 +38,14 @@ someone else wrote to it, and the copy halts); ``CopyResult.source_end`` never p
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mirror_core.codec.batch_coalesce import coalesce, split_runs
-from mirror_core.codec.batch_codec import PreparedBatch
+from mirror_core.codec.batch_coalesce import coalesce_items
+from mirror_core.codec.batch_codec import MAX_TIMESTAMP_OFFSET, PreparedBatch
 from mirror_core.codec.batch_prepare import prepare_for_target
 from mirror_core.codec.records_digest import RecordsDigest
 from mirror_core.errors import ConfigError, MirrorError, ProducerFencedError
@@ -62,6 +63,7 @@ RECORDS_SECTION = 61  # RecordBatch v2 header size: the digest covers what follo
 # the copy holds about two rounds plus one round's prepared batches (see mirror_core.engine.concurrent_copy)
 DEFAULT_ROUND_MAX_BYTES = 64 * 1024 * 1024
 MIN_COALESCE_BYTES = 1024  # below this, no run of small batches is worth a re-encode
+_MAX_TIMESTAMP = struct.Struct(">q")
 
 
 @dataclass(frozen=True)
@@ -326,14 +328,15 @@ class RangeCopier:
             # by pending batches when the next one is taken counts whole in ``pending_bytes`` (DESIGN §3.8)
             in_place = 2 * kept_bytes >= answer_bytes
             held_in_place = 0  # bytes of this answer's batches pending in place (0: the answer is not held)
-            # coalescing on: runs of small batches come as lists, each merged into one batch (a counted deep case)
-            items = split_runs(fetched.batches, opts.coalesce_bytes, *(bounds or (None, None))) \
+            # coalescing on: runs of small batches come merged, each a prepared batch (a counted deep case)
+            items = coalesce_items(fetched.batches, opts.coalesce_bytes, *(bounds or (None, None)),
+                                   log_append_time_to_max=opts.preserve_log_append_time) \
                 if opts.coalesce_bytes else fetched.batches
             for view in items:
-                if view.__class__ is list:
-                    prepared = coalesce(view, log_append_time_to_max=opts.preserve_log_append_time)
-                    result.coalesced_batches += len(view)
-                    newest = max(run_view.max_timestamp for run_view in view)
+                if view.__class__ is PreparedBatch:
+                    prepared = view
+                    result.coalesced_batches += prepared.coalesced
+                    newest = _MAX_TIMESTAMP.unpack_from(prepared.data, MAX_TIMESTAMP_OFFSET)[0]
                 else:
                     prepared = prepare_for_target(view, preserve_log_append_time=opts.preserve_log_append_time,
                                                   exact_bounds=bounds, in_place=in_place)

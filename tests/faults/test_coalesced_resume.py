@@ -1,6 +1,7 @@
 """Coalescing small batches (``--coalesce-small-batches``, the ``coalesced`` deep case) against the failures a lane
 must survive: a copy stopped between a write and its checkpoint, resumed with coalescing on or off; a source of
-one-record batches interleaved with committed and aborted transactions (markers and aborted data split the runs).
+one-record batches (uncompressed, or lz4) interleaved with committed and aborted transactions (markers and aborted
+data split the runs).
 What must hold is the mirror contract, not batch identity: every committed record once (exactly-once) or the
 first run's copies reported as duplicates (at-least-once), in source order with key, value, headers and timestamp
 intact, and the offset map translating every copied offset to where the record landed."""
@@ -31,36 +32,38 @@ class _Stopped(Exception):
     """The first run's process dying after an acknowledged write, before its checkpoint."""
 
 
-def _fill(source_cluster, topic: str, transactional_id: str) -> list[tuple]:
+def _fill(source_cluster, topic: str, transactional_id: str, codec: str = "none") -> list[tuple]:
     """The source: one-record batches between transactions; returns what a read_committed consumer sees."""
     from confluent_kafka import Producer
 
     plain = Producer(source_cluster.config.confluent(**{"linger.ms": 0, "batch.num.messages": 1,
-                                                        "compression.type": "none", "enable.idempotence": True}))
+                                                        "compression.type": codec, "enable.idempotence": True}))
     txn = Producer(source_cluster.config.confluent(**{"transactional.id": transactional_id, "linger.ms": 5,
-                                                      "compression.type": "none"}))
+                                                      "compression.type": codec}))
     txn.init_transactions(30)
     now = int(time.time() * 1000) - 60_000
     for r in range(ROUNDS):
         for i in range(PLAIN):
-            plain.produce(topic, key=b"k%d-%d" % (r, i), value=b"plain-%d-%d" % (r, i), partition=0,
+            plain.produce(topic, key=b"k%d-%d" % (r, i), value=b"plain-%d-%d;" % (r, i) * 8, partition=0,
                           headers=[("round", b"%d" % r)], timestamp=now + 1000 * r - i)   # deltas go backwards
             plain.flush(30)   # one batch per record
         for decided, count in (("commit", COMMITTED), ("abort", ABORTED)):
             txn.begin_transaction()
             for i in range(count):
-                txn.produce(topic, key=b"t", value=b"%s-%d-%d" % (decided.encode(), r, i), partition=0)
+                txn.produce(topic, key=b"t", value=b"%s-%d-%d;" % (decided.encode(), r, i) * 8, partition=0)
             txn.flush(30)
             txn.commit_transaction(30) if decided == "commit" else txn.abort_transaction(30)
+    codecs = {v.codec.name.lower() for v in raw_batches(source_cluster, topic)}
+    assert codecs == {codec}, f"the source's batches are {codecs}, not {codec} (values too small to compress?)"
     return [r.content() for r in source_cluster.read_all(topic)]
 
 
 def _copier(source, target, store, pipeline: str, mode: DeliveryMode, coalesce: bool, *,
-            commit_bytes: int = 64 * 1024 * 1024) -> CheckpointedCopier:
+            commit_bytes: int = 64 * 1024 * 1024, window: int = 8192) -> CheckpointedCopier:
     # small answers and windows: many flushes, so a stop falls between a write and its checkpoint
     policy = CommitPolicy(commit_bytes=commit_bytes, commit_interval_ms=120_000)
-    options = CopyOptions(fetch_max_bytes=4096, max_inflight_bytes=2048,
-                          coalesce_bytes=1024 if coalesce else 0)
+    options = CopyOptions(fetch_max_bytes=2 * window, max_inflight_bytes=window,
+                          coalesce_bytes=4096 if coalesce else 0)
     return CheckpointedCopier(source, target, store, pipeline=pipeline, mode=mode, policy=policy, options=options)
 
 
@@ -128,14 +131,16 @@ def test_at_least_once_stopped_before_its_checkpoint_reports_the_coalesced_copie
     assert result.coalesced_batches > 0 or not resume_coalescing
 
 
+@pytest.mark.parametrize("codec", ["none", "lz4"])
 @pytest.mark.parametrize("resume_coalescing", [True, False], ids=["resume-coalesced", "resume-shallow"])
 def test_exactly_once_stopped_mid_copy_resumes_to_an_exact_target_with_an_exact_offset_map(
-        source_cluster, target_cluster, unique_name, resume_coalescing):
+        source_cluster, target_cluster, unique_name, resume_coalescing, codec):
+    """``lz4``: compressed one-record batches, merged with their own codec (decompressed and compressed again)."""
     topic = unique_name()
     target_topic, pipeline = f"dr.{topic}", f"p.{topic}"
     source_cluster.create_topic(topic)
     target_cluster.create_topic(target_topic)
-    expected = _fill(source_cluster, topic, unique_name("txn"))
+    expected = _fill(source_cluster, topic, unique_name("txn"), codec)
     end = raw_batches(source_cluster, topic)[-1].next_offset + 1
     with WireClient.for_cluster(source_cluster.config) as source, \
             WireClient.for_cluster(target_cluster.config) as target:
@@ -143,7 +148,7 @@ def test_exactly_once_stopped_mid_copy_resumes_to_an_exact_target_with_an_exact_
         store.ensure_topic()
         rng = PartitionRange(topic, 0, 0, end, target_topic, 0)
         first = _copier(source, target, store, pipeline, DeliveryMode.EXACTLY_ONCE, True,
-                        commit_bytes=4096)   # some windows committed before the stop
+                        commit_bytes=2048, window=2048)   # windows committed before the stop
         with pytest.raises(_Stopped):
             first.copy(rng, _stop_after_writes(150))
         committed = len(_read_settled(target_cluster, target_topic))
@@ -154,3 +159,5 @@ def test_exactly_once_stopped_mid_copy_resumes_to_an_exact_target_with_an_exact_
     assert result.source_end == end
     assert [r.content() for r in _read_settled(target_cluster, target_topic)] == expected
     _assert_offset_map(result, source_cluster, topic, target_cluster, target_topic)
+    codecs = {v.codec.name.lower() for v in raw_batches(target_cluster, target_topic)}
+    assert codecs == {codec}, codecs

@@ -13,14 +13,16 @@ from mirror_core.codec import batch_deep
 from mirror_core.codec.batch_coalesce import (
     DEFAULT_COALESCE_BYTES,
     coalesce,
+    coalesce_items,
     coalesced_size_bound,
+    compressed_body_cap,
     joins_run,
     split_runs,
 )
-from mirror_core.codec.batch_codec import Codec, parse_batch, walk_batches
+from mirror_core.codec.batch_codec import Codec, PreparedBatch, parse_batch, walk_batches
 from mirror_core.codec.batch_prepare import stamp_producer_in_place
 from mirror_core.errors import CorruptBatchError
-from tests.unit.codec.test_batch_codec import CONTROL, LAT, _build_any, build, decoded, marker, patch
+from tests.unit.codec.test_batch_codec import CODECS, CONTROL, LAT, _build_any, build, decoded, marker, patch
 
 pytestmark = pytest.mark.unit
 
@@ -91,7 +93,7 @@ def test_which_batches_join_a_run():
     limit = DEFAULT_COALESCE_BYTES
     small = parse_batch(one_record(5, 1))
     assert joins_run(small, limit)
-    assert not joins_run(parse_batch(build(codec=Codec.LZ4, base_offset=5)), limit)        # compressed
+    assert joins_run(parse_batch(build(codec=Codec.LZ4, base_offset=5)), limit)            # compressed too
     assert not joins_run(parse_batch(marker()), limit)                                      # control
     holes = patch(build(base_offset=5), last_offset_delta=9)
     assert not joins_run(parse_batch(holes), limit)                                         # compaction holes
@@ -102,12 +104,13 @@ def test_which_batches_join_a_run():
     assert CONTROL  # (the marker's bit, for the reader)
 
 
-def test_runs_end_at_gaps_at_batches_that_do_not_join_and_at_the_limit():
+def test_runs_end_at_gaps_at_batches_that_do_not_join_at_a_codec_change_and_at_the_limit():
     views = run_of(3, first=0) + run_of(2, first=4)      # offset 3 missing (a marker, aborted data)
     compressed = parse_batch(build(codec=Codec.LZ4, base_offset=6))
     alone = parse_batch(one_record(6 + compressed.records_count, 5))
-    items = split_runs([*views, compressed, alone], DEFAULT_COALESCE_BYTES)
-    assert [len(i) if isinstance(i, list) else "view" for i in items] == [3, 2, "view", "view"]
+    big = parse_batch(build([(0, 1, None, b"x" * 9000, [])], base_offset=alone.next_offset))
+    items = split_runs([*views, compressed, alone, big], DEFAULT_COALESCE_BYTES)
+    assert [len(i) if isinstance(i, list) else "view" for i in items] == [3, 2, "view", "view", "view"]
     assert items[2] is compressed and items[3] is alone  # a run of one is copied as it is (shallow)
     many = run_of(400, first=0)
     limit = 8 * 1024
@@ -163,3 +166,68 @@ def test_property_merged_batch_reads_back_as_the_run_with_an_exact_offset_map(ba
     assert len(prepared.data) <= 61 + sum(coalesced_size_bound(v) for v in views)
     assert batch_deep.logical_digest(views, log_append_time_to_max=preserve) == \
         batch_deep.logical_digest([parse_batch(prepared.data)])
+
+
+@pytest.mark.parametrize("codec", [c for c in CODECS if c is not Codec.NONE], ids=lambda c: c.name.lower())
+def test_a_compressed_run_is_merged_with_its_own_codec_and_cut_by_its_decompressed_size(codec):
+    """One-record lz4/zstd/... batches: merged with the same codec, records as they were; a run whose records
+    decompress past the cap is cut into several merged batches, each within the limit (data that does not compress
+    included)."""
+    import os
+
+    limit = 16 * 1024
+    raw, offset = [], 1000
+    for i in range(120):   # half of them mostly random: the merged body compresses little
+        raw.append(build([(0, 1_700_000_000_000 + i, b"k%d" % i, os.urandom(200) + b"filler " * 30, [])],
+                         codec=codec, base_offset=offset) if i % 2 else
+                   build([(0, 1_700_000_000_000 + i, b"k%d" % i, b"compressible " * 20, [("h", b"v")])],
+                         codec=codec, base_offset=offset))
+        offset += 1
+    views, _ = walk_batches(b"".join(raw))
+    items = coalesce_items(views, limit)
+    merged = [i for i in items if isinstance(i, PreparedBatch)]
+    assert len(merged) >= 2 and all(isinstance(i, PreparedBatch) for i in items)
+    assert sum(m.coalesced for m in merged) == 120
+    assert all(len(m.data) <= limit and m.deep for m in merged)
+    got = []
+    for m in merged:
+        view = parse_batch(m.data)
+        assert view.codec is codec
+        got += target_records(m, m.source_first_offset)
+    assert got == source_records(views)
+    assert compressed_body_cap(limit) * 7 // 6 + 61 + 256 <= limit
+
+
+def test_coalesce_items_leaves_lone_batches_as_views_and_merges_runs():
+    views = run_of(4, first=0) + [parse_batch(marker(base_offset=4))] + run_of(1, first=5) + run_of(3, first=6)
+    items = coalesce_items(views, DEFAULT_COALESCE_BYTES)
+    shapes = [i.coalesced if isinstance(i, PreparedBatch) else "view" for i in items]
+    assert shapes == [4, "view", 4]   # the marker alone; offsets 5-8 are contiguous: one run of four
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=st.lists(st.lists(_record, min_size=1, max_size=3), min_size=1, max_size=14),
+       codec=st.sampled_from(CODECS), base=st.integers(0, 2**40), limit=st.sampled_from([1024, 4096, 65536]),
+       preserve=st.booleans())
+def test_property_coalesce_items_keeps_every_record_and_the_limit_whatever_the_codec(batches, codec, base, limit,
+                                                                                      preserve):
+    raw, expected, offset = [], {}, base
+    for records in batches:   # the builder may fall back to no codec for a batch: runs then break there
+        batch = _build_any(list(enumerate(records)), codec, offset)
+        for row in decoded(batch):
+            expected[row[0]] = row
+        raw.append(batch)
+        offset += len(records)
+    views, _ = walk_batches(b"".join(raw))
+    items = coalesce_items(views, limit, log_append_time_to_max=preserve)
+    spans = []
+    for item in items:
+        if isinstance(item, PreparedBatch):
+            assert item.coalesced >= 2 and len(item.data) <= limit
+            rows = target_records(item, item.source_first_offset)
+            assert rows == [expected[row[0]] for row in rows]
+            spans.append((item.source_first_offset, item.source_next_offset))
+        else:
+            spans.append((item.base_offset, item.next_offset))
+    assert spans[0][0] == base and spans[-1][1] == offset
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
