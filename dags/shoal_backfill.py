@@ -78,13 +78,13 @@ with DAG(
     preflight = ShoalPreflightOperator(
         task_id="preflight", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
         include=P % "include", exclude=P % "exclude", naming=P % "naming", pipeline=P % "pipeline",
-        create_missing="{{ not params.dry_run }}")
+        create_missing="{{ not params.dry_run }}", coalesce_small_batches=P % "coalesce_small_batches")
     plan = ShoalPlanOperator(
         task_id="plan", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
         pipeline=P % "pipeline", include=P % "include", exclude=P % "exclude", naming=P % "naming",
         start=P % "start", end=P % "end", mode=P % "mode", exact_bounds=P % "exact_bounds",
         throttle_mb_s=P % "throttle_mb_s", accept_loss=P % "accept_loss", link_mb_s=P % "link_mb_s",
-        work_dir=WORK_DIR)
+        coalesce_small_batches=P % "coalesce_small_batches", work_dir=WORK_DIR)
     retention = ShoalRetentionCheckOperator(
         task_id="retention_check", source_conn_id=P % "source_conn_id", target_conn_id=P % "target_conn_id",
         plan_path=PLAN,

@@ -35,6 +35,7 @@ from mirror_core.services.spark_env import (
 )
 from shoal_airflow.errors import airflow_errors
 from shoal_airflow.hooks import ShoalKafkaHook, clusters_of, write_clusters_file
+from shoal_airflow.params import coalesce_bytes
 
 DEFAULT_WORK_DIR = "/tmp/shoal"
 _SPARK_EXIT = re.compile(r"[Ee]rror code is: (\d+)")
@@ -60,16 +61,17 @@ class ShoalPreflightOperator(BaseOperator):
     target topics. XCom: per topic the findings' severities and messages."""
 
     template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "include", "exclude", "naming", "pipeline",
-                                      "create_missing")
+                                      "create_missing", "coalesce_small_batches")
     ui_color = "#e8f4ff"
 
     def __init__(self, *, source_conn_id: str, target_conn_id: str, include: str, exclude: str | None = None,
                  naming: str = "identity", pipeline: str = "preflight", create_missing: bool | str = True,
-                 **kwargs: Any) -> None:
+                 coalesce_small_batches: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source_conn_id, self.target_conn_id = source_conn_id, target_conn_id
         self.include, self.exclude, self.naming, self.pipeline = include, exclude, naming, pipeline
         self.create_missing = create_missing
+        self.coalesce_small_batches = coalesce_small_batches  # the target must take merged batches
 
     def execute(self, context) -> dict:
         from mirror_core.config.plan_request import PlanRequest
@@ -80,7 +82,8 @@ class ShoalPreflightOperator(BaseOperator):
             target = ShoalKafkaHook(self.target_conn_id).get_cluster()
             request = PlanRequest.parse(pipeline=self.pipeline, source_cluster=source.name,
                                         target_cluster=target.name, include=self.include,
-                                        exclude=self.exclude or None, naming=self.naming)
+                                        exclude=self.exclude or None, naming=self.naming,
+                                        coalesce_bytes=coalesce_bytes(self.coalesce_small_batches))
             out = {}
             for topic, report in preflight_topics(source, target, request,
                                                   create_missing=_flag(self.create_missing)):
@@ -100,15 +103,16 @@ class ShoalPlanOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("source_conn_id", "target_conn_id", "pipeline", "include", "exclude", "naming",
                                       "start", "end", "mode", "exact_bounds", "throttle_mb_s", "accept_loss",
-                                      "work_dir", "start_without_checkpoints", "link_mb_s")
+                                      "work_dir", "start_without_checkpoints", "link_mb_s", "coalesce_small_batches")
 
     def __init__(self, *, source_conn_id: str, target_conn_id: str, pipeline: str, include: str,
                  exclude: str | None = None, naming: str = "identity", start: str = "earliest", end: str = "latest",
                  mode: str = "exactly-once", exact_bounds: bool | str = False, throttle_mb_s: float | None = None,
                  accept_loss: bool | str = False, use_deadlines: bool = True, work_dir: str = DEFAULT_WORK_DIR,
                  start_without_checkpoints: str | None = None, link_mb_s: float | str | None = None,
-                 **kwargs: Any) -> None:
+                 coalesce_small_batches: bool | str = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.coalesce_small_batches = coalesce_small_batches  # the lanes merge runs of small batches
         self.start_without_checkpoints = start_without_checkpoints
         self.link_mb_s = link_mb_s  # the source link's rate: the run sizes its fetches for it
         self.source_conn_id, self.target_conn_id, self.pipeline = source_conn_id, target_conn_id, pipeline
@@ -138,7 +142,8 @@ class ShoalPlanOperator(BaseOperator):
                 pipeline=self.pipeline, source_cluster=source.name, target_cluster=target.name,
                 include=self.include, exclude=self.exclude or None, naming=self.naming, start=start,
                 end=self.end, mode=self.mode, exact_bounds=_flag(self.exact_bounds), throttle_mb_s=throttle,
-                accept_loss=_flag(self.accept_loss), link_mb_s=link)
+                accept_loss=_flag(self.accept_loss), link_mb_s=link,
+                coalesce_bytes=coalesce_bytes(self.coalesce_small_batches))
             plan = build_plan(source, target, request,
                               deadline_for=retention_deadlines(source) if self.use_deadlines else None)
         path = run_dir(self.work_dir, context) / "plan.json"

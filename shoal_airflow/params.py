@@ -41,6 +41,11 @@ def backfill_params() -> dict[str, Any]:
         "link_mb_s": Param(None, type=["null", "number"], exclusiveMinimum=0, maximum=100000,
                            description="the source link's rate in MB/s: the run measures the round trip to the "
                                        "source and sizes its fetches to keep the link busy (a far source)"),
+        "coalesce_small_batches": Param(False, type="boolean",
+                                        description="merge runs of small batches (one record each, say) into batches "
+                                                    "of up to 64 KiB: far fewer Produce requests; re-encodes records "
+                                                    "(offsets, keys, values, headers, timestamps stay), counted as "
+                                                    "deep"),
         "dry_run": Param(False, type="boolean", description="plan and check only; copy nothing"),
         "accept_loss": Param(False, type="boolean",
                              description="plan past data already deleted from the source, recording the loss"),
@@ -75,7 +80,8 @@ def validate_backfill_request(params: dict[str, Any]) -> dict[str, Any]:
             target_cluster=params["target_conn_id"], include=params["include"], exclude=params.get("exclude"),
             naming=params["naming"], start=params["start"], end=params["end"], mode=params["mode"],
             exact_bounds=bool(params.get("exact_bounds")), throttle_mb_s=params.get("throttle_mb_s"),
-            accept_loss=bool(params.get("accept_loss")), link_mb_s=params.get("link_mb_s"))
+            accept_loss=bool(params.get("accept_loss")), link_mb_s=params.get("link_mb_s"),
+            coalesce_bytes=coalesce_bytes(params.get("coalesce_small_batches")))
     except MirrorError as exc:
         problems.append(f"start/end/naming: {exc}")
     else:
@@ -125,3 +131,11 @@ def release_pipeline(pipeline: str, run_id: str, *, work_dir: str | None = None)
     from mirror_core.services.backfill_run import release_pipeline as release
 
     return release(claims_dir(work_dir), pipeline, run_id)
+
+
+def coalesce_bytes(flag: Any) -> int:
+    """The form's ``coalesce_small_batches`` as a size: the default size when on, 0 when off."""
+    from mirror_core.config.coalescing import DEFAULT_COALESCE_BYTES
+
+    on = flag.strip().lower() in ("true", "1", "yes") if isinstance(flag, str) else bool(flag)
+    return DEFAULT_COALESCE_BYTES if on else 0

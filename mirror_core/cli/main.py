@@ -24,7 +24,7 @@ from mirror_core.cli import (
     sandbox_command,
 )
 from mirror_core.cli.clusters import resolve_cluster
-from mirror_core.codec.batch_coalesce import DEFAULT_COALESCE_BYTES
+from mirror_core.config.coalescing import DEFAULT_COALESCE_BYTES
 from mirror_core.dev.sandbox import sandbox_from_environ
 from mirror_core.errors import ConfigError, MirrorError
 

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from mirror_core.config.cluster import ClusterConfig
+from mirror_core.config.coalescing import DEFAULT_COALESCE_BYTES
 from mirror_core.config.plan_request import PlanRequest
 from mirror_core.services.plan_inputs import retention_deadlines
 
@@ -29,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--link-mbps", type=float, metavar="MB/s",
                         help="the source link's rate: the run measures the source's round trip and sizes its "
                              "fetches to keep the link busy (recorded in the plan)")
+    parser.add_argument("--coalesce-small-batches", nargs="?", type=int, const=DEFAULT_COALESCE_BYTES, default=0,
+                        metavar="BYTES", help="the lanes merge runs of small batches into batches of up to BYTES "
+                                              f"(default {DEFAULT_COALESCE_BYTES}; recorded in the plan): see "
+                                              "`shoal copy --help`")
     parser.add_argument("--accept-loss", action="store_true",
                         help="plan past data already deleted from the source; the lost ranges are recorded in the plan")
     parser.add_argument("--no-deadlines", action="store_true", help="skip the retention model (order by size only)")
@@ -43,7 +48,7 @@ def run(args: argparse.Namespace, source: ClusterConfig, target: ClusterConfig, 
         pipeline=args.pipeline, source_cluster=source.name, target_cluster=target.name, include=args.include,
         exclude=args.exclude, naming=args.naming, start=args.start, end=args.end, mode=args.mode,
         exact_bounds=args.exact_bounds, throttle_mb_s=args.throttle_mbps, accept_loss=args.accept_loss,
-        link_mb_s=args.link_mbps)
+        link_mb_s=args.link_mbps, coalesce_bytes=args.coalesce_small_batches)
     deadline_for = None if args.no_deadlines else retention_deadlines(source)
     plan = build_plan(source, target, request, deadline_for=deadline_for)
     dry_run(plan, args.out, console)

@@ -53,7 +53,6 @@ from mirror_core.codec.batch_codec import (
 from mirror_core.codec.batch_deep import compress, decompress
 from mirror_core.errors import CorruptBatchError
 
-DEFAULT_COALESCE_BYTES = 64 * 1024   # ``--coalesce-small-batches`` without a size: well under the 1 MB topic default
 SMALL_PER_RUN = 8                    # a batch is small when at least this many of its size fit in the limit
 RECORD_GROWTH = 16                   # bytes re-encoding may add to one record (at most 14: 9 + 4 + 1)
 _COMPRESSION_SLACK = 256             # frame and block headers of a compressed body (lz4, snappy/xerial, gzip, zstd)

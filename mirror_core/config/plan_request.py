@@ -16,6 +16,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from mirror_core.config.coalescing import checked_coalesce_bytes
 from mirror_core.config.positions import parse_position
 from mirror_core.config.topic_selection import NamingPolicy, TopicPattern
 from mirror_core.errors import ConfigError
@@ -111,6 +112,7 @@ class PlanRequest:
     throttle_mb_s: float | None = None
     accept_loss: bool = False
     link_mb_s: float | None = None  # the source link's rate: the run sizes its fetches for it (backfill_link)
+    coalesce_bytes: int = 0  # > 0: runs of small batches merged up to this size (mirror_core.codec.batch_coalesce)
 
     def __post_init__(self) -> None:
         if not self.pipeline or not self.pipeline.strip():
@@ -123,6 +125,7 @@ class PlanRequest:
             raise ConfigError(f"throttle {self.throttle_mb_s!r} MB/s must be a positive number (or none)")
         if self.link_mb_s is not None and not (math.isfinite(self.link_mb_s) and self.link_mb_s > 0):
             raise ConfigError(f"link rate {self.link_mb_s!r} MB/s must be a positive number (or none)")
+        checked_coalesce_bytes(self.coalesce_bytes, "coalesce_small_batches")
         if self.start.kind == "timestamp" and self.end.kind == "timestamp" \
                 and self.end.timestamp_ms < self.start.timestamp_ms:
             raise ConfigError(f"end {self.end} is before start {self.start}")

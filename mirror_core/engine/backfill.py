@@ -47,6 +47,7 @@ class LaneJob:
     units: tuple[Mapping, ...]  # WorkUnit dicts of one lane, in plan order
     accept_loss: bool = False  # the plan accepted its recorded losses (a unit may start past its checkpoint)
     fetch_max_bytes: int | None = None  # sized for the link by the driver (backfill_link); None: the unsized size
+    coalesce_bytes: int = 0  # the plan's: runs of small batches merged up to this size (0: off)
 
 
 def lanes_of(units: Iterable[Mapping]) -> list[list[Mapping]]:
@@ -103,7 +104,8 @@ def lane_copy_options(job: LaneJob) -> CopyOptions:
     fetch = max(unsized_fetch_bytes(job.throttle_bytes_per_s), job.fetch_max_bytes or 0)
     # overlap stays on: the prefetch of the next fetch travels while this one is written (budget: 2 fetches + chunk)
     return CopyOptions(exact_bounds=job.exact_bounds, throttle_bytes_per_s=job.throttle_bytes_per_s,
-                       fetch_max_bytes=fetch, max_inflight_bytes=chunk, overlap=True)
+                       fetch_max_bytes=fetch, max_inflight_bytes=chunk, overlap=True,
+                       coalesce_bytes=job.coalesce_bytes)
 
 
 def unsized_chunk_bytes(throttle_bytes_per_s: float | None) -> int:
@@ -151,7 +153,8 @@ def lane_jobs(plan: Mapping, clusters: Mapping[str, Mapping[str, str]], run_id: 
     target = cluster_from_settings(clusters, plan["target_cluster"])
     per_task = lane_throttle(plan, parallelism)
     return [LaneJob(run_id, plan["pipeline"], plan["mode"], plan["exact_bounds"], per_task, source, target,
-                    tuple(lane), accept_loss=bool(plan.get("accept_loss")), fetch_max_bytes=fetch_max_bytes)
+                    tuple(lane), accept_loss=bool(plan.get("accept_loss")), fetch_max_bytes=fetch_max_bytes,
+                    coalesce_bytes=int(plan.get("coalesce_bytes") or 0))
             for lane in lanes_of(plan["units"])]
 
 

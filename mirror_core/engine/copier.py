@@ -48,6 +48,7 @@ from mirror_core.codec.batch_coalesce import coalesce_items
 from mirror_core.codec.batch_codec import MAX_TIMESTAMP_OFFSET, PreparedBatch
 from mirror_core.codec.batch_prepare import prepare_for_target
 from mirror_core.codec.records_digest import RecordsDigest
+from mirror_core.config.coalescing import checked_coalesce_bytes
 from mirror_core.errors import ConfigError, MirrorError, ProducerFencedError
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
@@ -62,7 +63,6 @@ RECORDS_SECTION = 61  # RecordBatch v2 header size: the digest covers what follo
 # A concurrent copy's fetch round never asks for more than this by default, whatever its partition count (memory):
 # the copy holds about two rounds plus one round's prepared batches (see mirror_core.engine.concurrent_copy)
 DEFAULT_ROUND_MAX_BYTES = 64 * 1024 * 1024
-MIN_COALESCE_BYTES = 1024  # below this, no run of small batches is worth a re-encode
 _MAX_TIMESTAMP = struct.Struct(">q")
 
 
@@ -96,9 +96,7 @@ class CopyOptions:
             raise ConfigError("round_max_bytes must be positive")
         if self.fetch_connections < 1:
             raise ConfigError("fetch_connections must be at least 1")
-        if self.coalesce_bytes and self.coalesce_bytes < MIN_COALESCE_BYTES:
-            raise ConfigError(f"coalesce_bytes must be 0 (off) or at least {MIN_COALESCE_BYTES}, not "
-                              f"{self.coalesce_bytes}")
+        checked_coalesce_bytes(self.coalesce_bytes)
 
     @property
     def budget_bytes(self) -> int:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from mirror_core.config.coalescing import checked_coalesce_bytes
 from mirror_core.config.plan_request import MODES, format_time_ms
 from mirror_core.errors import ConfigError
 from mirror_core.model.ranges import PartitionRange
@@ -106,7 +107,8 @@ _UNIT_KEYS = ("unit_id", "topic", "partition", "start", "end", "target_topic", "
               "bytes_estimate", "deadline_ms")
 _PLAN_KEYS = ("version", "plan_id", "pipeline", "created_ms", "source_cluster", "target_cluster", "mode",
               "exact_bounds", "throttle_mb_s", "accept_loss", "units", "losses")
-_OPTIONAL_PLAN_KEYS = {"empty", "request", "summary", "link_mb_s"}  # link_mb_s: plans written before it have none
+# link_mb_s, coalesce_bytes: plans written before them have none
+_OPTIONAL_PLAN_KEYS = {"empty", "request", "summary", "link_mb_s", "coalesce_bytes"}
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,10 @@ class Plan:
     request: Mapping[str, str | None] | None = None
     version: int = PLAN_VERSION
     link_mb_s: float | None = None  # the source link's rate: the run sizes its fetches for it (backfill_link)
+    coalesce_bytes: int = 0  # > 0: the lanes merge runs of small batches up to this size (a counted deep case)
 
     def __post_init__(self) -> None:
+        checked_coalesce_bytes(self.coalesce_bytes, f"plan {self.plan_id!r}: coalesce_bytes")
         if self.version != PLAN_VERSION:
             raise ConfigError(f"plan version {self.version!r} is not supported (this Shoal reads {PLAN_VERSION})")
         if self.mode not in MODES:
@@ -154,6 +158,7 @@ class Plan:
                 "created_ms": self.created_ms, "source_cluster": self.source_cluster,
                 "target_cluster": self.target_cluster, "mode": self.mode, "exact_bounds": self.exact_bounds,
                 "throttle_mb_s": self.throttle_mb_s, "link_mb_s": self.link_mb_s, "accept_loss": self.accept_loss,
+                "coalesce_bytes": self.coalesce_bytes,
                 "units": [u.to_dict() for u in self.units], "losses": [x.to_dict() for x in self.losses],
                 "empty": [e.to_dict() for e in self.empty],
                 "request": None if self.request is None else dict(self.request), "summary": self.summary()}
@@ -174,6 +179,7 @@ class Plan:
                    exact_bounds=_typed(body, "exact_bounds", bool), accept_loss=_typed(body, "accept_loss", bool),
                    throttle_mb_s=None if throttle is None else float(throttle),
                    link_mb_s=None if link is None else float(link),
+                   coalesce_bytes=body.get("coalesce_bytes", 0),
                    units=tuple(WorkUnit.from_dict(u) for u in _typed(body, "units", list)),
                    losses=tuple(LossRange.from_dict(x) for x in _typed(body, "losses", list)),
                    empty=tuple(EmptyRange.from_dict(e) for e in body.get("empty", [])),
@@ -223,7 +229,8 @@ def render_plan_table(plan: Plan):
     table = Table(title=f"plan {plan.plan_id}: {plan.pipeline} {plan.source_cluster} → {plan.target_cluster} "
                         f"({plan.mode}{', exact bounds' if plan.exact_bounds else ''}"
                         f"{f', {plan.throttle_mb_s:g} MB/s' if plan.throttle_mb_s else ''}"
-                        f"{f', link {plan.link_mb_s:g} MB/s' if plan.link_mb_s else ''})")
+                        f"{f', link {plan.link_mb_s:g} MB/s' if plan.link_mb_s else ''}"
+                        f"{f', small batches coalesced up to {plan.coalesce_bytes} B' if plan.coalesce_bytes else ''})")
     for col in ("#", "unit", "start", "end", "offsets", "bytes (est.)", "deadline", "lane", "from"):
         numeric = col in ("#", "start", "end", "offsets", "bytes (est.)")
         table.add_column(col, justify="right" if numeric else "left", no_wrap=numeric, overflow="fold")

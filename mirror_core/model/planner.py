@@ -163,6 +163,7 @@ def plan_backfill(request: PlanRequest, inputs: PlanInputs, *, deadline_for: Dea
                 created_ms=created_ms, source_cluster=request.source_cluster, target_cluster=request.target_cluster,
                 mode=request.mode, exact_bounds=request.exact_bounds, throttle_mb_s=request.throttle_mb_s,
                 link_mb_s=request.link_mb_s, accept_loss=request.accept_loss, units=tuple(order_units(units)),
+                coalesce_bytes=request.coalesce_bytes,
                 losses=tuple(losses), empty=tuple(empty), request=request.to_dict())
 
 

@@ -27,7 +27,8 @@ def prepare_targets(plan: dict, source: ClusterConfig, target: ClusterConfig, *,
     sure the checkpoint topic exists."""
     for topic, target_topic in sorted({(u["topic"], u["target_topic"]) for u in plan["units"]}):
         report = run_preflight(source, target, topic, target_topic=target_topic,
-                               start_offsets={u["partition"]: u["start"] for u in plan["units"] if u["topic"] == topic})
+                               start_offsets={u["partition"]: u["start"] for u in plan["units"] if u["topic"] == topic},
+                               coalesce_bytes=int(plan.get("coalesce_bytes") or 0))
         for finding in report.findings:
             emit(f"preflight {finding.severity.name}: {finding.message}")
         report.raise_if_refused()

@@ -196,11 +196,13 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def check_only(source: ClusterConfig, target: ClusterConfig, topic: str, target_topic: str) -> PreflightReport:
+def check_only(source: ClusterConfig, target: ClusterConfig, topic: str, target_topic: str, *,
+               coalesce_bytes: int = 0) -> PreflightReport:
     """Preflight without creating the target topic (dry runs write nothing)."""
     src = describe_topic(source, topic)
     facts = observe_data(source, topic, src.partitions) if src is not None else None
-    return decide(src, describe_topic(target, target_topic), facts or DataFacts(now_ms=_now_ms()),
+    facts = dataclasses.replace(facts or DataFacts(now_ms=_now_ms()), coalesce_bytes=coalesce_bytes)
+    return decide(src, describe_topic(target, target_topic), facts,
                   source_cluster=source.name, source_topic=topic, target_cluster=target.name,
                   target_topic=target_topic, allow_internal=False)
 
@@ -219,6 +221,7 @@ def preflight_topics(source: ClusterConfig, target: ClusterConfig, request: Plan
     for topic in selected:
         target_topic = request.naming.target_for(topic)
         if create_missing:
-            yield topic, run_preflight(source, target, topic, target_topic=target_topic)
+            yield topic, run_preflight(source, target, topic, target_topic=target_topic,
+                                       coalesce_bytes=request.coalesce_bytes)
         else:
-            yield topic, check_only(source, target, topic, target_topic)
+            yield topic, check_only(source, target, topic, target_topic, coalesce_bytes=request.coalesce_bytes)

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from mirror_core.codec import batch_deep
 from mirror_core.codec.batch_coalesce import (
-    DEFAULT_COALESCE_BYTES,
     coalesce,
     coalesce_items,
     coalesced_size_bound,
@@ -21,6 +20,7 @@ from mirror_core.codec.batch_coalesce import (
 )
 from mirror_core.codec.batch_codec import Codec, PreparedBatch, parse_batch, walk_batches
 from mirror_core.codec.batch_prepare import stamp_producer_in_place
+from mirror_core.config.coalescing import DEFAULT_COALESCE_BYTES
 from mirror_core.errors import CorruptBatchError
 from tests.unit.codec.test_batch_codec import CODECS, CONTROL, LAT, _build_any, build, decoded, marker, patch
 

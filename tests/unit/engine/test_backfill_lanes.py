@@ -152,3 +152,24 @@ def test_a_plan_records_the_link_rate_and_old_plans_still_load():
     from mirror_core.errors import ConfigError
     with pytest.raises(ConfigError, match="link_mb_s"):
         Plan.from_dict({**body, "link_mb_s": -1})
+
+
+def test_a_plan_that_coalesces_small_batches_gives_every_lane_that_size_and_old_plans_do_not():
+    from mirror_core.config.plan_request import PlanRequest
+    from mirror_core.errors import ConfigError
+
+    body = {"version": 1, "plan_id": "x", "pipeline": "p", "created_ms": 0, "source_cluster": "src",
+            "target_cluster": "dst", "mode": "exactly-once", "exact_bounds": False, "throttle_mb_s": None,
+            "accept_loss": False, "losses": [],
+            "units": [dict(UNITS[0], lane="dr.t-0", unit_id="t-0", bytes_estimate=0, deadline_ms=None)]}
+    assert Plan.from_dict(body).coalesce_bytes == 0                      # written before coalescing existed
+    plan = Plan.from_dict({**body, "coalesce_bytes": 65536})
+    assert Plan.from_dict(plan.to_dict()).coalesce_bytes == 65536
+    jobs = lane_jobs(plan.to_dict(), CLUSTERS, "r", parallelism=1)
+    assert [lane_copy_options(j).coalesce_bytes for j in jobs] == [65536]
+    assert [lane_copy_options(j).coalesce_bytes for j in lane_jobs(body, CLUSTERS, "r", parallelism=1)] == [0]
+    for bad in (100, -1, True, "64k"):
+        with pytest.raises(ConfigError, match="coalesce_bytes must be 0 .off. or at least 1024"):
+            Plan.from_dict({**body, "coalesce_bytes": bad})
+    with pytest.raises(ConfigError, match="coalesce_small_batches must be 0 .off. or at least 1024, not 10"):
+        PlanRequest.parse(pipeline="p", source_cluster="s", target_cluster="t", include="x", coalesce_bytes=10)
