@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--throttle-mbps", type=float, help="limit the copy to this many MB/s (protects a busy source)")
     cp.add_argument("--coalesce-small-batches", nargs="?", type=int, const=DEFAULT_COALESCE_BYTES, default=0,
                     metavar="BYTES",
-                    help="merge runs of small uncompressed batches (e.g. one record each) into batches of up to "
+                    help="merge runs of small batches (e.g. one record each; a compressed run keeps its codec) into "
+                         "batches of up to "
                          f"BYTES (default {DEFAULT_COALESCE_BYTES}): one Produce request per run instead of per "
                          "batch. Re-encodes records (offset and timestamp deltas; keys, values, headers, timestamps "
                          "and offsets stay), counted as deep; off by default")

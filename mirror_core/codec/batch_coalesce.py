@@ -37,7 +37,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from mirror_core.codec.batch_codec import (
     CODEC_MASK,
@@ -107,24 +107,27 @@ def split_runs(views: Sequence[BatchView], limit: int, lo: int | None = None,
 
 
 def coalesce_items(views: Sequence[BatchView], limit: int, lo: int | None = None, hi: int | None = None, *,
-                   log_append_time_to_max: bool = True) -> list[BatchView | PreparedBatch]:
+                   log_append_time_to_max: bool = True) -> Iterator[BatchView | PreparedBatch]:
     """``views`` in order with every run merged into a :class:`PreparedBatch` of at most ``limit`` bytes (its
     ``coalesced`` says how many batches it holds); the batches left alone stay views, for the caller's shallow path.
-    Raises :class:`CorruptBatchError` naming the source offset of a batch that fails its CRC or does not parse."""
-    out: list[BatchView | PreparedBatch] = []
+    A generator: each merged batch is built when the caller asks for it, so a caller that writes and drops its
+    batches holds one merged batch beyond them, never an answer's worth (DESIGN §3.8). Raises
+    :class:`CorruptBatchError` naming the source offset of a batch that fails its CRC or does not parse."""
     for item in split_runs(views, limit, lo, hi):
         if item.__class__ is not list:
-            out.append(item)
+            yield item
         elif not item[0].compressed:
-            out.append(coalesce(item, log_append_time_to_max=log_append_time_to_max))
+            yield coalesce(item, log_append_time_to_max=log_append_time_to_max)
         else:
-            _merge_compressed(item, limit, log_append_time_to_max, out)
-    return out
+            yield from _merge_compressed(item, limit, log_append_time_to_max)
 
 
-def _merge_compressed(run: list[BatchView], limit: int, log_append_time_to_max: bool,
-                      out: list[BatchView | PreparedBatch]) -> None:
-    """Merge a compressed run into batches whose decompressed records stay within :func:`compressed_body_cap`."""
+def _merge_compressed(run: list[BatchView], limit: int,
+                      log_append_time_to_max: bool) -> Iterator[BatchView | PreparedBatch]:
+    """Merge a compressed run into batches whose decompressed records stay within :func:`compressed_body_cap`.
+    Learning a compressed batch's size means decompressing it: one that turns out not small (its records alone
+    over ``1 / SMALL_PER_RUN`` of the cap) ends the group and is copied as it is; that decompression (one batch's,
+    transient) is the only work spent on a batch that is not merged."""
     cap = compressed_body_cap(limit)
     group: list[tuple[BatchView, memoryview]] = []
     body = 0
@@ -132,24 +135,31 @@ def _merge_compressed(run: list[BatchView], limit: int, log_append_time_to_max: 
         verify_crc(view)
         section = decompress(view)
         grows = len(section) + RECORD_GROWTH * view.records_count
+        if SMALL_PER_RUN * grows > cap:   # not small after all: alone, as it is
+            yield from _close(group, limit, log_append_time_to_max)
+            group, body = [], 0
+            yield view
+            continue
         if group and body + grows > cap:
-            _close(group, limit, log_append_time_to_max, out)
+            yield from _close(group, limit, log_append_time_to_max)
             group, body = [], 0
         group.append((view, section))
         body += grows
-    _close(group, limit, log_append_time_to_max, out)
+    yield from _close(group, limit, log_append_time_to_max)
 
 
-def _close(group: list[tuple[BatchView, memoryview]], limit: int, log_append_time_to_max: bool,
-           out: list[BatchView | PreparedBatch]) -> None:
+def _close(group: list[tuple[BatchView, memoryview]], limit: int,
+           log_append_time_to_max: bool) -> Iterator[BatchView | PreparedBatch]:
     if len(group) == 1:
-        out.append(group[0][0])   # alone: copied as it is
+        yield group[0][0]   # alone: copied as it is
+        return
+    if not group:
         return
     merged = _encode(group, log_append_time_to_max)
     if len(merged.data) > limit:   # cannot happen within compressed_body_cap; if it did, copy them as they are
-        out.extend(view for view, _ in group)
+        yield from (view for view, _ in group)
         return
-    out.append(merged)
+    yield merged
 
 
 def coalesce(views: Sequence[BatchView], *, log_append_time_to_max: bool = True) -> PreparedBatch:
@@ -191,13 +201,14 @@ def _encode(sections: Sequence[tuple[BatchView, memoryview]], log_append_time_to
                 _offset_delta, inner = _varint(data, inner)
                 if length < 0 or record_end > end_of_section or inner > record_end:
                     raise ValueError(f"record length {length} does not fit its fields")
-                timestamp = view.max_timestamp if visible_max else batch_base + ts_delta
+                # as Java reads it: baseTimestamp + delta in 64-bit arithmetic (a delta may wrap)
+                timestamp = view.max_timestamp if visible_max else _int64(batch_base + ts_delta)
                 if base_ts is None:
                     base_ts = max_ts = timestamp
                 elif timestamp > max_ts:
                     max_ts = timestamp
                 head = bytearray((attributes,))
-                head += _zigzag(timestamp - base_ts)
+                head += _zigzag(_int64(timestamp - base_ts))   # wraps back to ``timestamp`` when read
                 head += _zigzag(count)
                 body += _zigzag(len(head) + record_end - inner)
                 body += head
@@ -219,6 +230,11 @@ def _encode(sections: Sequence[tuple[BatchView, memoryview]], log_append_time_to
     seal_crc(out, 0, len(out))
     return PreparedBatch(out, count, first.base_offset, expected, deep=True, records_identical=False,
                          source_leader_epoch=sections[-1][0].partition_leader_epoch, coalesced=len(sections))
+
+
+def _int64(value: int) -> int:
+    """``value`` wrapped to a signed 64-bit integer, as Java's ``long`` arithmetic leaves it."""
+    return ((value + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
 
 
 def _varint(buf, pos: int) -> tuple[int, int]:

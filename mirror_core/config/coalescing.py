@@ -8,10 +8,16 @@ from mirror_core.errors import ConfigError
 
 DEFAULT_COALESCE_BYTES = 64 * 1024  # well under the 1 MB topic default of max.message.bytes
 MIN_COALESCE_BYTES = 1024           # below this, no run of small batches is worth a re-encode
+# above this nothing is gained (a request per MiB is no longer what limits a copy), while a compressed run holds its
+# decompressed records and their re-encoding in memory while it is merged: the size bounds that memory too
+MAX_COALESCE_BYTES = 1024 * 1024
 
 
 def checked_coalesce_bytes(value: int, what: str = "coalesce_bytes") -> int:
-    """``value`` if it is 0 (off) or at least :data:`MIN_COALESCE_BYTES`; else :class:`ConfigError` naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, int) or (value and value < MIN_COALESCE_BYTES) or value < 0:
-        raise ConfigError(f"{what} must be 0 (off) or at least {MIN_COALESCE_BYTES}, not {value!r}")
+    """``value`` if it is 0 (off) or within [:data:`MIN_COALESCE_BYTES`, :data:`MAX_COALESCE_BYTES`]; else
+    :class:`ConfigError` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or \
+            (value and not MIN_COALESCE_BYTES <= value <= MAX_COALESCE_BYTES):
+        raise ConfigError(f"{what} must be 0 (off) or between {MIN_COALESCE_BYTES} and {MAX_COALESCE_BYTES} "
+                          f"bytes, not {value!r}")
     return value

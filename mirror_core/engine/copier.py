@@ -83,7 +83,7 @@ class CopyOptions:
     # concurrent copy: connections per source broker a round deals that broker's partitions over (each its own
     # request and TCP window; fast path only): > 1 where one connection's window per round trip is below the link
     fetch_connections: int = 1
-    # > 0: runs of small uncompressed batches are merged into batches of up to this many bytes (the named deep
+    # > 0: runs of small batches (any codec) are merged into batches of up to this many bytes (the named deep
     # case ``coalesced``, mirror_core.codec.batch_coalesce): one Produce request per run instead of per batch
     coalesce_bytes: int = 0
 

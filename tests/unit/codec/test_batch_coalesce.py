@@ -184,7 +184,7 @@ def test_a_compressed_run_is_merged_with_its_own_codec_and_cut_by_its_decompress
                          codec=codec, base_offset=offset))
         offset += 1
     views, _ = walk_batches(b"".join(raw))
-    items = coalesce_items(views, limit)
+    items = list(coalesce_items(views, limit))
     merged = [i for i in items if isinstance(i, PreparedBatch)]
     assert len(merged) >= 2 and all(isinstance(i, PreparedBatch) for i in items)
     assert sum(m.coalesced for m in merged) == 120
@@ -200,7 +200,7 @@ def test_a_compressed_run_is_merged_with_its_own_codec_and_cut_by_its_decompress
 
 def test_coalesce_items_leaves_lone_batches_as_views_and_merges_runs():
     views = run_of(4, first=0) + [parse_batch(marker(base_offset=4))] + run_of(1, first=5) + run_of(3, first=6)
-    items = coalesce_items(views, DEFAULT_COALESCE_BYTES)
+    items = list(coalesce_items(views, DEFAULT_COALESCE_BYTES))
     shapes = [i.coalesced if isinstance(i, PreparedBatch) else "view" for i in items]
     assert shapes == [4, "view", 4]   # the marker alone; offsets 5-8 are contiguous: one run of four
 
@@ -219,7 +219,7 @@ def test_property_coalesce_items_keeps_every_record_and_the_limit_whatever_the_c
         raw.append(batch)
         offset += len(records)
     views, _ = walk_batches(b"".join(raw))
-    items = coalesce_items(views, limit, log_append_time_to_max=preserve)
+    items = list(coalesce_items(views, limit, log_append_time_to_max=preserve))
     spans = []
     for item in items:
         if isinstance(item, PreparedBatch):
@@ -231,3 +231,80 @@ def test_property_coalesce_items_keeps_every_record_and_the_limit_whatever_the_c
             spans.append((item.base_offset, item.next_offset))
     assert spans[0][0] == base and spans[-1][1] == offset
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False)), spans
+
+
+# -- review findings (each test failed before its fix) ----------------------------------------------------------------
+
+_LONG_MAX = (1 << 63) - 1
+
+
+def _int64(value: int) -> int:
+    return ((value + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
+
+
+def _java_timestamps(data: bytes) -> list[int]:
+    """Record timestamps as the Java consumer computes them: baseTimestamp + delta in 64-bit arithmetic."""
+    from kafka.record.util import decode_varint
+
+    view = parse_batch(data)
+    section, pos, out = bytes(view.records_section), 0, []
+    for _ in range(view.records_count):
+        length, pos = decode_varint(section, pos)
+        delta, _ = decode_varint(section, pos + 1)
+        out.append(view.max_timestamp if view.log_append_time else _int64(view.base_timestamp + delta))
+        pos += length
+    return out
+
+
+def _raw_one_record(offset: int, timestamp: int, *, base_timestamp: int | None = None) -> bytes:
+    """A one-record batch with any 64-bit timestamp (kafka-python's builder refuses some), delta wrapped as Java."""
+    from crc32c import crc32c
+
+    from mirror_core.codec.batch_coalesce import _zigzag
+
+    base = timestamp if base_timestamp is None else base_timestamp
+    record = b"\x00" + _zigzag(_int64(timestamp - base)) + _zigzag(0) + _zigzag(1) + b"k" + _zigzag(1) + b"v" + \
+        _zigzag(0)
+    body = _zigzag(len(record)) + record
+    out = bytearray(61) + body
+    struct.pack_into(">qiibIhiqqqhii", out, 0, offset, len(out) - 12, 0, 2, 0, 0, 0, base,
+                     max(base, timestamp), -1, -1, -1, 1)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def test_timestamps_at_the_ends_of_the_64_bit_range_survive_as_java_reads_them():
+    """Review finding: deltas were computed in Python's unbounded integers, so -1 (an up-converted v0 record) next to
+    Long.MAX_VALUE was written as a delta Java reads back as -2."""
+    stamps = [-1, _LONG_MAX, 5, -(1 << 63)]
+    views = [parse_batch(_raw_one_record(i, ts)) for i, ts in enumerate(stamps)]
+    assert [_java_timestamps(v.buffer.tobytes())[0] for v in views] == stamps
+    assert _java_timestamps(bytes(coalesce(views).data)) == stamps
+    # a source batch whose own delta wraps (base -1, record Long.MAX_VALUE as Java computes it)
+    wrapped = parse_batch(_raw_one_record(0, _LONG_MAX, base_timestamp=-1))
+    assert _java_timestamps(bytes(coalesce([wrapped, parse_batch(_raw_one_record(1, 7))]).data)) == [_LONG_MAX, 7]
+
+
+def test_a_compressed_batch_that_decompresses_large_is_left_alone_not_merged():
+    """Review finding: a small compressed batch of very compressible data (40 KB of records in ~250 bytes) joined
+    its neighbours' group and was decompressed and compressed again; now, once its size is known, it ends the group
+    and is copied as it is, while the small ones around it are merged."""
+    def one(offset: int, value: bytes) -> bytes:
+        return build([(0, 1_700_000_000_000, b"k", value, [])], codec=Codec.LZ4, base_offset=offset)
+
+    small = b"small value, compressible " * 8
+    views, _ = walk_batches(b"".join([one(0, small), one(1, small), one(2, b"a" * 40_000), one(3, small),
+                                      one(4, small)]))
+    assert all(joins_run(v, DEFAULT_COALESCE_BYTES) for v in views)
+    items = list(coalesce_items(views, DEFAULT_COALESCE_BYTES))
+    assert [i.coalesced if isinstance(i, PreparedBatch) else i.base_offset for i in items] == [2, 2, 2]
+
+
+def test_coalesce_sizes_outside_the_allowed_range_are_refused():
+    from mirror_core.config.coalescing import checked_coalesce_bytes
+    from mirror_core.errors import ConfigError
+
+    assert checked_coalesce_bytes(0) == 0 and checked_coalesce_bytes(1 << 20) == 1 << 20
+    for bad in (100, (1 << 20) + 1, 32 << 20, -5, True):
+        with pytest.raises(ConfigError, match="must be 0 .off. or between 1024 and 1048576 bytes"):
+            checked_coalesce_bytes(bad)

@@ -476,5 +476,33 @@ def test_a_merged_run_never_passes_the_limit_and_the_window_still_flushes():
 
 def test_coalesce_bytes_below_the_minimum_is_refused():
     from mirror_core.errors import ConfigError
-    with pytest.raises(ConfigError, match="coalesce_bytes must be 0 .off. or at least 1024, not 100"):
+    with pytest.raises(ConfigError, match="coalesce_bytes must be 0 .off. or between 1024 and 1048576 bytes, not 100"):
         CopyOptions(coalesce_bytes=100)
+
+
+def test_merged_batches_are_built_as_they_are_written_not_an_answer_ahead():
+    """Review finding: the merged batches of a whole answer were built before the first was written and stayed
+    alive after their flush, outside the write window (DESIGN §3.8); now each is built when the copy takes it."""
+    import gc
+
+    from mirror_core.codec.batch_codec import PreparedBatch
+
+    class MeasuringWriter(RecordingWriter):
+        def __init__(self):
+            super().__init__()
+            self.live: list[int] = []   # merged bytes alive outside the write, at each write
+
+        def write(self, outgoing):
+            written = {id(b.data) for b in outgoing}
+            self.live.append(sum(len(o.data) for o in gc.get_objects()
+                                 if isinstance(o, PreparedBatch) and o.coalesced and id(o.data) not in written))
+            return super().write(outgoing)
+
+    log = SourceLog()
+    for _ in range(2000):
+        log.data(1)
+    result, writer, _ = copy(log, 0, 2000, writer=MeasuringWriter(), per_answer=3000, coalesce_bytes=2048,
+                             max_inflight_bytes=2048)
+    assert writer.source_offsets == log.committed and len(writer.calls) > 5
+    assert max(writer.live) <= 2048, f"merged bytes held outside the window: {writer.live[:5]}"
+
