@@ -80,8 +80,11 @@ class ResumeLanding:
             detail = "more than one commit window of records" if found is TOO_MANY else "records whose start " \
                      "retention removed"
             raise ForeignWriteError(*where, f"{detail} lie in between, more than an at-least-once restart leaves")
+        # the source's records with the timestamps the copy writes (--producer-timestamps: the create times of a
+        # LogAppendTime source), or its own copies would look foreign
         copied = committed_records(session.owner.source, session.topic, session.partition, checkpoint.position,
-                                    None, limit=len(found), max_bytes=2 * window)
+                                    None, limit=len(found), max_bytes=2 * window,
+                                    log_append_time_to_max=session.owner.options.preserve_log_append_time)
         if copied is TOO_MANY or not restarted_copies(found, copied):
             raise ForeignWriteError(*where, f"{len(found)} committed record(s) in between are not the source's "
                                             f"records from offset {checkpoint.position}")
@@ -124,10 +127,13 @@ TOO_MANY = TooMany()  # sentinel: committed_records read past its byte budget
 
 
 def committed_records(client: WireClient, topic: str, partition: int, start: int, end: int | None, *,
-                       limit: int | None = None, max_bytes: int) -> list[tuple] | TooMany:
+                       limit: int | None = None, max_bytes: int,
+                       log_append_time_to_max: bool = True) -> list[tuple] | TooMany:
     """(timestamp, key, value, headers) of the committed records in ``[start, end)`` (or the first ``limit``
     from ``start``), as a READ_COMMITTED consumer sees them; never past the last stable offset (it does not
-    wait for open transactions) and never more than ``max_bytes`` of keys and values (then :data:`TOO_MANY`)."""
+    wait for open transactions) and never more than ``max_bytes`` of keys and values (then :data:`TOO_MANY`).
+    ``log_append_time_to_max=False``: a LogAppendTime batch's records with their create times, as a copy with
+    ``preserve_log_append_time=False`` writes them."""
     out: list[tuple] = []
     size = 0
     fetcher = RawBatchFetcher(client, topic, partition, start, end, isolation=IsolationLevel.READ_COMMITTED,
@@ -135,7 +141,7 @@ def committed_records(client: WireClient, topic: str, partition: int, start: int
     while not fetcher.done and (limit is None or len(out) < limit):
         fetched = fetcher.fetch()
         for view in fetched.batches:
-            for record in read_records(view):
+            for record in read_records(view, log_append_time_to_max=log_append_time_to_max):
                 if limit is not None and len(out) >= limit:
                     return out
                 if record.offset >= start and (end is None or record.offset < end):
