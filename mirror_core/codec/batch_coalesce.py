@@ -4,14 +4,16 @@ Why: a v2 Produce request carries exactly one batch per partition, idempotence a
 broker serves one request per connection at a time, so a partition of one-record batches (producers with
 ``linger.ms=0``) copies one record per request however fast Shoal is. Coalescing turns a run of such batches into
 one batch of at most ``limit`` bytes, so the copy pays one request per run. It re-encodes records (and, for a
-compressed run, decompresses and compresses again with the run's own codec), which the shallow path never does
+compressed run, decompresses and compresses again with the run's codec), which the shallow path never does
 (DESIGN §3.7), hence opt-in (``CopyOptions.coalesce_bytes``, ``shoal copy --coalesce-small-batches``) and counted
 like every deep case (``deep_batches``; ``PreparedBatch.coalesced`` and ``CopyResult.coalesced_batches`` count the
 source batches merged).
 
 What it keeps (DESIGN §3.1, §3.6): every record's key, value, headers and attributes byte for byte (each record's
 *tail* is copied verbatim), every record's timestamp as consumers see it (a LogAppendTime batch's records carry its
-``maxTimestamp`` when that is preserved, as in :mod:`mirror_core.codec.batch_deep`), the codec, and the exact offset
+``maxTimestamp`` when that is preserved, as in :mod:`mirror_core.codec.batch_deep`), the codec (a run's batches
+share one compression codec, or none; uncompressed batches among compressed ones are the producer's choice when
+compressing did not pay, as librdkafka does per batch, and join them), and the exact offset
 map: a run is a contiguous stretch of source offsets (each batch dense, each starting where the one before ended),
 so the merged batch's record ``i`` is source offset ``first + i`` and lands at target ``b' + i``. What changes: batch
 boundaries, each record's offset delta and timestamp delta (hence its length prefix), and the header (one
@@ -21,7 +23,8 @@ so it holds; the copy's records digest covers the merged sections as written.
 Which batches join a run (:func:`joins_run`): magic 2, data (no control batch), dense (no compaction holes), inside
 the copy's bounds (never a batch the caller would trim), and small: at least :data:`SMALL_PER_RUN` of them fit in
 ``limit``. A run ends at the first batch that does not join, at an offset gap (markers, aborted or deleted data in
-between), at a change of codec, or before the merged batch could pass ``limit`` bytes; a run of one batch is not
+between), where a second compression codec meets the run's, or before the merged batch could pass ``limit``
+bytes; a run of one batch is not
 re-encoded (the caller copies it shallow, as without coalescing). Every batch's CRC is verified before its records
 are read.
 
@@ -82,24 +85,30 @@ def joins_run(view: BatchView, limit: int, lo: int | None = None, hi: int | None
 
 def split_runs(views: Sequence[BatchView], limit: int, lo: int | None = None,
                hi: int | None = None) -> list[BatchView | list[BatchView]]:
-    """``views`` in order with every run of two or more joining batches of one codec replaced by a list of them;
-    each list's :func:`coalesced_size_bound` total plus one header stays within ``limit``."""
+    """``views`` in order with every run of two or more joining batches replaced by a list of them (uncompressed
+    batches and batches of at most one compression codec); an uncompressed list's :func:`coalesced_size_bound` total
+    plus one header stays within ``limit`` (a list holding compressed batches is cut by :func:`coalesce_items`)."""
     out: list[BatchView | list[BatchView]] = []
     run: list[BatchView] = []
     run_bytes = 0
+    run_codec = 0   # the run's compression codec (0: none so far)
     for view in views:
         if joins_run(view, limit, lo, hi):
             grows = coalesced_size_bound(view)
-            if run and (view.base_offset != run[-1].next_offset or RECORDS_OFFSET + run_bytes + grows > limit
-                        or (view.attributes ^ run[0].attributes) & CODEC_MASK):
+            codec = view.attributes & CODEC_MASK
+            # an uncompressed run is cut here by its exact bound; a compressed one as it is decompressed
+            # (coalesce_items), its compressed sizes saying little about its records'
+            if run and (view.base_offset != run[-1].next_offset or (codec and run_codec and codec != run_codec)
+                        or (not codec and not run_codec and RECORDS_OFFSET + run_bytes + grows > limit)):
                 out.append(run if len(run) > 1 else run[0])
-                run, run_bytes = [], 0
+                run, run_bytes, run_codec = [], 0, 0
             run.append(view)
             run_bytes += grows
+            run_codec = run_codec or codec
             continue
         if run:
             out.append(run if len(run) > 1 else run[0])
-            run, run_bytes = [], 0
+            run, run_bytes, run_codec = [], 0, 0
         out.append(view)
     if run:
         out.append(run if len(run) > 1 else run[0])
@@ -116,7 +125,7 @@ def coalesce_items(views: Sequence[BatchView], limit: int, lo: int | None = None
     for item in split_runs(views, limit, lo, hi):
         if item.__class__ is not list:
             yield item
-        elif not item[0].compressed:
+        elif not any(view.compressed for view in item):
             yield coalesce(item, log_append_time_to_max=log_append_time_to_max)
         else:
             yield from _merge_compressed(item, limit, log_append_time_to_max)
@@ -164,7 +173,7 @@ def _close(group: list[tuple[BatchView, memoryview]], limit: int,
 
 def coalesce(views: Sequence[BatchView], *, log_append_time_to_max: bool = True) -> PreparedBatch:
     """One dense v2 batch (baseOffset 0, CreateTime, the run's codec, no producer fields: the writer stamps them)
-    holding the records of ``views`` in order; ``views`` must be a run (each joins, each of the first one's codec,
+    holding the records of ``views`` in order; ``views`` must be a run (each joins, at most one compression codec,
     each starting where the one before ended). Raises :class:`CorruptBatchError` naming the source offset of a batch
     whose CRC or records do not parse; ``ValueError`` for a list that is not a run (a caller's bug)."""
     if not views:
@@ -178,7 +187,7 @@ def coalesce(views: Sequence[BatchView], *, log_append_time_to_max: bool = True)
 
 def _encode(sections: Sequence[tuple[BatchView, memoryview]], log_append_time_to_max: bool) -> PreparedBatch:
     first = sections[0][0]
-    codec = first.attributes & CODEC_MASK
+    codec = next((view.attributes & CODEC_MASK for view, _ in sections if view.attributes & CODEC_MASK), 0)
     base_ts = None
     max_ts = None
     count = 0
@@ -186,7 +195,7 @@ def _encode(sections: Sequence[tuple[BatchView, memoryview]], log_append_time_to
     expected = first.base_offset
     for view, data in sections:
         if view.base_offset != expected or view.magic != 2 or view.attributes & CONTROL_BIT or \
-                view.last_offset_delta + 1 != view.records_count or view.attributes & CODEC_MASK != codec:
+                view.last_offset_delta + 1 != view.records_count or view.attributes & CODEC_MASK not in (0, codec):
             raise ValueError(f"the batch at offset {view.base_offset} does not continue a run at {expected}")
         expected = view.next_offset
         visible_max = log_append_time_to_max and view.log_append_time

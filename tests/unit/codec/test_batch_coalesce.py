@@ -104,14 +104,19 @@ def test_which_batches_join_a_run():
     assert CONTROL  # (the marker's bit, for the reader)
 
 
-def test_runs_end_at_gaps_at_batches_that_do_not_join_at_a_codec_change_and_at_the_limit():
+def test_runs_end_at_gaps_at_batches_that_do_not_join_at_a_second_codec_and_at_the_limit():
     views = run_of(3, first=0) + run_of(2, first=4)      # offset 3 missing (a marker, aborted data)
-    compressed = parse_batch(build(codec=Codec.LZ4, base_offset=6))
-    alone = parse_batch(one_record(6 + compressed.records_count, 5))
-    big = parse_batch(build([(0, 1, None, b"x" * 9000, [])], base_offset=alone.next_offset))
-    items = split_runs([*views, compressed, alone, big], DEFAULT_COALESCE_BYTES)
-    assert [len(i) if isinstance(i, list) else "view" for i in items] == [3, 2, "view", "view", "view"]
-    assert items[2] is compressed and items[3] is alone  # a run of one is copied as it is (shallow)
+    lz4 = parse_batch(build(codec=Codec.LZ4, base_offset=6))                     # 6-11
+    plain = parse_batch(one_record(12, 5))        # uncompressed among lz4 ones: librdkafka's choice, joins them
+    zstd = parse_batch(build(codec=Codec.ZSTD, base_offset=13))                  # 13-18: a second codec
+    big = parse_batch(build([(0, 1, None, b"x" * 9000, [])], base_offset=19))
+    alone = parse_batch(one_record(20, 5))
+    items = split_runs([*views, lz4, plain, zstd, big, alone], DEFAULT_COALESCE_BYTES)
+    assert [len(i) if isinstance(i, list) else "view" for i in items] == [3, 4, "view", "view", "view"]
+    assert items[2] is zstd and items[3] is big and items[4] is alone  # a run of one is copied as it is
+    merged = coalesce(items[1])
+    assert parse_batch(merged.data).codec is Codec.LZ4 and merged.coalesced == 4
+    assert target_records(merged, 4) == source_records(items[1])
     many = run_of(400, first=0)
     limit = 8 * 1024
     runs = split_runs(many, limit)
