@@ -41,6 +41,10 @@
                                                        # source broker's round trip at start and sizes a round to
                                                        # keep that link ~90 % busy (never below the two sizes
                                                        # above, a request at most 64 MiB); null: the sizes above
+    coalesce_bytes: 0                                  # > 0 (1024..1048576): runs of small batches (one record
+                                                       # each, say) merged into batches of up to this size, a
+                                                       # counted deep case (mirror_core/codec/batch_coalesce.py);
+                                                       # 0: shallow only
     shutdown_grace_s: 20                               # SIGTERM: finish the round within this, else just stop
     commit_workers: 8                                  # lanes opened and committed side by side (1: in turn)
     stall_after_s: 300                                 # a lane failing (retriable) this long is `stalled`: /readyz 503
@@ -61,6 +65,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from mirror_core.config.cluster import ClusterConfig
+from mirror_core.config.coalescing import checked_coalesce_bytes
 from mirror_core.config.names import CHECKPOINT_TOPIC
 from mirror_core.errors import ConfigError
 from mirror_core.model.retention_policy import RetentionPolicy
@@ -97,6 +102,7 @@ class PipelineConfig:
     fetch_max_bytes: int = 16 * 1024 * 1024
     partition_fetch_max_bytes: int = 4 * 1024 * 1024
     link_mbps: float | None = None
+    coalesce_bytes: int = 0
     shutdown_grace_s: float = 20.0
     commit_workers: int = 8
     stall_after_s: float = 300.0
@@ -130,6 +136,7 @@ class PipelineConfig:
                 raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
         if self.link_mbps is not None and not (isinstance(self.link_mbps, int | float) and self.link_mbps > 0):
             raise ConfigError(f"pipeline {self.pipeline!r}: link_mbps must be a positive number of MB/s (or null)")
+        checked_coalesce_bytes(self.coalesce_bytes, f"pipeline {self.pipeline!r}: coalesce_bytes")
         if not self.metrics_host or any(c in self.metrics_host for c in " /"):
             raise ConfigError(f"pipeline {self.pipeline!r}: metrics_host {self.metrics_host!r} is not an address")
         if not self.checkpoint_topic or any(c in self.checkpoint_topic for c in " /\\"):

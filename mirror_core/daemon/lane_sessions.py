@@ -97,7 +97,7 @@ class LaneSessions:
         copier = CheckpointedCopier(
             clients.source, clients.target, clients.store, pipeline=cfg.pipeline, mode=DeliveryMode(cfg.mode),
             owner=DAEMON_OWNER, owner_epoch=epoch,
-            options=CopyOptions(max_inflight_bytes=cfg.commit_bytes),
+            options=CopyOptions(max_inflight_bytes=cfg.commit_bytes, coalesce_bytes=cfg.coalesce_bytes),
             policy=CommitPolicy(cfg.commit_bytes, cfg.commit_interval_ms, cfg.transaction_timeout_ms,
                                 cfg.write_retry_s))
         return copier.open_lane(state.topic, state.partition, state.target_topic, state.partition,

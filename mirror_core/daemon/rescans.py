@@ -166,7 +166,8 @@ class Rescans:
         if existing is not None and existing < partitions:
             admin.add_partitions(target_topic, partitions)
             event("partitions_added", target_topic=target_topic, partitions=partitions, were=existing)
-        report = run_preflight(self.config.source, self.config.target, topic, target_topic=target_topic)
+        report = run_preflight(self.config.source, self.config.target, topic, target_topic=target_topic,
+                               coalesce_bytes=self.config.coalesce_bytes)
         report.raise_if_refused()
         if report.created:
             event("target_created", topic=topic, target_topic=target_topic, partitions=partitions)

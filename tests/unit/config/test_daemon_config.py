@@ -70,3 +70,11 @@ def test_write_retries_must_fit_well_inside_the_transaction_timeout():
         pipeline_config_from_mapping({**BASE, "transaction_timeout_ms": 60_000, "write_retry_s": 120})
     with pytest.raises(ConfigError, match="transaction_timeout_ms"):
         pipeline_config_from_mapping({**BASE, "transaction_timeout_ms": 0})
+
+
+def test_coalescing_is_off_unless_the_pipeline_file_sets_a_size_in_range():
+    assert pipeline_config_from_mapping(BASE).coalesce_bytes == 0
+    assert pipeline_config_from_mapping({**BASE, "coalesce_bytes": 65536}).coalesce_bytes == 65536
+    for bad in (512, 2 << 20, "64k", True):
+        with pytest.raises(ConfigError, match=r"pipeline 'p': coalesce_bytes must be 0 \(off\) or between 1024"):
+            pipeline_config_from_mapping({**BASE, "coalesce_bytes": bad})
