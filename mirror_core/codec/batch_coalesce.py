@@ -53,8 +53,8 @@ from mirror_core.codec.batch_codec import (
     seal_crc,
     verify_crc,
 )
-from mirror_core.codec.batch_deep import compress, decompress
-from mirror_core.errors import CorruptBatchError
+from mirror_core.codec.batch_deep import compress, decompress, int64, v2_record_fields
+from mirror_core.codec.kafka_primitives import uvarint
 
 SMALL_PER_RUN = 8                    # a batch is small when at least this many of its size fit in the limit
 RECORD_GROWTH = 16                   # bytes re-encoding may add to one record (at most 14: 9 + 4 + 1)
@@ -198,38 +198,18 @@ def _encode(sections: Sequence[tuple[BatchView, memoryview]], log_append_time_to
                 view.last_offset_delta + 1 != view.records_count or view.attributes & CODEC_MASK not in (0, codec):
             raise ValueError(f"the batch at offset {view.base_offset} does not continue a run at {expected}")
         expected = view.next_offset
-        visible_max = log_append_time_to_max and view.log_append_time
-        batch_base = view.base_timestamp
-        pos, end_of_section = 0, len(data)
-        try:
-            for _ in range(view.records_count):
-                length, pos = _varint(data, pos)
-                record_end = pos + length
-                attributes = data[pos]
-                ts_delta, inner = _varint(data, pos + 1)
-                _offset_delta, inner = _varint(data, inner)
-                if length < 0 or record_end > end_of_section or inner > record_end:
-                    raise ValueError(f"record length {length} does not fit its fields")
-                # as Java reads it: baseTimestamp + delta in 64-bit arithmetic (a delta may wrap)
-                timestamp = view.max_timestamp if visible_max else _int64(batch_base + ts_delta)
-                if base_ts is None:
-                    base_ts = max_ts = timestamp
-                elif timestamp > max_ts:
-                    max_ts = timestamp
-                head = bytearray((attributes,))
-                head += _zigzag(_int64(timestamp - base_ts))   # wraps back to ``timestamp`` when read
-                head += _zigzag(count)
-                body += _zigzag(len(head) + record_end - inner)
-                body += head
-                body += data[inner:record_end]
-                count += 1
-                pos = record_end
-        except (IndexError, ValueError) as exc:
-            raise CorruptBatchError(view.base_offset, f"malformed record in a batch being coalesced: {exc}") \
-                from exc
-        if pos != end_of_section:
-            raise CorruptBatchError(view.base_offset,
-                                    f"{end_of_section - pos} bytes left after {view.records_count} records")
+        for _delta, timestamp, attributes, tail in v2_record_fields(view, data, log_append_time_to_max):
+            if base_ts is None:
+                base_ts = max_ts = timestamp
+            elif timestamp > max_ts:
+                max_ts = timestamp
+            head = bytearray((attributes,))
+            head += _zigzag(int64(timestamp - base_ts))   # as Java reads it: base + delta wraps back to it
+            head += _zigzag(count)
+            body += _zigzag(len(head) + len(tail))
+            body += head
+            body += tail
+            count += 1
     if codec:
         out = bytearray(RECORDS_OFFSET)
         out += compress(Codec(codec), body)
@@ -241,36 +221,9 @@ def _encode(sections: Sequence[tuple[BatchView, memoryview]], log_append_time_to
                          source_leader_epoch=sections[-1][0].partition_leader_epoch, coalesced=len(sections))
 
 
-def _int64(value: int) -> int:
-    """``value`` wrapped to a signed 64-bit integer, as Java's ``long`` arithmetic leaves it."""
-    return ((value + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
-
-
-def _varint(buf, pos: int) -> tuple[int, int]:
-    """A zig-zag varint at ``pos``: (value, position after it); one byte without a loop."""
-    byte = buf[pos]
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), pos + 1
-    raw, shift = byte & 0x7F, 7
-    while True:
-        pos += 1
-        byte = buf[pos]
-        raw |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos + 1
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
 def _encode_zigzag(value: int) -> bytes:
-    raw = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
+    """``value`` (signed 64-bit) as a zig-zag varint."""
+    return uvarint(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 _TABLE_SIZE = 8192   # offset deltas of a 64 KiB run and most timestamp deltas: looked up, not computed

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import kafka.codec as kcodec
@@ -84,30 +84,59 @@ def decompress(view: BatchView) -> memoryview:
                                 f"{view.codec.name} records section does not decompress: {exc}") from exc
 
 
-def _v2_records(view: BatchView, log_append_time_to_max: bool) -> list[SourceRecord]:
-    data = decompress(view)
+def int64(value: int) -> int:
+    """``value`` wrapped to a signed 64-bit integer, as Java's ``long`` arithmetic leaves it."""
+    return ((value + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
+
+
+def zigzag_at(buf, pos: int) -> tuple[int, int]:
+    """The zig-zag varint at ``pos`` (as inside records): (value, position after it); one byte without a loop."""
+    byte = buf[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    raw, shift = byte & 0x7F, 7
+    while True:
+        pos += 1
+        byte = buf[pos]
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos + 1
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def v2_record_fields(view: BatchView, data, log_append_time_to_max: bool) -> Iterator[tuple[int, int, int, object]]:
+    """(offset delta, visible timestamp, attributes, tail) of each record of the v2 batch ``view`` whose uncompressed
+    records section is ``data``. The timestamp is what a Java consumer computes: baseTimestamp + delta in 64-bit
+    arithmetic (``maxTimestamp`` for a LogAppendTime batch when ``log_append_time_to_max``). Raises
+    :class:`CorruptBatchError` naming the batch's offset when a record does not parse or bytes are left over."""
     visible_max = log_append_time_to_max and view.log_append_time
-    base_offset, base_ts, max_ts = view.base_offset, view.base_timestamp, view.max_timestamp
-    records = []
-    pos = 0
+    base_ts, max_ts, end_of_section = view.base_timestamp, view.max_timestamp, len(data)
+    pos = count = 0
     try:
         for _ in range(view.records_count):
-            length, pos = decode_varint(data, pos)
+            length, pos = zigzag_at(data, pos)
             end = pos + length
             attributes = data[pos]
-            ts_delta, inner = decode_varint(data, pos + 1)
-            offset_delta, inner = decode_varint(data, inner)
-            if length < 0 or end > len(data) or inner > end:
+            ts_delta, inner = zigzag_at(data, pos + 1)
+            offset_delta, inner = zigzag_at(data, inner)
+            if length < 0 or end > end_of_section or inner > end:
                 raise ValueError(f"record length {length} does not fit its fields")
-            timestamp = max_ts if visible_max else base_ts + ts_delta
-            records.append(SourceRecord(base_offset + offset_delta, timestamp, attributes, data[inner:end]))
+            yield offset_delta, max_ts if visible_max else int64(base_ts + ts_delta), attributes, data[inner:end]
             pos = end
+            count += 1
     except (IndexError, ValueError) as exc:
-        raise CorruptBatchError(view.base_offset, f"malformed record #{len(records)}: {exc}") from exc
-    if pos != len(data):
+        raise CorruptBatchError(view.base_offset, f"malformed record #{count}: {exc}") from exc
+    if pos != end_of_section:
         raise CorruptBatchError(view.base_offset,
-                                f"{len(data) - pos} bytes left after {view.records_count} records")
-    return records
+                                f"{end_of_section - pos} bytes left after {view.records_count} records")
+
+
+def _v2_records(view: BatchView, log_append_time_to_max: bool) -> list[SourceRecord]:
+    base_offset = view.base_offset
+    return [SourceRecord(base_offset + delta, timestamp, attributes, tail)
+            for delta, timestamp, attributes, tail in v2_record_fields(view, decompress(view), log_append_time_to_max)]
 
 
 def _legacy_tail(key: bytes | None, value: bytes | None) -> bytearray:

@@ -58,6 +58,17 @@ def _fill(source_cluster, topic: str, transactional_id: str, codec: str = "none"
     return [r.content() for r in source_cluster.read_all(topic)]
 
 
+def _source_and_target(source_cluster, target_cluster, unique_name, codec: str = "none"):
+    """(topic, target topic, pipeline, what a read_committed consumer of the source sees, the range end: past the
+    last marker) for a filled source and an empty target."""
+    topic = unique_name()
+    target_topic, pipeline = f"dr.{topic}", f"p.{topic}"
+    source_cluster.create_topic(topic)
+    target_cluster.create_topic(target_topic)
+    expected = _fill(source_cluster, topic, unique_name("txn"), codec)
+    return topic, target_topic, pipeline, expected, raw_batches(source_cluster, topic)[-1].next_offset + 1
+
+
 def _copier(source, target, store, pipeline: str, mode: DeliveryMode, coalesce: bool, *,
             commit_bytes: int = 64 * 1024 * 1024, window: int = 8192) -> CheckpointedCopier:
     # small answers and windows: many flushes, so a stop falls between a write and its checkpoint
@@ -100,12 +111,7 @@ def _assert_offset_map(result, source_cluster, topic, target_cluster, target_top
 @pytest.mark.parametrize("resume_coalescing", [True, False], ids=["resume-coalesced", "resume-shallow"])
 def test_at_least_once_stopped_before_its_checkpoint_reports_the_coalesced_copies_as_duplicates(
         source_cluster, target_cluster, unique_name, caplog, resume_coalescing):
-    topic = unique_name()
-    target_topic, pipeline = f"dr.{topic}", f"p.{topic}"
-    source_cluster.create_topic(topic)
-    target_cluster.create_topic(target_topic)
-    expected = _fill(source_cluster, topic, unique_name("txn"))
-    end = raw_batches(source_cluster, topic)[-1].next_offset + 1   # past the last marker
+    topic, target_topic, pipeline, expected, end = _source_and_target(source_cluster, target_cluster, unique_name)
     with WireClient.for_cluster(source_cluster.config) as source, \
             WireClient.for_cluster(target_cluster.config) as target:
         store = CheckpointStore(target_cluster.config, target)
@@ -136,12 +142,8 @@ def test_at_least_once_stopped_before_its_checkpoint_reports_the_coalesced_copie
 def test_exactly_once_stopped_mid_copy_resumes_to_an_exact_target_with_an_exact_offset_map(
         source_cluster, target_cluster, unique_name, resume_coalescing, codec):
     """``lz4``: compressed one-record batches, merged with their own codec (decompressed and compressed again)."""
-    topic = unique_name()
-    target_topic, pipeline = f"dr.{topic}", f"p.{topic}"
-    source_cluster.create_topic(topic)
-    target_cluster.create_topic(target_topic)
-    expected = _fill(source_cluster, topic, unique_name("txn"), codec)
-    end = raw_batches(source_cluster, topic)[-1].next_offset + 1
+    topic, target_topic, pipeline, expected, end = _source_and_target(source_cluster, target_cluster, unique_name,
+                                                                       codec)
     with WireClient.for_cluster(source_cluster.config) as source, \
             WireClient.for_cluster(target_cluster.config) as target:
         store = CheckpointStore(target_cluster.config, target)
