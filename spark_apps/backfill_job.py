@@ -58,8 +58,12 @@ def load_inputs(args: argparse.Namespace) -> tuple[dict, dict]:
         raise ConfigError(f"cannot read the plan or clusters file: {exc}") from None
     if not isinstance(clusters, dict):
         raise ConfigError(f"{args.clusters}: expected a mapping of cluster names to settings")
-    if plan.get("version") != 1:
-        raise ConfigError(f"plan version {plan.get('version')!r} is not supported (expected 1)")
+    if not isinstance(plan, dict) or plan.get("version") != 1:
+        raise ConfigError(f"plan version {plan.get('version') if isinstance(plan, dict) else None!r} is not "
+                          "supported (expected 1)")
+    from mirror_core.services.backfill_run import check_plan
+
+    check_plan(plan)   # a hand-edited plan is refused here, before any topic is touched
     return plan, clusters
 
 

@@ -53,7 +53,7 @@ from mirror_core.codec.batch_codec import (
     seal_crc,
     verify_crc,
 )
-from mirror_core.codec.batch_deep import compress, decompress, int64, v2_record_fields
+from mirror_core.codec.batch_deep import compress, decompress, decompress_at_most, int64, v2_record_fields
 from mirror_core.codec.kafka_primitives import uvarint
 
 SMALL_PER_RUN = 8                    # a batch is small when at least this many of its size fit in the limit
@@ -134,17 +134,17 @@ def coalesce_items(views: Sequence[BatchView], limit: int, lo: int | None = None
 def _merge_compressed(run: list[BatchView], limit: int,
                       log_append_time_to_max: bool) -> Iterator[BatchView | PreparedBatch]:
     """Merge a compressed run into batches whose decompressed records stay within :func:`compressed_body_cap`.
-    Learning a compressed batch's size means decompressing it: one that turns out not small (its records alone
-    over ``1 / SMALL_PER_RUN`` of the cap) ends the group and is copied as it is; that decompression (one batch's,
-    transient) is the only work spent on a batch that is not merged."""
+    Learning a compressed batch's size means decompressing it, never past ``1 / SMALL_PER_RUN`` of the cap
+    (:func:`~mirror_core.codec.batch_deep.decompress_at_most`): one that turns out not small ends the group and is
+    copied as it is; that bounded decompression is the only work spent on a batch that is not merged."""
     cap = compressed_body_cap(limit)
     group: list[tuple[BatchView, memoryview]] = []
     body = 0
     for view in run:
         verify_crc(view)
-        section = decompress(view)
-        grows = len(section) + RECORD_GROWTH * view.records_count
-        if SMALL_PER_RUN * grows > cap:   # not small after all: alone, as it is
+        section = decompress_at_most(view, cap // SMALL_PER_RUN)   # never more: one record may be 64 MiB of zeros
+        grows = 0 if section is None else len(section) + RECORD_GROWTH * view.records_count
+        if section is None or SMALL_PER_RUN * grows > cap:   # not small after all: alone, as it is
             yield from _close(group, limit, log_append_time_to_max)
             group, body = [], 0
             yield view

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -82,6 +83,103 @@ def decompress(view: BatchView) -> memoryview:
     except Exception as exc:  # each codec library raises its own error type
         raise CorruptBatchError(view.base_offset,
                                 f"{view.codec.name} records section does not decompress: {exc}") from exc
+
+
+def decompress_at_most(view: BatchView, limit: int) -> memoryview | None:
+    """The uncompressed records section of a v2 batch if it is at most ``limit`` bytes, else None, never holding
+    much more than ``limit`` bytes of it: a tiny batch may decompress to many megabytes (one record of zeros), and a
+    caller that only wants small batches must not pay for learning that one is not. Corrupt data raises
+    :class:`CorruptBatchError` naming the batch's offset, as :func:`decompress` does."""
+    if not view.compressed:
+        section = view.records_section
+        return section if len(section) <= limit else None
+    _codec_functions(view.codec)   # the codec's library is installed (MirrorError names it otherwise)
+    data = view.records_section.tobytes()
+    try:
+        out = _BOUNDED[view.codec](data, limit + 1)
+    except Exception as exc:  # each codec library raises its own error type
+        raise CorruptBatchError(view.base_offset,
+                                f"{view.codec.name} records section does not decompress: {exc}") from exc
+    return None if out is None or len(out) > limit else memoryview(out)
+
+
+def _gzip_at_most(data: bytes, most: int) -> bytes:
+    out = bytearray()
+    while data and len(out) < most:   # one gzip member after another, as GzipFile reads them
+        member = zlib.decompressobj(wbits=31)
+        out += member.decompress(data, most - len(out))
+        if member.unconsumed_tail:    # stopped at ``most``
+            break
+        if not member.eof:
+            raise ValueError("gzip stream ends inside a member")
+        data = member.unused_data
+    return bytes(out)
+
+
+def _lz4_at_most(data: bytes, most: int) -> bytes:
+    import lz4.frame
+
+    out = bytearray()
+    while data and len(out) < most:   # frame after frame
+        frame = lz4.frame.LZ4FrameDecompressor()
+        out += frame.decompress(data, max_length=most - len(out))
+        if not frame.eof:
+            if frame.needs_input:
+                raise ValueError("lz4 frame ends early")
+            break                     # stopped at ``most``
+        data = frame.unused_data
+    return bytes(out)
+
+
+def _zstd_at_most(data: bytes, most: int) -> bytes:
+    import io
+
+    import zstandard
+
+    out = bytearray()
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
+        while len(out) < most:
+            chunk = reader.read(most - len(out))
+            if not chunk:
+                break
+            out += chunk
+    return bytes(out)
+
+
+def _snappy_at_most(data: bytes, most: int) -> bytes | None:
+    """Snappy (raw, or kafka-python's and Java's xerial framing of blocks): every block announces its uncompressed
+    length first, so a batch over ``most`` is known before anything is decompressed."""
+    blocks = []
+    if data[:8] == b"\x82SNAPPY\x00":   # xerial: a 16-byte header, then (length i32, raw snappy block)*
+        pos = 16
+        while pos < len(data):
+            (size,) = struct.unpack_from(">i", data, pos)
+            if size < 0 or pos + 4 + size > len(data):
+                raise ValueError(f"xerial snappy block of {size} bytes at {pos} runs past the section")
+            blocks.append(data[pos + 4:pos + 4 + size])
+            pos += 4 + size
+    else:
+        blocks.append(data)
+    total = 0
+    for block in blocks:
+        length, shift, pos = 0, 0, 0
+        while True:   # the block's preamble: its uncompressed length, an unsigned LEB128 varint
+            byte = block[pos]
+            length |= (byte & 0x7F) << shift
+            pos += 1
+            if byte < 0x80:
+                break
+            shift += 7
+            if shift > 35:
+                raise ValueError("snappy length preamble longer than 5 bytes")
+        total += length
+        if total > most:
+            return None
+    return kcodec.snappy_decode(data)
+
+
+_BOUNDED = {Codec.GZIP: _gzip_at_most, Codec.LZ4: _lz4_at_most, Codec.ZSTD: _zstd_at_most,
+            Codec.SNAPPY: _snappy_at_most}
 
 
 def int64(value: int) -> int:

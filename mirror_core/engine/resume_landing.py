@@ -80,11 +80,7 @@ class ResumeLanding:
             detail = "more than one commit window of records" if found is TOO_MANY else "records whose start " \
                      "retention removed"
             raise ForeignWriteError(*where, f"{detail} lie in between, more than an at-least-once restart leaves")
-        # the source's records with the timestamps the copy writes (--producer-timestamps: the create times of a
-        # LogAppendTime source), or its own copies would look foreign
-        copied = committed_records(session.owner.source, session.topic, session.partition, checkpoint.position,
-                                    None, limit=len(found), max_bytes=2 * window,
-                                    log_append_time_to_max=session.owner.options.preserve_log_append_time)
+        copied = self._source_copies(checkpoint.position, found, window)
         if copied is TOO_MANY or not restarted_copies(found, copied):
             raise ForeignWriteError(*where, f"{len(found)} committed record(s) in between are not the source's "
                                             f"records from offset {checkpoint.position}")
@@ -93,6 +89,23 @@ class ResumeLanding:
         log.warning("cluster %r %s-%d: at-least-once resume found %d record(s) at [%d, %d) equal to the source's "
                     "from offset %d: a crash between write and checkpoint duplicated them", target.cluster_name,
                     topic, partition, len(found), expected, base, checkpoint.position)
+
+
+    def _source_copies(self, position: int, found: list[tuple], window: int) -> list[tuple] | TooMany:
+        """The source's records from ``position`` as a crashed run wrote them: with the timestamps this lane's copy
+        writes (``--producer-timestamps``: a LogAppendTime source's create times), or, when ``found`` is not that,
+        with the other choice: the crashed run may have been a ``shoal copy`` with the other setting than the daemon
+        or backfill resuming now. Either way the records must be the source's, key, value, headers and all."""
+        session = self.session
+        preserve = session.owner.options.preserve_log_append_time
+        copied: list[tuple] | TooMany = TOO_MANY
+        for log_append_time_to_max in (preserve, not preserve):
+            copied = committed_records(session.owner.source, session.topic, session.partition, position, None,
+                                       limit=len(found), max_bytes=2 * window,
+                                       log_append_time_to_max=log_append_time_to_max)
+            if copied is not TOO_MANY and restarted_copies(found, copied):
+                return copied
+        return copied
 
 
 def restarted_copies(found: list[tuple], source: list[tuple]) -> bool:

@@ -21,6 +21,14 @@ from mirror_core.state.ledger import LedgerRow, RunManifest, loss_rows, write_le
 from mirror_core.state.run_claims import Claim, PipelineClaims
 
 
+def check_plan(plan: dict) -> None:
+    """Every field of a plan read as JSON checked as :class:`~mirror_core.model.plan.Plan` does (ConfigError naming
+    the field): the driver works on the dict, and a hand-edited value must not reach preflight or the tasks."""
+    from mirror_core.model.plan import Plan
+
+    Plan.from_dict(plan)
+
+
 def prepare_targets(plan: dict, source: ClusterConfig, target: ClusterConfig, *,
                     emit: Callable[[str], None] = print) -> None:
     """Before any task: preflight every target topic of the plan (create or refuse; each finding emitted) and make

@@ -26,9 +26,9 @@ class _Stopped(Exception):
     """The first run's process dying after its first acknowledged write."""
 
 
-def _copier(source, target, store, pipeline: str) -> CheckpointedCopier:
+def _copier(source, target, store, pipeline: str, *, producer_timestamps: bool = True) -> CheckpointedCopier:
     policy = CommitPolicy(commit_bytes=64 * 1024 * 1024, commit_interval_ms=120_000)  # no commit before the end
-    options = CopyOptions(fetch_max_bytes=1, max_inflight_bytes=1, preserve_log_append_time=False)
+    options = CopyOptions(fetch_max_bytes=1, max_inflight_bytes=1, preserve_log_append_time=not producer_timestamps)
     return CheckpointedCopier(source, target, store, pipeline=pipeline, mode=DeliveryMode.AT_LEAST_ONCE,
                               policy=policy, options=options)
 
@@ -38,8 +38,14 @@ def _stop_after_first_write(result) -> None:
         raise _Stopped
 
 
+@pytest.mark.parametrize(("first", "then"), [(True, True), (True, False), (False, True)],
+                         ids=["producer-times", "producer-times-then-broker-times", "broker-times-then-producer-times"])
 def test_an_at_least_once_resume_with_producer_timestamps_reports_duplicates_instead_of_halting(
-        source_cluster, target_cluster, unique_name, caplog):
+        source_cluster, target_cluster, unique_name, caplog, first, then):
+    """``first``/``then``: whether the crashed run and the resuming one keep the producers' create times. The
+    second review found the mixed pairs halting too (a ``shoal copy --producer-timestamps`` that crashed, then a
+    daemon or backfill, which keep the broker's times, resuming the lane): the landing rule now also tries the
+    other choice before calling the records foreign."""
     topic = unique_name()
     target_topic, pipeline = f"dr.{topic}", f"p.{topic}"
     source_cluster.create_topic(topic, config={"message.timestamp.type": "LogAppendTime"})
@@ -51,16 +57,18 @@ def test_an_at_least_once_resume_with_producer_timestamps_reports_duplicates_ins
         store = CheckpointStore(target_cluster.config, target)
         store.ensure_topic()
         with pytest.raises(_Stopped):
-            _copier(source, target, store, pipeline).copy(PartitionRange(topic, 0, 0, RECORDS, target_topic, 0),
-                                                          _stop_after_first_write)
+            _copier(source, target, store, pipeline, producer_timestamps=first).copy(
+                PartitionRange(topic, 0, 0, RECORDS, target_topic, 0), _stop_after_first_write)
         first_run = len(target_cluster.read_all(target_topic))
         assert 0 < first_run < RECORDS
-        session = _copier(source, target, store, pipeline).open_lane(topic, 0, target_topic, 0)
+        session = _copier(source, target, store, pipeline, producer_timestamps=then).open_lane(topic, 0, target_topic,
+                                                                                             0)
         with caplog.at_level(logging.WARNING, logger="mirror_core.engine.resume_landing"):
             result = session.copy(0, RECORDS)
     assert result.source_end == RECORDS
     copied = target_cluster.read_all(target_topic)
-    assert {r.timestamp for r in copied} == {CREATED}, "the producers' create times were not kept"
+    if first and then:
+        assert {r.timestamp for r in copied} == {CREATED}, "the producers' create times were not kept"
     assert [r.value for r in copied] == [b"v%d" % i for i in range(first_run)] + [b"v%d" % i for i in range(RECORDS)]
     assert session.duplicates_reported == first_run
     assert f"at-least-once resume found {first_run} record(s)" in caplog.text

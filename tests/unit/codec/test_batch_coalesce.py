@@ -313,3 +313,27 @@ def test_coalesce_sizes_outside_the_allowed_range_are_refused():
     for bad in (100, (1 << 20) + 1, 32 << 20, -5, True):
         with pytest.raises(ConfigError, match="must be 0 .off. or between 1024 and 1048576 bytes"):
             checked_coalesce_bytes(bad)
+
+
+@pytest.mark.parametrize("codec", [c for c in CODECS if c is not Codec.NONE], ids=lambda c: c.name.lower())
+def test_a_tiny_batch_of_a_huge_record_is_never_decompressed_whole(codec):
+    """Second review: a 2 KB zstd batch of one 64 MiB record of zeros passed as small and was decompressed whole
+    (128 MiB traced) before being found not small; decompression now stops at what a small batch may hold."""
+    import tracemalloc
+
+    from mirror_core.codec.batch_deep import decompress, decompress_at_most
+
+    huge = parse_batch(build([(0, 1, b"k", b"\0" * (16 << 20), [])], codec=codec))
+    small = parse_batch(build(codec=codec, base_offset=1))
+    assert huge.size < 1 << 20
+    tracemalloc.start()
+    try:
+        assert decompress_at_most(huge, 8192) is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 << 20, f"{peak} bytes held to learn the batch is not small"
+    assert bytes(decompress_at_most(small, 8192)) == bytes(decompress(small))
+    assert decompress_at_most(small, len(decompress(small)) - 1) is None
+    items = list(coalesce_items([*run_of(3, first=-3), huge], DEFAULT_COALESCE_BYTES))
+    assert items[-1] is huge and sum(i.coalesced for i in items if isinstance(i, PreparedBatch)) == 3

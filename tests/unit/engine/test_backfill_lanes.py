@@ -173,3 +173,26 @@ def test_a_plan_that_coalesces_small_batches_gives_every_lane_that_size_and_old_
             Plan.from_dict({**body, "coalesce_bytes": bad})
     with pytest.raises(ConfigError, match="coalesce_small_batches must be 0 .off. or between 1024 and 1048576"):
         PlanRequest.parse(pipeline="p", source_cluster="s", target_cluster="t", include="x", coalesce_bytes=10)
+
+
+def test_the_spark_driver_refuses_a_hand_edited_plan_before_touching_any_topic(tmp_path):
+    """Second review: the driver checked only the plan's version, so a hand-edited coalesce_bytes of 100 created
+    target topics in preflight and then failed every task; "70000" was read as a number."""
+    import json
+    from types import SimpleNamespace
+
+    from mirror_core.errors import ConfigError
+    from spark_apps.backfill_job import load_inputs
+
+    body = {"version": 1, "plan_id": "x", "pipeline": "p", "created_ms": 0, "source_cluster": "src",
+            "target_cluster": "dst", "mode": "exactly-once", "exact_bounds": False, "throttle_mb_s": None,
+            "accept_loss": False, "losses": [],
+            "units": [dict(UNITS[0], lane="dr.t-0", unit_id="t-0", bytes_estimate=0, deadline_ms=None)]}
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(json.dumps(CLUSTERS))
+    args = SimpleNamespace(plan=json.dumps({**body, "coalesce_bytes": 65536}), clusters=str(clusters))
+    plan, _ = load_inputs(args)
+    assert plan["coalesce_bytes"] == 65536
+    for bad in (100, "70000", 65536.5):
+        with pytest.raises(ConfigError, match="coalesce_bytes"):
+            load_inputs(SimpleNamespace(plan=json.dumps({**body, "coalesce_bytes": bad}), clusters=str(clusters)))
