@@ -480,29 +480,37 @@ def test_coalesce_bytes_below_the_minimum_is_refused():
         CopyOptions(coalesce_bytes=100)
 
 
-def test_merged_batches_are_built_as_they_are_written_not_an_answer_ahead():
+def test_merged_batches_are_built_as_they_are_written_not_an_answer_ahead(monkeypatch):
     """Review finding: the merged batches of a whole answer were built before the first was written and stayed
-    alive after their flush, outside the write window (DESIGN §3.8); now each is built when the copy takes it."""
-    import gc
+    alive after their flush, outside the write window (DESIGN §3.8); now each is built when the copy takes it.
+    Counted at each write: merged batches built so far beyond those written (with this write) so far."""
+    from mirror_core.codec import batch_coalesce
 
-    from mirror_core.codec.batch_codec import PreparedBatch
+    built = [0]
+    encode = batch_coalesce._encode
 
-    class MeasuringWriter(RecordingWriter):
+    def counting_encode(*args, **kwargs):
+        built[0] += 1
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(batch_coalesce, "_encode", counting_encode)
+
+    class CountingWriter(RecordingWriter):
         def __init__(self):
             super().__init__()
-            self.live: list[int] = []   # merged bytes alive outside the write, at each write
+            self.written = 0
+            self.ahead: list[int] = []   # merged batches built and not in this or an earlier write
 
         def write(self, outgoing):
-            written = {id(b.data) for b in outgoing}
-            self.live.append(sum(len(o.data) for o in gc.get_objects()
-                                 if isinstance(o, PreparedBatch) and o.coalesced and id(o.data) not in written))
+            self.written += len(outgoing)
+            self.ahead.append(built[0] - self.written)
             return super().write(outgoing)
 
     log = SourceLog()
     for _ in range(2000):
         log.data(1)
-    result, writer, _ = copy(log, 0, 2000, writer=MeasuringWriter(), per_answer=3000, coalesce_bytes=2048,
+    result, writer, _ = copy(log, 0, 2000, writer=CountingWriter(), per_answer=3000, coalesce_bytes=2048,
                              max_inflight_bytes=2048)
     assert writer.source_offsets == log.committed and len(writer.calls) > 5
-    assert max(writer.live) <= 2048, f"merged bytes held outside the window: {writer.live[:5]}"
-
+    assert result.coalesced_batches == 2000 and built[0] == writer.written
+    assert max(writer.ahead) == 0, f"merged batches built ahead of the write window: {writer.ahead[:5]}"
