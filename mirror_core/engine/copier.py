@@ -38,7 +38,6 @@ someone else wrote to it, and the copy halts); ``CopyResult.source_end`` never p
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from typing import Protocol
 from mirror_core.codec.batch_coalesce import coalesce_items
 from mirror_core.codec.batch_codec import MAX_TIMESTAMP_OFFSET, PreparedBatch
 from mirror_core.codec.batch_prepare import prepare_for_target
+from mirror_core.codec.kafka_primitives import I64
 from mirror_core.codec.records_digest import RecordsDigest
 from mirror_core.config.coalescing import checked_coalesce_bytes
 from mirror_core.errors import ConfigError, MirrorError, ProducerFencedError
@@ -63,7 +63,6 @@ RECORDS_SECTION = 61  # RecordBatch v2 header size: the digest covers what follo
 # A concurrent copy's fetch round never asks for more than this by default, whatever its partition count (memory):
 # the copy holds about two rounds plus one round's prepared batches (see mirror_core.engine.concurrent_copy)
 DEFAULT_ROUND_MAX_BYTES = 64 * 1024 * 1024
-_MAX_TIMESTAMP = struct.Struct(">q")
 
 
 @dataclass(frozen=True)
@@ -334,7 +333,7 @@ class RangeCopier:
                 if view.__class__ is PreparedBatch:
                     prepared = view
                     result.coalesced_batches += prepared.coalesced
-                    newest = _MAX_TIMESTAMP.unpack_from(prepared.data, MAX_TIMESTAMP_OFFSET)[0]
+                    newest = I64.unpack_from(prepared.data, MAX_TIMESTAMP_OFFSET)[0]
                 else:
                     prepared = prepare_for_target(view, preserve_log_append_time=opts.preserve_log_append_time,
                                                   exact_bounds=bounds, in_place=in_place)
