@@ -163,7 +163,7 @@ class StandingRound:
                     continue  # not a member placed here: a member missing from its books is found below
                 placed += 1
                 entry = member.fetcher.spec(member.epoch)
-                if entries[key] != entry:
+                if entries.get(key) != entry:   # a missing entry is a disagreement too, never a KeyError
                     found.append(f"{lane}: its request entry was not its fetcher's (offset {member.fetcher.position})")
                     entries[key] = entry
                     changed.add(key)

@@ -165,7 +165,12 @@ def _run(audit, rounds):
 @given(corruptions=st.lists(_corruption, max_size=6))
 def test_the_new_standing_round_audit_repairs_what_the_old_one_did(corruptions):
     old = _run(_old_round_audit, _world(corruptions))
-    new = _run(StandingRound.audit, _world(corruptions))
+    rounds = _world(corruptions)
+    new = _run(StandingRound.audit, rounds)
+    if old == ("KeyError", None):   # the old audit indexed a missing request entry; the new one repairs it
+        assert not isinstance(new[0], str), new
+        assert rounds.audit() == [], "what the audit repaired it must not find again"
+        return
     assert new == old
 
 

@@ -343,3 +343,21 @@ def test_syncing_the_same_lane_list_again_walks_nothing_and_a_new_list_is_still_
     rounds.sync(_CountingLanes(fetchers.items()))
     news = rounds.send().collect()
     assert [n[0] for n in news] == [lane] and news[0][3].result.next_offset == 1
+
+
+def test_the_audit_repairs_a_placed_lane_whose_request_entry_is_missing_instead_of_failing():
+    """A member placed at its broker (in ``lanes``) with no entry in the broker's request entries (``members``): the
+    books disagree the way a bug would leave them. The audit used to index the entries and fail with KeyError, so
+    the one check meant to catch a silent stall stopped the round instead; now it restores the entry and the lane
+    is fetched again."""
+    keys, logs, brokers, fetchers, rounds = _setup(12, leaders=(1,), hw=0)
+    _round(rounds, fetchers)
+    _round(rounds, fetchers)
+    lost = keys[5]
+    del rounds._brokers[1].members[lost]
+    logs[lost].high_watermark = 3
+    found = rounds.audit()
+    assert len(found) == 1 and f"{lost.topic}-{lost.partition}" in found[0] and "request entry" in found[0]
+    news = _round(rounds, fetchers)
+    assert news[f"{lost.topic}-{lost.partition}"][1].result.next_offset == 3
+    assert rounds.audit() == []
