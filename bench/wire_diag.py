@@ -11,7 +11,7 @@ incoming BIO; ``tls_records*`` — the TLS records in it, by size; ``tls_write``
 ``sendmsg`` — ``sendmsg`` calls; ``setsockopt`` — socket options set after connecting (the TLS channel's
 ``SO_RCVLOWAT`` changes); ``frames`` / ``frame_bytes`` / ``frames_over_64k`` — response frames received by the fast
 connections (a Fetch answer is a large one). Also sampled every 0.25 s: the bytes received so far and each OS
-thread's CPU seconds (to split the active phase's CPU by thread). The JSON is written at exit. ``--profile``:
+thread's CPU seconds (to split the active phase's CPU by thread); at exit the process's getrusage (page faults, context switches). The JSON is written at exit. ``--profile``:
 cProfile of the main (copying) thread, timed by that thread's CPU clock.
 """
 
@@ -23,6 +23,7 @@ import collections
 import cProfile
 import json
 import os
+import resource
 import sys
 import threading
 import time
@@ -176,7 +177,10 @@ def main(argv: list[str] | None = None) -> int:
             profiler.dump_stats(args.profile)
         stop.set()
         with open(args.out, "w") as f:
-            json.dump({"counts": dict(_COUNTS), "main_tid": str(threading.get_native_id()), "series": series}, f)
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            json.dump({"counts": dict(_COUNTS), "main_tid": str(threading.get_native_id()), "series": series,
+                       "rusage": {"minflt": usage.ru_minflt, "majflt": usage.ru_majflt, "nvcsw": usage.ru_nvcsw,
+                                  "nivcsw": usage.ru_nivcsw, "utime": usage.ru_utime, "stime": usage.ru_stime}}, f)
 
     series: list = []
     stop = threading.Event()
@@ -185,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     from mirror_core.cli.main import main as cli
     if profiler is not None:
         profiler.enable()
-    return cli.main(argv[split + 1:])
+    return cli(argv[split + 1:])
 
 
 if __name__ == "__main__":
