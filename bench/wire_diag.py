@@ -11,8 +11,9 @@ incoming BIO; ``tls_records*`` — the TLS records in it, by size; ``tls_write``
 ``sendmsg`` — ``sendmsg`` calls; ``setsockopt`` — socket options set after connecting (the TLS channel's
 ``SO_RCVLOWAT`` changes); ``frames`` / ``frame_bytes`` / ``frames_over_64k`` — response frames received by the fast
 connections (a Fetch answer is a large one). Also sampled every 0.25 s: the bytes received so far and each OS
-thread's CPU seconds (to split the active phase's CPU by thread); at exit the process's getrusage (page faults, context switches). The JSON is written at exit. ``--profile``:
-cProfile of the main (copying) thread, timed by that thread's CPU clock.
+thread's CPU seconds (to split the active phase's CPU by thread); at exit the process's getrusage (page faults,
+context switches). The JSON is written at exit. ``--profile``: cProfile of the main (copying) thread, timed by that
+thread's CPU clock.
 """
 
 from __future__ import annotations
