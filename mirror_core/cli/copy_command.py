@@ -17,9 +17,10 @@ from mirror_core.engine.concurrent_copy import (
     plain_share_writer,
 )
 from mirror_core.engine.copier import CopyOptions, CopyResult
-from mirror_core.kafka.resolve_positions import resolve_range
+from mirror_core.kafka.resolve_positions import resolve_ranges
 from mirror_core.kafka.topics import topic_metadata_or_error
 from mirror_core.kafka.wire_client import WireClient
+from mirror_core.model.preflight_rules import SourceLink
 from mirror_core.model.ranges import PartitionRange
 
 
@@ -44,24 +45,28 @@ class CopyCommand:
 def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from mirror_core.kafka.admin import ClusterAdmin
+    from mirror_core.kafka.round_trips import measure_links
     from mirror_core.services.preflight import run_preflight
 
     with WireClient.for_cluster(cmd.source) as source, WireClient.for_cluster(cmd.target) as target:
         meta = topic_metadata_or_error(source, cmd.topic)
         partitions = parse_partitions(cmd.partitions, len(meta.partitions), cmd.topic)
-        ranges = []
-        for p in partitions:
-            lo, hi = resolve_range(source, cmd.topic, p, cmd.start, cmd.end, accept_loss=cmd.accept_loss)
-            ranges.append(PartitionRange(cmd.topic, p, lo, hi, cmd.target_topic, p))
+        resolved = resolve_ranges(source, cmd.topic, partitions, cmd.start, cmd.end, accept_loss=cmd.accept_loss)
+        ranges = [PartitionRange(cmd.topic, p, *resolved[p], cmd.target_topic, p) for p in partitions]
+        # the source's admin client and link figures serve preflight and the fetch sizing both: over a long link
+        # every new client and every measurement costs seconds before the first byte
+        source_admin = ClusterAdmin(cmd.source)
+        links = measure_links(cmd.source, admin=source_admin) if cmd.link_bytes_per_s else None
         report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,
                                start_offsets={r.partition: r.start for r in ranges},
-                               link_bytes_per_s=cmd.link_bytes_per_s,
+                               link_bytes_per_s=cmd.link_bytes_per_s, links=links, source_admin=source_admin,
                                coalesce_bytes=cmd.options.coalesce_bytes)
         for finding in report.findings:
             console.print(f"[yellow]preflight {finding.severity.name}[/]: {finding.message}", highlight=False)
         report.raise_if_refused()
         if cmd.link_bytes_per_s:
-            cmd = replace(cmd, options=_sized_for_link(cmd, len(ranges), console))
+            cmd = replace(cmd, options=_sized_for_link(cmd, len(ranges), console, links))
         writers = _share_writers(cmd, source, target, ranges)
         watch = ShareWatch(writers, ranges) if cmd.mode == "none" else None
         target_before = _target_ends(target, ranges) if watch is not None else {}
@@ -81,13 +86,11 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
         return results
 
 
-def _sized_for_link(cmd: CopyCommand, partitions: int, console) -> CopyOptions:
-    """Fetches sized so a round keeps the declared link busy at the measured round trip (never smaller than
-    configured; a copy holds about three rounds, so a round stays under ``CopyOptions.round_max_bytes``)."""
-    from mirror_core.kafka.round_trips import measure_links
+def _sized_for_link(cmd: CopyCommand, partitions: int, console, links: list[SourceLink]) -> CopyOptions:
+    """Fetches sized so a round keeps the declared link busy at the round trip measured in ``links`` (never smaller
+    than configured; a copy holds about three rounds, so a round stays under ``CopyOptions.round_max_bytes``)."""
     from mirror_core.model.preflight_rules import LINK_EFFICIENCY, fetch_bytes_for_link
 
-    links = measure_links(cmd.source)
     rtts = [link.rtt_s for link in links if link.rtt_s is not None]
     if not rtts:
         console.print(f"the link to cluster {cmd.source.name!r} could not be measured (no source broker answered the "

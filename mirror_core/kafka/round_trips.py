@@ -60,14 +60,16 @@ def _recv_exact(sock, size: int) -> bytes:
     return bytes(out)
 
 
-def measure_links(source: ClusterConfig, *, timeout_s: float = 30.0) -> list[SourceLink]:
+def measure_links(source: ClusterConfig, *, timeout_s: float = 30.0,
+                  admin: ClusterAdmin | None = None) -> list[SourceLink]:
     """Each source broker's ``socket.send.buffer.bytes`` (DescribeConfigs) and round trip
-    (:func:`kafka_round_trip_s`). A broker that cannot be asked is left out (logged)."""
+    (:func:`kafka_round_trip_s`). A broker that cannot be asked is left out (logged). ``admin``: a client of
+    ``source`` to reuse (over a long link a new one costs its connection set-up again)."""
     import logging
 
     from mirror_core.kafka.wire_channel import tls_context
 
-    admin = ClusterAdmin(source, timeout_s=timeout_s)
+    admin = admin or ClusterAdmin(source, timeout_s=timeout_s)
     brokers = admin.metadata().brokers
     protocol = str(source.settings.get("security.protocol", "PLAINTEXT")).upper()
     tls = tls_context(source.settings) if protocol in ("SSL", "SASL_SSL") else None

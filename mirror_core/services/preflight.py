@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.plan_request import PlanRequest
@@ -22,6 +22,7 @@ from mirror_core.model.preflight_rules import (
     DataFacts,
     Finding,
     PreflightReport,
+    SourceLink,
     TopicState,
     check_link_buffers,
     decide,
@@ -36,31 +37,39 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
                   allow_internal: bool = False, max_batch_bytes: int | None = None,
                   start_offsets: Mapping[int, int] | None = None, facts: DataFacts | None = None,
                   timeout_s: float = 30.0, link_bytes_per_s: float | None = None,
-                  coalesce_bytes: int = 0) -> PreflightReport:
+                  links: Sequence[SourceLink] | None = None, coalesce_bytes: int = 0,
+                  source_admin: ClusterAdmin | None = None) -> PreflightReport:
     """Check the target for a copy of ``source``/``topic`` and create it when missing and nothing refuses.
 
     ``target_topic`` defaults to the source name (see ``target_topic_name`` for a prefix policy); partitions map
     one to one. ``start_offsets`` (partition → first offset to copy) narrows where the oldest timestamp is read;
     ``facts`` replaces the observation entirely (e.g. figures the caller already measured).
     ``link_bytes_per_s``: the source link's rate; then the source brokers' send buffers are checked against it
-    (:func:`link_findings`). ``coalesce_bytes``: the copy merges small batches up to this size, so the target must
-    accept batches that large.
+    (:func:`link_findings`) — ``links``: those brokers as the caller measured them already (a copy sizes its fetches
+    from the same figures; over a long link each measurement costs seconds), else they are measured here.
+    ``coalesce_bytes``: the copy merges small batches up to this size, so the target must accept batches that
+    large. The source is described, observed and (when asked) measured through one admin client (``source_admin``,
+    else a new one): over a long link each new client pays its connection set-up (TCP, TLS, SASL) again.
     """
     target_topic = target_topic or topic
     names = dict(source_cluster=source.name, source_topic=topic, target_cluster=target.name,
                  target_topic=target_topic, allow_internal=allow_internal)
     if is_internal_topic(topic) and not allow_internal:  # refuse before reading anything from it
         return decide(None, None, DataFacts(now_ms=_now_ms()), **names)
-    source_state = describe_topic(source, topic, timeout_s=timeout_s)
+    source_admin = source_admin or ClusterAdmin(source, timeout_s=timeout_s)
+    source_state = describe_topic(source, topic, timeout_s=timeout_s, admin=source_admin)
     if facts is None and source_state is not None:
         facts = observe_data(source, topic, source_state.partitions, start_offsets=start_offsets,
-                             timeout_s=timeout_s)
+                             timeout_s=timeout_s, admin=source_admin)
     facts = facts or DataFacts(now_ms=_now_ms())
     if max_batch_bytes is not None:
         facts = dataclasses.replace(facts, max_batch_bytes=max_batch_bytes)
     if coalesce_bytes:
         facts = dataclasses.replace(facts, coalesce_bytes=coalesce_bytes)
-    extra = tuple(link_findings(source, link_bytes_per_s, timeout_s=timeout_s)) if link_bytes_per_s else ()
+    if link_bytes_per_s and links is None:
+        links = measure_links(source, timeout_s=timeout_s, admin=source_admin)
+    extra = tuple(link_findings(source, link_bytes_per_s, timeout_s=timeout_s, links=links)) \
+        if link_bytes_per_s else ()
     for _attempt in range(2):
         report = decide(source_state, describe_topic(target, target_topic, timeout_s=timeout_s), facts, **names)
         report = dataclasses.replace(report, findings=report.findings + extra)
@@ -79,19 +88,22 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
 
 
 
-def link_findings(source: ClusterConfig, link_bytes_per_s: float, *, timeout_s: float = 30.0) -> list[Finding]:
-    """Size for the link: the source brokers' send buffers and round trips (:func:`measure_links`), judged by
-    :func:`~mirror_core.model.preflight_rules.check_link_buffers`."""
-    links = measure_links(source, timeout_s=timeout_s)
+def link_findings(source: ClusterConfig, link_bytes_per_s: float, *, timeout_s: float = 30.0,
+                  links: Sequence[SourceLink] | None = None) -> list[Finding]:
+    """Size for the link: the source brokers' send buffers and round trips (``links``, else
+    :func:`measure_links`), judged by :func:`~mirror_core.model.preflight_rules.check_link_buffers`."""
+    links = measure_links(source, timeout_s=timeout_s) if links is None else list(links)
     return check_link_buffers(source.name, links, link_bytes_per_s=link_bytes_per_s)
 
 
-def describe_topic(cluster: ClusterConfig, topic: str, *, timeout_s: float = 30.0) -> TopicState | None:
-    """Partition count and effective configs, or ``None`` when the topic does not exist."""
+def describe_topic(cluster: ClusterConfig, topic: str, *, timeout_s: float = 30.0,
+                   admin: ClusterAdmin | None = None) -> TopicState | None:
+    """Partition count and effective configs, or ``None`` when the topic does not exist (``admin``: a client of
+    ``cluster`` to reuse)."""
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import ConfigResource
 
-    admin = ClusterAdmin(cluster, timeout_s=timeout_s)
+    admin = admin or ClusterAdmin(cluster, timeout_s=timeout_s)
     meta = admin.metadata(topic).topics.get(topic)
     if meta is None or (meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
         return None
@@ -107,30 +119,29 @@ def describe_topic(cluster: ClusterConfig, topic: str, *, timeout_s: float = 30.
 
 
 def observe_data(cluster: ClusterConfig, topic: str, partitions: int, *,
-                 start_offsets: Mapping[int, int] | None = None, timeout_s: float = 30.0) -> DataFacts:
+                 start_offsets: Mapping[int, int] | None = None, timeout_s: float = 30.0,
+                 admin: ClusterAdmin | None = None) -> DataFacts:
     """Oldest and newest timestamps of the data to copy (``None`` when every partition is empty).
 
     The newest is exact (ListOffsets max-timestamp). The oldest is the first record's timestamp at each start
     offset: CreateTime timestamps need not be monotonic, so an older record further in is possible; callers that
-    see one while copying should pass their own ``DataFacts``.
+    see one while copying should pass their own ``DataFacts``. The three ListOffsets lookups are sent together
+    (``admin``: a client of ``cluster`` to reuse).
     """
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
     now_ms = _now_ms()
-    admin = ClusterAdmin(cluster, timeout_s=timeout_s)
+    admin = admin or ClusterAdmin(cluster, timeout_s=timeout_s)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
-
-    def list_offsets(spec) -> dict[int, object]:
-        try:
-            futures = admin.list_offsets({tp: spec for tp in tps})
-            return {tp.partition: f.result(timeout=timeout_s) for tp, f in futures.items()}
-        except Exception as exc:  # noqa: BLE001
-            raise ClusterUnavailableError(cluster.name, cluster.bootstrap,
-                                          f"ListOffsets on {topic!r}: {exc}") from None
-
-    earliest, latest = list_offsets(OffsetSpec.earliest()), list_offsets(OffsetSpec.latest())
-    newest = [r.timestamp for r in list_offsets(OffsetSpec.max_timestamp()).values() if r.offset >= 0]
+    specs = (OffsetSpec.earliest(), OffsetSpec.latest(), OffsetSpec.max_timestamp())
+    try:
+        asked = [admin.list_offsets({tp: spec for tp in tps}) for spec in specs]   # in flight together
+        earliest, latest, newest_of = ({tp.partition: f.result(timeout=timeout_s) for tp, f in futures.items()}
+                                       for futures in asked)
+    except Exception as exc:  # noqa: BLE001
+        raise ClusterUnavailableError(cluster.name, cluster.bootstrap, f"ListOffsets on {topic!r}: {exc}") from None
+    newest = [r.timestamp for r in newest_of.values() if r.offset >= 0]
     starts = {p: max(earliest[p].offset, (start_offsets or {}).get(p, 0)) for p in range(partitions)}
     starts = {p: o for p, o in starts.items() if o < latest[p].offset}
     oldest = _first_timestamps(cluster, topic, starts, timeout_s=timeout_s)
