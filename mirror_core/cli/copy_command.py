@@ -43,6 +43,8 @@ class CopyCommand:
 
 
 def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
+    from concurrent.futures import ThreadPoolExecutor
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mirror_core.kafka.admin import ClusterAdmin
@@ -54,14 +56,17 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
         partitions = parse_partitions(cmd.partitions, len(meta.partitions), cmd.topic)
         resolved = resolve_ranges(source, cmd.topic, partitions, cmd.start, cmd.end, accept_loss=cmd.accept_loss)
         ranges = [PartitionRange(cmd.topic, p, *resolved[p], cmd.target_topic, p) for p in partitions]
-        # the source's admin client and link figures serve preflight and the fetch sizing both: over a long link
-        # every new client and every measurement costs seconds before the first byte
+        # the source's admin client and link figures serve preflight and the fetch sizing both, and the links are
+        # measured while preflight describes the topics: over a long link every new client, every measurement and
+        # every step in turn costs seconds before the first byte
         source_admin = ClusterAdmin(cmd.source)
-        links = measure_links(cmd.source, admin=source_admin) if cmd.link_bytes_per_s else None
-        report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,
-                               start_offsets={r.partition: r.start for r in ranges},
-                               link_bytes_per_s=cmd.link_bytes_per_s, links=links, source_admin=source_admin,
-                               coalesce_bytes=cmd.options.coalesce_bytes)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shoal-link-probe") as pool:
+            measuring = pool.submit(measure_links, cmd.source, admin=source_admin) if cmd.link_bytes_per_s else None
+            report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,
+                                   start_offsets={r.partition: r.start for r in ranges},
+                                   link_bytes_per_s=cmd.link_bytes_per_s, links=measuring, source_admin=source_admin,
+                                   coalesce_bytes=cmd.options.coalesce_bytes)
+            links = None if measuring is None else measuring.result()
         for finding in report.findings:
             console.print(f"[yellow]preflight {finding.severity.name}[/]: {finding.message}", highlight=False)
         report.raise_if_refused()

@@ -12,6 +12,7 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.plan_request import PlanRequest
@@ -37,7 +38,7 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
                   allow_internal: bool = False, max_batch_bytes: int | None = None,
                   start_offsets: Mapping[int, int] | None = None, facts: DataFacts | None = None,
                   timeout_s: float = 30.0, link_bytes_per_s: float | None = None,
-                  links: Sequence[SourceLink] | None = None, coalesce_bytes: int = 0,
+                  links: Sequence[SourceLink] | Future | None = None, coalesce_bytes: int = 0,
                   source_admin: ClusterAdmin | None = None) -> PreflightReport:
     """Check the target for a copy of ``source``/``topic`` and create it when missing and nothing refuses.
 
@@ -45,8 +46,9 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
     one to one. ``start_offsets`` (partition → first offset to copy) narrows where the oldest timestamp is read;
     ``facts`` replaces the observation entirely (e.g. figures the caller already measured).
     ``link_bytes_per_s``: the source link's rate; then the source brokers' send buffers are checked against it
-    (:func:`link_findings`) — ``links``: those brokers as the caller measured them already (a copy sizes its fetches
-    from the same figures; over a long link each measurement costs seconds), else they are measured here.
+    (:func:`link_findings`) — ``links``: those brokers as the caller measured them (a copy sizes its fetches from
+    the same figures; over a long link each measurement costs seconds), or a future of them, being measured while
+    the topics are described (waited for only once they are), else they are measured here.
     ``coalesce_bytes``: the copy merges small batches up to this size, so the target must accept batches that
     large. The source is described, observed and (when asked) measured through one admin client (``source_admin``,
     else a new one): over a long link each new client pays its connection set-up (TCP, TLS, SASL) again.
@@ -68,6 +70,8 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
         facts = dataclasses.replace(facts, coalesce_bytes=coalesce_bytes)
     if link_bytes_per_s and links is None:
         links = measure_links(source, timeout_s=timeout_s, admin=source_admin)
+    elif isinstance(links, Future):
+        links = links.result()
     extra = tuple(link_findings(source, link_bytes_per_s, timeout_s=timeout_s, links=links)) \
         if link_bytes_per_s else ()
     for _attempt in range(2):
