@@ -5,6 +5,8 @@ broker per round, one writer (lane) per partition, the next round in flight whil
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from mirror_core.config.cluster import ClusterConfig
@@ -43,8 +45,6 @@ class CopyCommand:
 
 
 def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
-    from concurrent.futures import ThreadPoolExecutor
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mirror_core.kafka.admin import ClusterAdmin
@@ -54,22 +54,22 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
     with WireClient.for_cluster(cmd.source) as source, WireClient.for_cluster(cmd.target) as target:
         meta = topic_metadata_or_error(source, cmd.topic)
         partitions = parse_partitions(cmd.partitions, len(meta.partitions), cmd.topic)
+        # the source's admin client and link figures serve preflight and the fetch sizing both, and the links are
+        # measured while the ranges are resolved and the topics described: over a long link every new client,
+        # every measurement and every step in turn costs seconds before the first byte
+        source_admin = ClusterAdmin(cmd.source)
+        measuring = _in_background(measure_links, cmd.source, admin=source_admin) if cmd.link_bytes_per_s else None
         resolved = resolve_ranges(source, cmd.topic, partitions, cmd.start, cmd.end, accept_loss=cmd.accept_loss)
         ranges = [PartitionRange(cmd.topic, p, *resolved[p], cmd.target_topic, p) for p in partitions]
-        # the source's admin client and link figures serve preflight and the fetch sizing both, and the links are
-        # measured while preflight describes the topics: over a long link every new client, every measurement and
-        # every step in turn costs seconds before the first byte
-        source_admin = ClusterAdmin(cmd.source)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shoal-link-probe") as pool:
-            measuring = pool.submit(measure_links, cmd.source, admin=source_admin) if cmd.link_bytes_per_s else None
-            report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,
-                                   start_offsets={r.partition: r.start for r in ranges},
-                                   link_bytes_per_s=cmd.link_bytes_per_s, links=measuring, source_admin=source_admin,
-                                   coalesce_bytes=cmd.options.coalesce_bytes)
-            links = None if measuring is None else measuring.result()
+        report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,
+                               start_offsets={r.partition: r.start for r in ranges},
+                               link_bytes_per_s=cmd.link_bytes_per_s, links=measuring, source_admin=source_admin,
+                               coalesce_bytes=cmd.options.coalesce_bytes)
+        del source_admin   # its connections are not needed while copying
         for finding in report.findings:
             console.print(f"[yellow]preflight {finding.severity.name}[/]: {finding.message}", highlight=False)
         report.raise_if_refused()
+        links = None if measuring is None else measuring.result()
         if cmd.link_bytes_per_s:
             cmd = replace(cmd, options=_sized_for_link(cmd, len(ranges), console, links))
         writers = _share_writers(cmd, source, target, ranges)
@@ -89,6 +89,22 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
             raise
         _summary(console, cmd, results)
         return results
+
+
+def _in_background(fn, *args, **kwargs) -> Future:
+    """``fn(*args, **kwargs)`` on a daemon thread: a copy that fails or is refused meanwhile neither waits for it nor
+    is kept from exiting by it (an executor's worker would be joined at exit)."""
+    future: Future = Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the result
+                future.set_exception(exc)
+
+    threading.Thread(target=run, name="shoal-link-probe", daemon=True).start()
+    return future
 
 
 def _sized_for_link(cmd: CopyCommand, partitions: int, console, links: list[SourceLink]) -> CopyOptions:

@@ -26,12 +26,18 @@ def resolve_ranges(client: WireClient, topic: str, partitions: Sequence[int], st
     """partition → ``[start, end)``, refusing what cannot be copied: an end before the start, an end past the last
     stable offset, or a start below the log start (data already deleted) unless ``accept_loss``.
 
-    A time resolves to the first offset at or after it (past the newest record: the last stable offset), and is
-    looked up before the log start and the last stable offset are read, so an end found by time is never judged
-    against an older last stable offset."""
+    A time resolves to the first offset at or after it; a time past the newest record resolves to the last stable
+    offset read *before* the lookup, so a record stamped at or after it and appended meanwhile is never skipped. The
+    log start and the last stable offset the range is judged by are read after the lookups, so an end found by time
+    is never judged against an older last stable offset."""
     tps = [(topic, partition) for partition in partitions]
-    by_time = {spec.value: lookup_offsets(client, tps, int(spec.value))
-               for spec in (start, end) if spec.kind == "timestamp"}
+    by_time = {}
+    if "timestamp" in (start.kind, end.kind):
+        before = lookup_offsets(client, tps, "last_stable")
+        for spec in (start, end):
+            if spec.kind == "timestamp":
+                found = lookup_offsets(client, tps, int(spec.value))
+                by_time[spec.value] = {tp: before[tp] if found[tp] is None else found[tp] for tp in tps}
     log_start = lookup_offsets(client, tps, "earliest")
     stable = lookup_offsets(client, tps, "last_stable")
 
@@ -42,8 +48,7 @@ def resolve_ranges(client: WireClient, topic: str, partitions: Sequence[int], st
             return stable[tp]
         if spec.kind == "offset":
             return int(spec.value)
-        found = by_time[spec.value][tp]
-        return stable[tp] if found is None else found
+        return by_time[spec.value][tp]
 
     out = {}
     for tp in tps:

@@ -19,8 +19,9 @@ def kafka_round_trip_s(host: str, port: int, *, timeout_s: float = 30.0, samples
     """The median time of ``samples`` ApiVersions v0 requests (after one to warm the connection up): a
     Kafka-level round trip, which also counts whatever sits between us and the broker (a proxy, a tunnel).
     ``tls``: the listener's TLS (SSL, SASL_SSL). ``sasl``: a SASL listener answers one ApiVersions before its
-    handshake and closes the connection at a second, so each sample gets a connection of its own, all of them side
-    by side (over a 200 ms link one TCP and TLS set-up after another cost ~1.8 s)."""
+    handshake and closes the connection at a second, so each sample gets a connection of its own: they are opened
+    side by side (over a 200 ms link one TCP and TLS set-up after another cost ~1.8 s), then timed one after
+    another, so no sample queues behind another's."""
     import contextlib
     import socket
     import statistics
@@ -39,14 +40,17 @@ def kafka_round_trip_s(host: str, port: int, *, timeout_s: float = 30.0, samples
         _recv_exact(sock, int.from_bytes(header, "big"))
         return time.monotonic() - started
 
-    def alone(_sample: int) -> float:
-        with contextlib.ExitStack() as stack:
-            return timed(connected(stack), 1)
-
     times = []
     if sasl:
-        with ThreadPoolExecutor(max_workers=samples, thread_name_prefix="shoal-rtt") as pool:
-            times = list(pool.map(alone, range(samples)))
+        with contextlib.ExitStack() as stack:
+            def opened(_sample: int):
+                inner = contextlib.ExitStack()
+                stack.push(inner)   # closed with the others, whichever thread opened it, even half-opened
+                return connected(inner)
+
+            with ThreadPoolExecutor(max_workers=samples, thread_name_prefix="shoal-rtt") as pool:
+                socks = list(pool.map(opened, range(samples)))
+            times = [timed(sock, 1) for sock in socks]
     else:
         with contextlib.ExitStack() as stack:
             sock = connected(stack)

@@ -47,8 +47,9 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
     ``facts`` replaces the observation entirely (e.g. figures the caller already measured).
     ``link_bytes_per_s``: the source link's rate; then the source brokers' send buffers are checked against it
     (:func:`link_findings`) — ``links``: those brokers as the caller measured them (a copy sizes its fetches from
-    the same figures; over a long link each measurement costs seconds), or a future of them, being measured while
-    the topics are described (waited for only once they are), else they are measured here.
+    the same figures; over a long link each measurement costs seconds), or a future of them, measured while the
+    topics are described and waited for before the data is observed (reading the first records loads the link,
+    and round trips timed behind that load would come out long), else they are measured here.
     ``coalesce_bytes``: the copy merges small batches up to this size, so the target must accept batches that
     large. The source is described, observed and (when asked) measured through one admin client (``source_admin``,
     else a new one): over a long link each new client pays its connection set-up (TCP, TLS, SASL) again.
@@ -60,6 +61,8 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
         return decide(None, None, DataFacts(now_ms=_now_ms()), **names)
     source_admin = source_admin or ClusterAdmin(source, timeout_s=timeout_s)
     source_state = describe_topic(source, topic, timeout_s=timeout_s, admin=source_admin)
+    if isinstance(links, Future):
+        links = links.result()
     if facts is None and source_state is not None:
         facts = observe_data(source, topic, source_state.partitions, start_offsets=start_offsets,
                              timeout_s=timeout_s, admin=source_admin)
@@ -70,8 +73,6 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
         facts = dataclasses.replace(facts, coalesce_bytes=coalesce_bytes)
     if link_bytes_per_s and links is None:
         links = measure_links(source, timeout_s=timeout_s, admin=source_admin)
-    elif isinstance(links, Future):
-        links = links.result()
     extra = tuple(link_findings(source, link_bytes_per_s, timeout_s=timeout_s, links=links)) \
         if link_bytes_per_s else ()
     for _attempt in range(2):

@@ -20,7 +20,9 @@ from tests.unit.daemon.test_standing_round import _round, _setup
 pytestmark = pytest.mark.timeout(120)
 
 
-# -- the old StandingRound.audit (f8c7409:mirror_core/standing_round.py), verbatim but for ``self`` ----------------
+# -- the old StandingRound.audit (f8c7409:mirror_core/standing_round.py), verbatim but for ``self`` and one fix ------
+# (a missing request entry is a wrong one, not a KeyError: ac30df3 made the new audit repair it; the reference
+# repairs it the same way so every case, that one included, is still compared)
 
 def _old_round_audit(self: StandingRound) -> list[str]:
     self._no_round_outstanding()
@@ -34,7 +36,7 @@ def _old_round_audit(self: StandingRound) -> list[str]:
             self._unplaced[lane] = member
             continue
         entry = member.fetcher.spec(member.epoch)
-        if broker.members[member.key] != entry:
+        if broker.members.get(member.key) != entry:
             found.append(f"{lane}: its request entry was not its fetcher's (offset {member.fetcher.position})")
             broker.members[member.key] = entry
             broker.changed.add(member.key)
@@ -165,12 +167,7 @@ def _run(audit, rounds):
 @given(corruptions=st.lists(_corruption, max_size=6))
 def test_the_new_standing_round_audit_repairs_what_the_old_one_did(corruptions):
     old = _run(_old_round_audit, _world(corruptions))
-    rounds = _world(corruptions)
-    new = _run(StandingRound.audit, rounds)
-    if old == ("KeyError", None):   # the old audit indexed a missing request entry; the new one repairs it
-        assert not isinstance(new[0], str), new
-        assert rounds.audit() == [], "what the audit repaired it must not find again"
-        return
+    new = _run(StandingRound.audit, _world(corruptions))
     assert new == old
 
 
