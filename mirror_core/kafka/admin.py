@@ -126,9 +126,54 @@ class ClusterAdmin:
         ``isolation_level``): partition → future of its answer, asked within the facade's timeout."""
         return self.client.list_offsets(specs, request_timeout=self.timeout_s, **options)
 
+    def settled_offsets(self, asks: Sequence[dict], **options: object) -> list[dict]:
+        """Several ListOffsets (each a ``list_offsets`` argument) sent together: their answers, in order, each
+        partition → its result. A partition answered with a transient error is asked again until the facade's
+        timeout, then its error is raised (KafkaException), as is any other error at once.
+
+        Transient: a topic created a moment ago is answered NOT_LEADER_OR_FOLLOWER (or LEADER_NOT_AVAILABLE,
+        UNKNOWN_TOPIC_OR_PARTITION) by the broker its leader is on until that broker has applied the controller's
+        record, and a moved leader answers the same. librdkafka's admin ListOffsets does not retry these, and does
+        not mark them retriable, so they are named here."""
+        import time
+
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self.timeout_s
+        answers: list[dict] = [{} for _ in asks]
+        pending = [dict(specs) for specs in asks]
+        pause = 0.05
+        while True:
+            sent = [(i, self.list_offsets(specs, **options)) for i, specs in enumerate(pending) if specs]
+            pending = [{} for _ in asks]
+            for i, futures in sent:
+                for tp, future in futures.items():
+                    try:
+                        answers[i][tp] = future.result(timeout=max(0.1, deadline - time.monotonic()) + 5.0)
+                    except KafkaException as exc:
+                        if not _transient_offsets_error(exc) or time.monotonic() > deadline:
+                            raise
+                        pending[i][tp] = asks[i][tp]
+            if not any(pending):
+                return answers
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
+
     def describe_groups(self, groups: list[str]) -> dict:
         """DescribeConsumerGroups: group → future of its description (state, members and their assignments)."""
         return self.client.describe_consumer_groups(groups, request_timeout=self.timeout_s)
+
+
+def _transient_offsets_error(exc: Exception) -> bool:
+    """A ListOffsets answer that a moment's wait mends (see :meth:`ClusterAdmin.settled_offsets`)."""
+    from confluent_kafka import KafkaError
+
+    error = exc.args[0] if exc.args else None
+    code = error.code() if callable(getattr(error, "code", None)) else None
+    return bool(getattr(error, "retriable", lambda: False)()) or code in {
+        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT}
 
 
 def describe_kafka_error(error: object) -> str:

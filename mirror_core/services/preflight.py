@@ -141,9 +141,8 @@ def observe_data(cluster: ClusterConfig, topic: str, partitions: int, *,
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     specs = (OffsetSpec.earliest(), OffsetSpec.latest(), OffsetSpec.max_timestamp())
     try:
-        asked = [admin.list_offsets({tp: spec for tp in tps}) for spec in specs]   # in flight together
-        earliest, latest, newest_of = ({tp.partition: f.result(timeout=timeout_s) for tp, f in futures.items()}
-                                       for futures in asked)
+        answers = admin.settled_offsets([{tp: spec for tp in tps} for spec in specs])   # in flight together
+        earliest, latest, newest_of = ({tp.partition: info for tp, info in answer.items()} for answer in answers)
     except Exception as exc:  # noqa: BLE001
         raise ClusterUnavailableError(cluster.name, cluster.bootstrap, f"ListOffsets on {topic!r}: {exc}") from None
     newest = [r.timestamp for r in newest_of.values() if r.offset >= 0]
