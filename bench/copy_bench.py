@@ -382,7 +382,7 @@ def child_concurrent(spec: dict) -> dict:
                                         options=replace(options, max_inflight_bytes=min(
                                             options.max_inflight_bytes, commit_bytes)),
                                         policy=CommitPolicy(commit_bytes=commit_bytes))
-            writers = [lane_share_writer(copier.open_lane(src, r.partition, dst, r.partition), r) for r in ranges]
+            writers = [lane_share_writer(s, r) for s, r in zip(copier.open_lanes(ranges), ranges, strict=True)]
         copy = ConcurrentCopy(source, options, writers, ranges)
         with _Phase() as phase:
             results = copy.run()

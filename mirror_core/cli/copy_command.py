@@ -194,8 +194,7 @@ def _share_writers(cmd: CopyCommand, source: WireClient, target: WireClient,
     copier = CheckpointedCopier(source, target, store, pipeline=cmd.pipeline or f"copy.{cmd.topic}.{cmd.target_topic}",
                                 mode=DeliveryMode(cmd.mode), options=options, policy=policy,
                                 accept_loss=cmd.accept_loss)
-    return [lane_share_writer(copier.open_lane(r.topic, r.partition, r.target_topic, r.target_partition), r)
-            for r in ranges]
+    return [lane_share_writer(session, r) for session, r in zip(copier.open_lanes(ranges), ranges, strict=True)]
 
 
 

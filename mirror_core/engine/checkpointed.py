@@ -29,6 +29,7 @@ ends as a retriable error before the coordinator aborts the transaction under it
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.config.names import default_lane
@@ -85,4 +86,33 @@ class CheckpointedCopier:
         return LaneSession(self, topic, partition, target_topic, target_partition,
                            default_lane(target_topic, target_partition) if lane is None else lane,
                            read_checkpoint=read_checkpoint)
+
+    def open_lanes(self, ranges: Sequence[PartitionRange]) -> list[LaneSession]:
+        """A lane per range, opened as :meth:`open_lane` opens one, but each step once for all of them:
+
+          1. every lane's InitProducerId (and, at-least-once, its fence), one lane after another;
+          2. one read of all their checkpoints (:meth:`CheckpointStore.read_own_many`). Sound for the same reason
+             as each lane's own read after its InitProducerId: every InitProducerId of step 1 has returned, so
+             each former holder is fenced and its transactions are decided (DESIGN §3.4);
+          3. one OffsetsForLeaderEpoch per source leader for the resumed positions' epochs
+             (:func:`~mirror_core.kafka.epochs.epoch_ends_many`; a partition it leaves out asks alone), then each
+             session resumes from its own checkpoint; the topic ids come from one Metadata answer per cluster
+             taken after the sessions were opened (their stamps predate it).
+
+        Over a long link to the source that is two round trips to it for any number of lanes instead of up to two
+        per lane (a Metadata and, resuming, an OffsetsForLeaderEpoch). A failure leaves the sessions already
+        opened as a failing :meth:`open_lane` leaves the earlier ones: the writers are fenced by the next holder."""
+        from mirror_core.kafka.epochs import epoch_ends_many
+
+        sessions = [self.open_lane(r.topic, r.partition, r.target_topic, r.target_partition, read_checkpoint=False)
+                    for r in ranges]
+        checkpoints = self.store.read_own_many(self.pipeline, [(r.topic, r.partition) for r in ranges])
+        asks = [(cp.topic, cp.partition, cp.position_epoch) for cp in checkpoints.values()
+                if cp is not None and cp.position_epoch is not None]
+        ends = epoch_ends_many(self.source, asks) if asks else {}
+        for session, r in zip(sessions, ranges, strict=True):
+            cp = checkpoints[(r.topic, r.partition)]
+            session.resume(cp, epoch_end=None if cp is None or cp.position_epoch is None else
+                           ends.get((cp.topic, cp.partition, cp.position_epoch)))
+        return sessions
 
