@@ -90,26 +90,39 @@ class CheckpointedCopier:
     def open_lanes(self, ranges: Sequence[PartitionRange]) -> list[LaneSession]:
         """A lane per range, opened as :meth:`open_lane` opens one, but each step once for all of them:
 
+          0. one read of their checkpoints as they stand (:meth:`CheckpointStore.read_own_many`: the newest decided
+             value of each): a lane whose checkpoint already refuses this copy whatever fencing decides (another
+             target, a newer owner: :func:`~mirror_core.engine.lane_session.refused_before_fencing`) stops the copy
+             before any lane is fenced, so a daemon's lanes of the same pipeline keep their open transactions;
           1. every lane's InitProducerId (and, at-least-once, its fence), one lane after another;
-          2. one read of all their checkpoints (:meth:`CheckpointStore.read_own_many`). Sound for the same reason
-             as each lane's own read after its InitProducerId: every InitProducerId of step 1 has returned, so
-             each former holder is fenced and its transactions are decided (DESIGN §3.4);
+          2. one more read of all their checkpoints. Sound for the same reason as each lane's own read after its
+             InitProducerId: every InitProducerId of step 1 has returned, so each former holder is fenced and its
+             transactions are decided (DESIGN §3.4);
           3. one OffsetsForLeaderEpoch per source leader for the resumed positions' epochs
-             (:func:`~mirror_core.kafka.epochs.epoch_ends_many`; a partition it leaves out asks alone), then each
-             session resumes from its own checkpoint; the topic ids come from one Metadata answer per cluster
-             taken after the sessions were opened (their stamps predate it).
+             (:func:`~mirror_core.kafka.epochs.epoch_ends_many`, within the open's validation time; a partition it
+             leaves out asks alone), then each session resumes from its own checkpoint (the authoritative checks);
+             the topic ids come from one Metadata answer per cluster taken after the sessions were opened (their
+             stamps predate it).
 
         Over a long link to the source that is two round trips to it for any number of lanes instead of up to two
-        per lane (a Metadata and, resuming, an OffsetsForLeaderEpoch). A failure leaves the sessions already
-        opened as a failing :meth:`open_lane` leaves the earlier ones: the writers are fenced by the next holder."""
+        per lane (a Metadata and, resuming, an OffsetsForLeaderEpoch). A failure in steps 1–3 leaves the sessions
+        already opened as a failing :meth:`open_lane` leaves the earlier ones: their writers are fenced by the next
+        holder."""
+        from mirror_core.engine.lane_session import OPEN_VALIDATION_TIMEOUT_S, refused_before_fencing
         from mirror_core.kafka.epochs import epoch_ends_many
 
+        lanes = [(r.topic, r.partition) for r in ranges]
+        before = self.store.read_own_many(self.pipeline, lanes)
+        for r in ranges:
+            refusal = refused_before_fencing(self, r, before[(r.topic, r.partition)])
+            if refusal is not None:
+                raise refusal
         sessions = [self.open_lane(r.topic, r.partition, r.target_topic, r.target_partition, read_checkpoint=False)
                     for r in ranges]
-        checkpoints = self.store.read_own_many(self.pipeline, [(r.topic, r.partition) for r in ranges])
+        checkpoints = self.store.read_own_many(self.pipeline, lanes)
         asks = [(cp.topic, cp.partition, cp.position_epoch) for cp in checkpoints.values()
-                if cp is not None and cp.position_epoch is not None]
-        ends = epoch_ends_many(self.source, asks) if asks else {}
+                if cp is not None and cp.position_epoch is not None and cp.position_epoch >= 0]
+        ends = epoch_ends_many(self.source, asks, timeout_s=OPEN_VALIDATION_TIMEOUT_S) if asks else {}
         for session, r in zip(sessions, ranges, strict=True):
             cp = checkpoints[(r.topic, r.partition)]
             session.resume(cp, epoch_end=None if cp is None or cp.position_epoch is None else

@@ -190,19 +190,14 @@ class LaneSession(LaneFence):
             raise TopicRecreatedError(owner.source.cluster_name, self.topic, previous.source_topic_id,
                                       self.source_topic_id)
         if (previous.target_topic, previous.target_partition) != (self.target_topic, self.target_partition):
-            raise MirrorError(
-                f"pipeline {owner.pipeline!r} copied {self.topic}-{self.partition} to {previous.target_topic}-"
-                f"{previous.target_partition} before; it cannot continue into {self.target_topic}-"
-                f"{self.target_partition} (use another pipeline name)")
+            raise _other_target(owner, self.topic, self.partition, self.target_topic, self.target_partition, previous)
         if previous.target_topic_id and previous.target_topic_id != self.target_topic_id:
             raise TopicRecreatedError(owner.target.cluster_name, self.target_topic, previous.target_topic_id,
                                       self.target_topic_id)
         if previous.owner_epoch > owner.owner_epoch:
             if self._take_over_daemon_start(previous):
                 return
-            if previous.owner == DAEMON_OWNER and previous.handoff_position is None and owner.owner != DAEMON_OWNER:
-                raise DaemonOwnsLaneError(owner.pipeline, self.topic, self.partition, owner.owner, previous)
-            raise OwnershipError(owner.pipeline, self.topic, self.partition, owner.owner, owner.owner_epoch, previous)
+            raise _newer_owner(owner, self.topic, self.partition, previous)
 
     def _take_over_daemon_start(self, previous: Checkpoint) -> bool:
         """A backfill (any writer but the daemon) takes over the daemon's *first* checkpoint of a lane the daemon
@@ -215,10 +210,7 @@ class LaneSession(LaneFence):
         session continues as a first run, and :meth:`copy` first commits a checkpoint of its own owner, so the
         daemon finds the lane taken (not handed off) and leaves it until ``shoal handoff`` gives it back."""
         owner = self.owner
-        untouched = (previous.owner == DAEMON_OWNER and owner.owner != DAEMON_OWNER and previous.offset_map is None
-                     and previous.map_segments is None and previous.handoff_position is None
-                     and not previous.lost_ranges and previous.lane_state is None)
-        if not untouched:
+        if not _untouched_daemon_start(owner, previous):
             return False
         if self.exactly_once:
             # an at-least-once daemon writes the data partition with its idempotent producer of the lane's id:
@@ -293,7 +285,8 @@ class LaneSession(LaneFence):
             # first batch) must say exactly where the copy began, or a retry of the same range would find the
             # checkpoint below its start and refuse a skip that is none
             result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher, landing=ResumeLanding(self),
-                                 start_epoch=start_epoch, resume=previous is not None or not self.exactly_once)
+                                 start_epoch=start_epoch, resume=previous is not None or not self.exactly_once,
+                                 topic_id=self.source_topic_id)
         except BaseException:
             self._abort_quietly()
             raise
@@ -349,3 +342,43 @@ class LaneSession(LaneFence):
                     "as lost", source.cluster_name, self.topic, self.partition, position, start)
         return ((position, start),)
 
+
+def refused_before_fencing(owner: CheckpointedCopier, rng: PartitionRange, previous: Checkpoint | None
+                           ) -> MirrorError | None:
+    """What :meth:`LaneSession._check_resumable` refuses in ``previous`` whatever fencing the lane decides — read
+    before the lane's InitProducerId, ``previous`` is the newest *decided* checkpoint, and a transaction fencing
+    aborts or finds committed only ever leaves a checkpoint of the same target and an owner epoch as high: a
+    checkpoint of another target partition, or one of a newer owner that is not the daemon's untouched start (which
+    a backfill may take over, judged only after the fence). ``None``: nothing refused yet (the check after the
+    fence decides). Asked before any lane of a copy is opened, so a copy refused for one lane fences none: a
+    daemon's lanes of the same pipeline keep their open transactions."""
+    if previous is None:
+        return None
+    if (previous.target_topic, previous.target_partition) != (rng.target_topic, rng.target_partition):
+        return _other_target(owner, rng.topic, rng.partition, rng.target_topic, rng.target_partition, previous)
+    if previous.owner_epoch > owner.owner_epoch and not _untouched_daemon_start(owner, previous):
+        return _newer_owner(owner, rng.topic, rng.partition, previous)
+    return None
+
+
+def _other_target(owner: CheckpointedCopier, topic: str, partition: int, target_topic: str, target_partition: int,
+                  previous: Checkpoint) -> MirrorError:
+    return MirrorError(
+        f"pipeline {owner.pipeline!r} copied {topic}-{partition} to {previous.target_topic}-"
+        f"{previous.target_partition} before; it cannot continue into {target_topic}-{target_partition} "
+        "(use another pipeline name)")
+
+
+def _newer_owner(owner: CheckpointedCopier, topic: str, partition: int, previous: Checkpoint) -> OwnershipError:
+    if previous.owner == DAEMON_OWNER and previous.handoff_position is None and owner.owner != DAEMON_OWNER:
+        return DaemonOwnsLaneError(owner.pipeline, topic, partition, owner.owner, previous)
+    return OwnershipError(owner.pipeline, topic, partition, owner.owner, owner.owner_epoch, previous)
+
+
+def _untouched_daemon_start(owner: CheckpointedCopier, previous: Checkpoint) -> bool:
+    """``previous`` has the shape of the daemon's first checkpoint of a lane it started and wrote nothing under
+    (owner ``daemon``, no offset map, no handoff, no loss, no halt), and this writer is not the daemon: a candidate
+    for :meth:`LaneSession._take_over_daemon_start`, which also looks at the target after fencing."""
+    return (previous.owner == DAEMON_OWNER and owner.owner != DAEMON_OWNER and previous.offset_map is None
+            and previous.map_segments is None and previous.handoff_position is None
+            and not previous.lost_ranges and previous.lane_state is None)

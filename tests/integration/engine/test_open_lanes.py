@@ -69,6 +69,41 @@ def test_lanes_opened_together_resume_as_each_alone(source_cluster, target_clust
 
 
 
+def test_a_lane_the_daemon_owns_refuses_the_copy_before_any_lane_is_fenced(source_cluster, target_cluster,
+                                                                            unique_name):
+    """``shoal copy`` pointed at a daemon's pipeline: the lane the daemon owns refuses the copy, and no lane is
+    fenced first — the daemon's open transaction on another lane still commits (before, every lane opened ahead of
+    the refused one was fenced, and with all lanes fenced before the checks, every lane would be)."""
+    from confluent_kafka import KafkaException
+
+    from mirror_core.config.names import DAEMON_OWNER
+    from mirror_core.errors import DaemonOwnsLaneError
+
+    topic = source_cluster.create_topic(unique_name(), PARTITIONS)
+    target_cluster.create_topic(topic, PARTITIONS)
+    _fill(source_cluster, topic)
+    ranges = [PartitionRange(topic, p, 0, 40 + p, topic, p) for p in range(PARTITIONS)]
+    with WireClient.for_cluster(source_cluster.config) as source, \
+            WireClient.for_cluster(target_cluster.config) as target:
+        store = CheckpointStore(target_cluster.config, target)
+        store.ensure_topic()
+        pipeline = f"open-lanes.{topic}"
+        daemon = CheckpointedCopier(source, target, store, pipeline=pipeline, mode=DeliveryMode.EXACTLY_ONCE,
+                                    owner=DAEMON_OWNER, owner_epoch=1, options=CopyOptions(max_inflight_bytes=1 << 20),
+                                    policy=CommitPolicy(commit_bytes=1 << 20))
+        daemon.copy(PartitionRange(topic, 2, 0, 10, topic, 2))          # the daemon copied into lane 2
+        open_txn = _leave_open_transaction(target_cluster, lane_transactional_id(pipeline, default_lane(topic, 0)),
+                                           topic)                        # and holds lane 0 mid-transaction
+
+        with pytest.raises(DaemonOwnsLaneError, match=rf"{topic}-2"):
+            _copier(source, target, store, topic, DeliveryMode.EXACTLY_ONCE).open_lanes(ranges)
+        try:
+            open_txn.commit_transaction(10)
+        except KafkaException as exc:   # pragma: no cover - the failure this test exists for
+            pytest.fail(f"the copy fenced lane 0 before refusing lane 2: {exc}")
+
+
+
 def _fill(cluster, topic: str) -> None:
     """Partition p: batches of 5 records, the last one 5 + p (40 + p records), so copies can stop at 10, 15, 20."""
     from confluent_kafka import Producer
@@ -81,7 +116,7 @@ def _fill(cluster, topic: str) -> None:
             assert producer.flush(10) == 0
 
 
-def _leave_open_transaction(cluster, transactional_id: str, topic: str) -> None:
+def _leave_open_transaction(cluster, transactional_id: str, topic: str):
     """A former holder of the lane (its transactional.id) that wrote to the lane's partition and never decided."""
     from confluent_kafka import Producer
 
@@ -90,3 +125,4 @@ def _leave_open_transaction(cluster, transactional_id: str, topic: str) -> None:
     producer.begin_transaction()
     producer.produce(topic, key=b"open", value=b"never decided", partition=0)
     producer.flush(10)
+    return producer
