@@ -64,7 +64,7 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
         report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,
                                start_offsets={r.partition: r.start for r in ranges},
                                link_bytes_per_s=cmd.link_bytes_per_s, links=measuring, source_admin=source_admin,
-                               coalesce_bytes=cmd.options.coalesce_bytes)
+                               source_client=source, coalesce_bytes=cmd.options.coalesce_bytes)
         del source_admin   # its connections are not needed while copying
         for finding in report.findings:
             console.print(f"[yellow]preflight {finding.severity.name}[/]: {finding.message}", highlight=False)

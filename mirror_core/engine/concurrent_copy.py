@@ -60,10 +60,14 @@ class ShareWriter:
     single-lane copy always did)."""
 
     def __init__(self, copy_share: Callable[[int, int, FetchedOnce, bool, Callable[[], object] | None], CopyResult],
-                 resume_at: int | None = None, resume_epoch: int | None = None, batch_writer=None):
+                 resume_at: int | None = None, resume_epoch: int | None = None, batch_writer=None,
+                 topic_id: str | None = None):
         self.copy_share = copy_share
         self.resume_at = resume_at        # the lane's checkpoint position (None: none)
         self.resume_epoch = resume_epoch  # the source leader epoch below it
+        # the source topic's id the lane pinned when it opened (None: none yet): the lane's fetcher asks by it, so a
+        # topic deleted and recreated since is refused (TopicRecreatedError), never read at the old positions
+        self.topic_id = topic_id
         # the lane's BatchWriter when its writes may share Produce requests with other lanes' (modes none and
         # at-least-once: no transactions); None: it writes alone (exactly-once)
         self.batch_writer = batch_writer
@@ -123,7 +127,8 @@ class ConcurrentCopy:
             start = rng.start if writer.resume_at is None else min(max(rng.start, writer.resume_at), rng.end)
             epoch = writer.resume_epoch if writer.resume_at is not None and start == writer.resume_at else None
             fetcher = RawBatchFetcher(source, rng.topic, rng.partition, start, rng.end,
-                                      max_bytes=options.fetch_max_bytes, max_wait_ms=max_wait_ms, last_epoch=epoch)
+                                      max_bytes=options.fetch_max_bytes, max_wait_ms=max_wait_ms, last_epoch=epoch,
+                                      topic_id=writer.topic_id)
             self.lanes.append(_Lane(rng, writer, fetcher, CopyResult(rng, source_start=start, source_end=start),
                                     stall=StallWatch(options.stall_timeout_s)))
         # modes none / at-least-once: the lanes' writes of a round go out together, one request per target broker
@@ -340,4 +345,5 @@ def lane_share_writer(session, rng: PartitionRange) -> ShareWriter:
         return session.copy(rng.start if first else start, end, fetcher=fetched, before_commit=pace)
 
     return ShareWriter(copy_share, resume_at=session.position, resume_epoch=session.position_epoch,
-                       batch_writer=None if session.exactly_once else session.writer)
+                       batch_writer=None if session.exactly_once else session.writer,
+                       topic_id=session.source_topic_id)

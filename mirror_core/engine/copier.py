@@ -250,7 +250,7 @@ class RangeCopier:
     def copy(self, rng: PartitionRange, progress: Progress | None = None, *,
              offset_runs: OffsetRuns | None = None, fetcher: BatchSource | None = None,
              landing: LandingRule | None = None, start_epoch: int | None = None,
-             resume: bool = False) -> CopyResult:
+             resume: bool = False, topic_id: str | None = None) -> CopyResult:
         """Copy ``rng``; ``offset_runs`` continues an earlier map of this partition (a resumed copy), and
         ``start_epoch`` is the source leader epoch below ``rng.start`` (a checkpoint's, sent as LastFetchedEpoch).
 
@@ -258,7 +258,9 @@ class RangeCopier:
         :class:`FetchedOnce`: batches it already fetched for many partitions in one request per broker).
         ``resume``: every offset below ``rng.start`` is on the target already (the start is a checkpoint
         position), so a first batch straddling the start is trimmed to it (a counted deep case) instead of being
-        copied whole as a fresh copy does; otherwise its head would be copied twice."""
+        copied whole as a fresh copy does; otherwise its head would be copied twice. ``topic_id``: the source topic
+        id the caller pinned (a lane's, at open): the copier's own fetcher asks by it, so a topic recreated since
+        is refused, never read at the old positions."""
         opts = self.options
         started = time.monotonic()
         result = CopyResult(rng, source_start=rng.start, source_end=rng.start,
@@ -268,7 +270,7 @@ class RangeCopier:
             return self._finish(result, session, started, progress)
         if fetcher is None:
             fetcher = RawBatchFetcher(self.source, rng.topic, rng.partition, rng.start, rng.end,
-                                      max_bytes=opts.fetch_max_bytes, last_epoch=start_epoch)
+                                      max_bytes=opts.fetch_max_bytes, last_epoch=start_epoch, topic_id=topic_id)
         bounds = (rng.start, rng.end) if opts.exact_bounds else (rng.start, None) if resume else None
         try:
             return self._copy_from(rng, result, session, fetcher, bounds, started, progress)

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.plan_request import PlanRequest
@@ -30,6 +31,9 @@ from mirror_core.model.preflight_rules import (
     is_internal_topic,
 )
 
+if TYPE_CHECKING:
+    from mirror_core.kafka.wire_client import WireClient
+
 __all__ = ["run_preflight", "check_only", "preflight_topics", "describe_topic", "observe_data", "create_target_topic",
            "link_findings"]
 
@@ -39,7 +43,8 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
                   start_offsets: Mapping[int, int] | None = None, facts: DataFacts | None = None,
                   timeout_s: float = 30.0, link_bytes_per_s: float | None = None,
                   links: Sequence[SourceLink] | Future | None = None, coalesce_bytes: int = 0,
-                  source_admin: ClusterAdmin | None = None) -> PreflightReport:
+                  source_admin: ClusterAdmin | None = None, source_client: WireClient | None = None
+                  ) -> PreflightReport:
     """Check the target for a copy of ``source``/``topic`` and create it when missing and nothing refuses.
 
     ``target_topic`` defaults to the source name (see ``target_topic_name`` for a prefix policy); partitions map
@@ -52,7 +57,8 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
     and round trips timed behind that load would come out long), else they are measured here.
     ``coalesce_bytes``: the copy merges small batches up to this size, so the target must accept batches that
     large. The source is described, observed and (when asked) measured through one admin client (``source_admin``,
-    else a new one): over a long link each new client pays its connection set-up (TCP, TLS, SASL) again.
+    else a new one), and its first records read through ``source_client`` when the caller has one connected
+    (else a new consumer): over a long link each new client pays its connection set-up (TCP, TLS, SASL) again.
     """
     target_topic = target_topic or topic
     names = dict(source_cluster=source.name, source_topic=topic, target_cluster=target.name,
@@ -65,7 +71,7 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
         links = links.result()
     if facts is None and source_state is not None:
         facts = observe_data(source, topic, source_state.partitions, start_offsets=start_offsets,
-                             timeout_s=timeout_s, admin=source_admin)
+                             timeout_s=timeout_s, admin=source_admin, client=source_client)
     facts = facts or DataFacts(now_ms=_now_ms())
     if max_batch_bytes is not None:
         facts = dataclasses.replace(facts, max_batch_bytes=max_batch_bytes)
@@ -125,13 +131,14 @@ def describe_topic(cluster: ClusterConfig, topic: str, *, timeout_s: float = 30.
 
 def observe_data(cluster: ClusterConfig, topic: str, partitions: int, *,
                  start_offsets: Mapping[int, int] | None = None, timeout_s: float = 30.0,
-                 admin: ClusterAdmin | None = None) -> DataFacts:
+                 admin: ClusterAdmin | None = None, client: WireClient | None = None) -> DataFacts:
     """Oldest and newest timestamps of the data to copy (``None`` when every partition is empty).
 
     The newest is exact (ListOffsets max-timestamp). The oldest is the first record's timestamp at each start
     offset: CreateTime timestamps need not be monotonic, so an older record further in is possible; callers that
     see one while copying should pass their own ``DataFacts``. The three ListOffsets lookups are sent together
-    (``admin``: a client of ``cluster`` to reuse).
+    (``admin``: a client of ``cluster`` to reuse); the first records are read through ``client`` (a connected
+    wire client of ``cluster``: one Fetch per leader) or, without one, a new consumer.
     """
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
@@ -148,7 +155,13 @@ def observe_data(cluster: ClusterConfig, topic: str, partitions: int, *,
     newest = [r.timestamp for r in newest_of.values() if r.offset >= 0]
     starts = {p: max(earliest[p].offset, (start_offsets or {}).get(p, 0)) for p in range(partitions)}
     starts = {p: o for p, o in starts.items() if o < latest[p].offset}
-    oldest = _first_timestamps(cluster, topic, starts, timeout_s=timeout_s)
+    if client is not None:
+        from mirror_core.kafka.first_records import first_record_timestamps
+
+        oldest = [t for t in first_record_timestamps(client, topic, starts, timeout_s=timeout_s).values()
+                  if t is not None]
+    else:
+        oldest = _first_timestamps(cluster, topic, starts, timeout_s=timeout_s)
     return DataFacts(now_ms=now_ms,
                      oldest_timestamp_ms=min((t for t in oldest if t >= 0), default=None),
                      newest_timestamp_ms=max((t for t in newest if t >= 0), default=None))

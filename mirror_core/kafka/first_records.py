@@ -1,0 +1,86 @@
+"""The timestamp of the first record at or after each start offset, read through a wire client the caller already
+holds: one Fetch per leader for all the partitions (preflight's "oldest data" fact for ``shoal copy``).
+
+Preflight reads it through a new librdkafka consumer when it has no client (:func:`~mirror_core.services.preflight.
+observe_data`); over a 200 ms link that consumer's bootstrap, its second connection and its fetch took 2.7 s before
+the first byte (more over SASL_SSL, where each connection pays its TLS and SASL set-up), while the copy's own client
+is connected already. Both read the same way: uncommitted (an open or aborted transaction's first record counts, as
+it did), the timestamp a consumer sees (a LogAppendTime batch's records: its max timestamp), markers skipped, a
+start below the log start (retention moved since it was chosen) read from the log start.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from kafka.protocol.consumer import IsolationLevel
+
+from mirror_core.codec.batch_deep import read_records
+from mirror_core.errors import ClusterUnavailableError, DataLossError
+from mirror_core.kafka.broker_fetch import RoundSessions, fetch_round
+from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.wire_client import WireClient
+
+FIRST_FETCH_BYTES = 64 * 1024   # per partition and round; a larger first batch still comes whole (KIP-74)
+RETRY_PAUSE_S = 0.1
+
+
+def first_record_timestamps(client: WireClient, topic: str, starts: Mapping[int, int], *,
+                            timeout_s: float = 30.0) -> dict[int, int | None]:
+    """Partition → the timestamp of the first record at or after its start offset (None: no record from there up to
+    the high watermark — nothing, or only transaction markers). A retriable error (a leader moving) is asked again
+    until ``timeout_s``, then a :class:`ClusterUnavailableError` naming the cluster, topic and partitions; any other
+    error is raised as the fetch raised it (naming the partition)."""
+    fetchers = {p: RawBatchFetcher(client, topic, p, start, None, max_bytes=FIRST_FETCH_BYTES, max_wait_ms=0,
+                                   isolation=IsolationLevel.READ_UNCOMMITTED, retry_timeout_s=timeout_s)
+                for p, start in starts.items()}
+    wanted = dict(starts)   # partition → the offset its first record must be at or after
+    found: dict[int, int | None] = {}
+    sessions = RoundSessions(enabled=False)   # one-off requests: no fetch session left open on the brokers
+    deadline = time.monotonic() + timeout_s
+    while fetchers:
+        pending = list(fetchers.values())
+        outcomes = fetch_round(client, pending, max_bytes=FIRST_FETCH_BYTES * len(pending), max_wait_ms=0,
+                               isolation=IsolationLevel.READ_UNCOMMITTED, sessions=sessions)
+        waiting = False
+        for fetcher, outcome in zip(pending, outcomes, strict=True):
+            p = fetcher.partition
+            if outcome.error is not None:
+                if isinstance(outcome.error, DataLossError):   # deleted since the start was chosen: read on from there
+                    log_start = outcome.error.log_start_offset
+                    wanted[p] = log_start
+                    fetchers[p] = RawBatchFetcher(client, topic, p, log_start, None, max_bytes=FIRST_FETCH_BYTES,
+                                                  max_wait_ms=0, isolation=IsolationLevel.READ_UNCOMMITTED,
+                                                  retry_timeout_s=timeout_s)
+                    continue
+                if not outcome.retriable:
+                    raise outcome.error
+                waiting = True
+                continue
+            result = outcome.result
+            first = _first_at_or_after(result.batches, wanted[p])
+            if first is not None:
+                found[p] = first
+                del fetchers[p]
+            elif fetcher.position >= result.high_watermark:
+                found[p] = None
+                del fetchers[p]
+        if fetchers and time.monotonic() > deadline:
+            raise ClusterUnavailableError(client.cluster_name, client.bootstrap_servers,
+                                          f"no first record from {topic!r} partitions {sorted(fetchers)} within "
+                                          f"{timeout_s:.0f} s")
+        if waiting:
+            time.sleep(RETRY_PAUSE_S)
+    return found
+
+
+def _first_at_or_after(batches, offset: int) -> int | None:
+    """The visible timestamp of the first record at or after ``offset`` in ``batches`` (None: none there)."""
+    for batch in batches:
+        if batch.next_offset <= offset:
+            continue
+        for record in read_records(batch):
+            if record.offset >= offset:
+                return record.timestamp
+    return None
