@@ -72,7 +72,10 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
         links = None if measuring is None else measuring.result()
         if cmd.link_bytes_per_s:
             cmd = replace(cmd, options=_sized_for_link(cmd, len(ranges), console, links))
-        writers = _share_writers(cmd, source, target, ranges)
+        # the id of the topic the ranges were resolved against: a topic recreated since (while preflight ran, say)
+        # refuses the copy instead of being read at offsets that now mean other records
+        topic_id = str(meta.topic_id) if meta.topic_id else None
+        writers = _share_writers(cmd, source, target, ranges, topic_id)
         watch = ShareWatch(writers, ranges) if cmd.mode == "none" else None
         target_before = _target_ends(target, ranges) if watch is not None else {}
         copy = ConcurrentCopy(source, cmd.options, writers, ranges)
@@ -176,11 +179,12 @@ class ShareWatch:
         return copy
 
 
-def _share_writers(cmd: CopyCommand, source: WireClient, target: WireClient,
-                   ranges: list[PartitionRange]) -> list[ShareWriter]:
-    """One writer per lane for the chosen delivery mode (the partitions are copied concurrently)."""
+def _share_writers(cmd: CopyCommand, source: WireClient, target: WireClient, ranges: list[PartitionRange],
+                   topic_id: str | None = None) -> list[ShareWriter]:
+    """One writer per lane for the chosen delivery mode (the partitions are copied concurrently); ``topic_id``: the
+    source topic's id the ranges were resolved against."""
     if cmd.mode == "none":
-        return [plain_share_writer(source, target, cmd.options, rng) for rng in ranges]
+        return [plain_share_writer(source, target, cmd.options, rng, topic_id=topic_id) for rng in ranges]
     from mirror_core.config.commit_policy import CommitPolicy
     from mirror_core.engine.checkpointed import CheckpointedCopier, DeliveryMode
     from mirror_core.state.checkpoint import CheckpointStore
@@ -194,7 +198,8 @@ def _share_writers(cmd: CopyCommand, source: WireClient, target: WireClient,
     copier = CheckpointedCopier(source, target, store, pipeline=cmd.pipeline or f"copy.{cmd.topic}.{cmd.target_topic}",
                                 mode=DeliveryMode(cmd.mode), options=options, policy=policy,
                                 accept_loss=cmd.accept_loss)
-    return [lane_share_writer(session, r) for session, r in zip(copier.open_lanes(ranges), ranges, strict=True)]
+    sessions = copier.open_lanes(ranges, source_topic_id=topic_id)
+    return [lane_share_writer(session, r) for session, r in zip(sessions, ranges, strict=True)]
 
 
 

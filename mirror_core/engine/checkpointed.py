@@ -35,7 +35,7 @@ from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.config.names import default_lane
 from mirror_core.engine.copier import CopyOptions, CopyResult, Progress
 from mirror_core.engine.lane_session import LaneSession
-from mirror_core.errors import ConfigError
+from mirror_core.errors import ConfigError, TopicRecreatedError
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import CheckpointStore
@@ -87,7 +87,8 @@ class CheckpointedCopier:
                            default_lane(target_topic, target_partition) if lane is None else lane,
                            read_checkpoint=read_checkpoint)
 
-    def open_lanes(self, ranges: Sequence[PartitionRange]) -> list[LaneSession]:
+    def open_lanes(self, ranges: Sequence[PartitionRange], *, source_topic_id: str | None = None
+                   ) -> list[LaneSession]:
         """A lane per range, opened as :meth:`open_lane` opens one, but each step once for all of them:
 
           0. one read of their checkpoints as they stand (:meth:`CheckpointStore.read_own_many`: the newest decided
@@ -104,6 +105,11 @@ class CheckpointedCopier:
              the topic ids come from one Metadata answer per cluster taken after the sessions were opened (their
              stamps predate it).
 
+        ``source_topic_id``: the id of the source topic the caller resolved ``ranges`` against (None: unknown). A
+        checkpoint or a session pinned to another id refuses the copy (:class:`TopicRecreatedError`): the topic
+        was deleted and recreated since the ranges were chosen, and its offsets mean other records now — judged
+        before any lane is fenced when the checkpoint shows it, else at resume.
+
         Over a long link to the source that is two round trips to it for any number of lanes instead of up to two
         per lane (a Metadata and, resuming, an OffsetsForLeaderEpoch). A failure in steps 1–3 leaves the sessions
         already opened as a failing :meth:`open_lane` leaves the earlier ones: their writers are fenced by the next
@@ -114,7 +120,7 @@ class CheckpointedCopier:
         lanes = [(r.topic, r.partition) for r in ranges]
         before = self.store.read_own_many(self.pipeline, lanes)
         for r in ranges:
-            refusal = refused_before_fencing(self, r, before[(r.topic, r.partition)])
+            refusal = refused_before_fencing(self, r, before[(r.topic, r.partition)], source_topic_id)
             if refusal is not None:
                 raise refusal
         sessions = [self.open_lane(r.topic, r.partition, r.target_topic, r.target_partition, read_checkpoint=False)
@@ -127,5 +133,7 @@ class CheckpointedCopier:
             cp = checkpoints[(r.topic, r.partition)]
             session.resume(cp, epoch_end=None if cp is None or cp.position_epoch is None else
                            ends.get((cp.topic, cp.partition, cp.position_epoch)))
+            if source_topic_id and session.source_topic_id and session.source_topic_id != source_topic_id:
+                raise TopicRecreatedError(self.source.cluster_name, r.topic, source_topic_id, session.source_topic_id)
         return sessions
 

@@ -319,9 +319,10 @@ def _merge(total: CopyResult, share: CopyResult) -> None:
     total.records_digest = share.records_digest if not total.records_digest else total.records_digest
 
 
-def plain_share_writer(source: WireClient, target: WireClient, options: CopyOptions, rng: PartitionRange
-                       ) -> ShareWriter:
-    """Mode ``none``: the lane's own idempotent writer; one offset map across its shares."""
+def plain_share_writer(source: WireClient, target: WireClient, options: CopyOptions, rng: PartitionRange, *,
+                       topic_id: str | None = None) -> ShareWriter:
+    """Mode ``none``: the lane's own idempotent writer; one offset map across its shares. ``topic_id``: the source
+    topic's id the range was resolved against (the lane's fetcher refuses another)."""
     copier = RangeCopier(source, target, options=replace(options, throttle_bytes_per_s=None))
     runs = OffsetRuns()
 
@@ -332,7 +333,7 @@ def plain_share_writer(source: WireClient, target: WireClient, options: CopyOpti
             pace()
         return result
 
-    return ShareWriter(copy_share, batch_writer=copier.writer)
+    return ShareWriter(copy_share, batch_writer=copier.writer, topic_id=topic_id)
 
 
 def lane_share_writer(session, rng: PartitionRange) -> ShareWriter:

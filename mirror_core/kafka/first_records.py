@@ -6,7 +6,9 @@ observe_data`); over a 200 ms link that consumer's bootstrap, its second connect
 the first byte (more over SASL_SSL, where each connection pays its TLS and SASL set-up), while the copy's own client
 is connected already. Both read the same way: uncommitted (an open or aborted transaction's first record counts, as
 it did), the timestamp a consumer sees (a LogAppendTime batch's records: its max timestamp), markers skipped, a
-start below the log start (retention moved since it was chosen) read from the log start.
+start below the log start (retention moved since it was chosen) read from the log start. One difference: a start
+past the end of a source log truncated since it was chosen fails (the fetch's FetchError) where the consumer
+reset to the log start; preflight then stops instead of judging records the copy would not read.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from kafka.protocol.consumer import IsolationLevel
 
 from mirror_core.codec.batch_deep import read_records
-from mirror_core.errors import ClusterUnavailableError, DataLossError
+from mirror_core.errors import ClusterUnavailableError, CorruptBatchError, DataLossError
 from mirror_core.kafka.broker_fetch import RoundSessions, fetch_round
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
@@ -27,11 +29,13 @@ RETRY_PAUSE_S = 0.1
 
 
 def first_record_timestamps(client: WireClient, topic: str, starts: Mapping[int, int], *,
-                            timeout_s: float = 30.0) -> dict[int, int | None]:
+                            ends: Mapping[int, int] | None = None, timeout_s: float = 30.0) -> dict[int, int | None]:
     """Partition → the timestamp of the first record at or after its start offset (None: no record from there up to
-    the high watermark — nothing, or only transaction markers). A retriable error (a leader moving) is asked again
-    until ``timeout_s``, then a :class:`ClusterUnavailableError` naming the cluster, topic and partitions; any other
-    error is raised as the fetch raised it (naming the partition)."""
+    its end — nothing, or only transaction markers). ``ends``: each partition's high watermark as the caller read
+    it; a leader answering with a lower one (a new leader whose high watermark still lags) is asked again rather
+    than believed to have nothing (default: the high watermark of each answer). A retriable error (a leader
+    moving) is asked again until ``timeout_s``, then a :class:`ClusterUnavailableError` naming the cluster, topic
+    and partitions; any other error is raised as the fetch raised it (naming the partition)."""
     fetchers = {p: RawBatchFetcher(client, topic, p, start, None, max_bytes=FIRST_FETCH_BYTES, max_wait_ms=0,
                                    isolation=IsolationLevel.READ_UNCOMMITTED, retry_timeout_s=timeout_s)
                 for p, start in starts.items()}
@@ -59,13 +63,18 @@ def first_record_timestamps(client: WireClient, topic: str, starts: Mapping[int,
                 waiting = True
                 continue
             result = outcome.result
-            first = _first_at_or_after(result.batches, wanted[p])
+            try:
+                first = _first_at_or_after(result.batches, wanted[p])
+            except CorruptBatchError as exc:
+                raise exc.located(client.cluster_name, topic, p) from None
             if first is not None:
                 found[p] = first
                 del fetchers[p]
-            elif fetcher.position >= result.high_watermark:
+            elif fetcher.position >= max(result.high_watermark, (ends or {}).get(p, 0)):
                 found[p] = None
                 del fetchers[p]
+            elif fetcher.position >= result.high_watermark:
+                waiting = True   # the answering leader's high watermark lags the end the caller read
         if fetchers and time.monotonic() > deadline:
             raise ClusterUnavailableError(client.cluster_name, client.bootstrap_servers,
                                           f"no first record from {topic!r} partitions {sorted(fetchers)} within "

@@ -158,7 +158,8 @@ def observe_data(cluster: ClusterConfig, topic: str, partitions: int, *,
     if client is not None:
         from mirror_core.kafka.first_records import first_record_timestamps
 
-        oldest = [t for t in first_record_timestamps(client, topic, starts, timeout_s=timeout_s).values()
+        ends = {p: latest[p].offset for p in starts}
+        oldest = [t for t in first_record_timestamps(client, topic, starts, ends=ends, timeout_s=timeout_s).values()
                   if t is not None]
     else:
         oldest = _first_timestamps(cluster, topic, starts, timeout_s=timeout_s)

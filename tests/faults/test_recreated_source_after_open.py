@@ -73,3 +73,51 @@ def test_source_recreated_between_open_and_first_fetch_stops_the_copy(source_clu
     new = [r for r in landed if r.value and r.value.startswith(b"new-")]
     assert not new and len(landed) == len(landed_before), \
         f"{len(new)} records of the recreated topic reached the target, e.g. {new[:1]}"
+
+
+def _recreate(cluster, topic: str, partitions: int) -> None:
+    cluster.admin.delete(topic)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            cluster.create_topic(topic, partitions)
+            return
+        except Exception:  # noqa: BLE001 - the deletion is still being applied
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.mark.parametrize("mode", ["exactly-once", "none"])
+def test_source_recreated_while_preflight_runs_stops_shoal_copy(source_cluster, target_cluster, unique_name,
+                                                                 monkeypatch, mode):
+    """``shoal copy`` resolved its ranges against the old topic (offsets 0–30); the topic is deleted and recreated
+    with 40 new records while preflight runs (seconds over a long link). A first run has no checkpoint to compare,
+    and mode ``none`` none at all: the copy must still refuse the new topic (TopicRecreatedError naming it), not
+    copy its offsets 0–30 as the range and silently drop the rest. Before the fix both modes copied 30 new
+    records."""
+    import io
+
+    from rich.console import Console
+
+    import mirror_core.services.preflight as preflight
+    from mirror_core.cli.copy_command import CopyCommand, run_copy
+    from mirror_core.config.positions import PositionSpec
+
+    topic = source_cluster.create_topic(unique_name(), PARTITIONS)
+    _produce(source_cluster, topic, b"old", 30)
+    real_preflight = preflight.run_preflight
+
+    def recreated_meanwhile(*args, **kwargs):
+        _recreate(source_cluster, topic, PARTITIONS)
+        _produce(source_cluster, topic, b"new", 40)
+        return real_preflight(*args, **kwargs)
+
+    monkeypatch.setattr(preflight, "run_preflight", recreated_meanwhile)
+    cmd = CopyCommand(source=source_cluster.config, target=target_cluster.config, topic=topic,
+                      target_topic=f"dr.{topic}", partitions=None, start=PositionSpec("earliest"),
+                      end=PositionSpec("latest"), options=CopyOptions(), mode=mode)
+    with pytest.raises(TopicRecreatedError, match=topic):
+        run_copy(cmd, Console(file=io.StringIO()))
+    landed = target_cluster.read_all(f"dr.{topic}")
+    assert not landed, f"{len(landed)} records of the recreated topic reached the target, e.g. {landed[:1]}"
