@@ -1,5 +1,5 @@
 """The timestamp of the first record at or after each start offset, read through a wire client the caller already
-holds: one Fetch per leader for all the partitions (preflight's "oldest data" fact for ``shoal copy``).
+holds: one Fetch per partition, all in flight together (preflight's "oldest data" fact for ``shoal copy``).
 
 Preflight reads it through a new librdkafka consumer when it has no client (:func:`~mirror_core.services.preflight.
 observe_data`); over a 200 ms link that consumer's bootstrap, its second connection and its fetch took 2.7 s before
@@ -20,11 +20,11 @@ from kafka.protocol.consumer import IsolationLevel
 
 from mirror_core.codec.batch_deep import read_records
 from mirror_core.errors import ClusterUnavailableError, CorruptBatchError, DataLossError
-from mirror_core.kafka.broker_fetch import RoundSessions, fetch_round
+from mirror_core.kafka.broker_fetch import RoundSessions, send_round
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.wire_client import WireClient
 
-FIRST_FETCH_BYTES = 64 * 1024   # per partition and round; a larger first batch still comes whole (KIP-74)
+FIRST_FETCH_BYTES = 1   # per partition: exactly the first batch, which comes whole whatever its size (KIP-74)
 RETRY_PAUSE_S = 0.1
 
 
@@ -45,8 +45,12 @@ def first_record_timestamps(client: WireClient, topic: str, starts: Mapping[int,
     deadline = time.monotonic() + timeout_s
     while fetchers:
         pending = list(fetchers.values())
-        outcomes = fetch_round(client, pending, max_bytes=FIRST_FETCH_BYTES * len(pending), max_wait_ms=0,
-                               isolation=IsolationLevel.READ_UNCOMMITTED, sessions=sessions)
+        # a request per partition, all in flight together: a Fetch returns the first batch whole only for the first
+        # partition of its answer (KIP-74), so one request for all would bring one partition's first batch per
+        # round trip when batches are larger than a partition's share; alone, each brings exactly one batch
+        rounds = [send_round(client, [fetcher], max_bytes=1, max_wait_ms=0, isolation=IsolationLevel.READ_UNCOMMITTED,
+                             sessions=sessions) for fetcher in pending]
+        outcomes = [pending_round.collect()[0] for pending_round in rounds]
         waiting = False
         for fetcher, outcome in zip(pending, outcomes, strict=True):
             p = fetcher.partition

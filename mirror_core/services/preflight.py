@@ -138,7 +138,7 @@ def observe_data(cluster: ClusterConfig, topic: str, partitions: int, *,
     offset: CreateTime timestamps need not be monotonic, so an older record further in is possible; callers that
     see one while copying should pass their own ``DataFacts``. The three ListOffsets lookups are sent together
     (``admin``: a client of ``cluster`` to reuse); the first records are read through ``client`` (a connected
-    wire client of ``cluster``: one Fetch per leader) or, without one, a new consumer.
+    wire client of ``cluster``: one Fetch per partition, all in flight together) or, without one, a new consumer.
     """
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec

@@ -74,3 +74,33 @@ def test_log_append_time_is_the_brokers(source_cluster, unique_name):
         ours = first_record_timestamps(client, topic, {0: 1}, timeout_s=30)
     assert ours == _consumer_reads(source_cluster, topic, {0: 1})
     assert ours[0] >= before - 1000   # the broker's append time, not the producer's day-old stamp
+
+
+def test_batches_larger_than_a_share_still_take_one_round_trip(source_cluster, unique_name, monkeypatch):
+    """First batches of ~200 kB on every partition: a Fetch returns a batch over its limits only for the first
+    partition of its answer (KIP-74), so one request for all partitions took a round trip per partition (seen over
+    the 200 ms link: four rounds for four partitions). Each partition is now asked alone, all in flight together:
+    one round, every partition answered."""
+    import os
+
+    import mirror_core.kafka.first_records as first_records
+
+    topic = source_cluster.create_topic(unique_name(), 4)
+    producer = Producer(source_cluster.config.confluent(**{"linger.ms": 200, "batch.size": 1_000_000,
+                                                          "compression.type": "none"}))
+    for p in range(4):
+        for i in range(200):
+            producer.produce(topic, value=os.urandom(1000), partition=p, timestamp=NOW - 10_000 * (p + 1) + i)
+    producer.flush(10)
+    sent = []
+    real = first_records.send_round
+
+    def counting(client, fetchers, **kwargs):
+        sent.append([f.partition for f in fetchers])
+        return real(client, fetchers, **kwargs)
+
+    monkeypatch.setattr(first_records, "send_round", counting)
+    with WireClient.for_cluster(source_cluster.config) as client:
+        found = first_record_timestamps(client, topic, dict.fromkeys(range(4), 0), timeout_s=30)
+    assert found == {p: NOW - 10_000 * (p + 1) for p in range(4)}
+    assert sorted(sent) == [[0], [1], [2], [3]], sent   # one request per partition, one round
