@@ -14,6 +14,20 @@ from mirror_core.config.cluster import ClusterConfig
 from mirror_core.kafka.topics import TopicAdmin
 
 
+def count_requests(client) -> list[str]:
+    """The names of the requests a :class:`~mirror_core.kafka.wire_client.WireClient` sends from now on (its
+    ``send``: kafka-python's route, e.g. Metadata, ListOffsets, OffsetForLeaderEpoch)."""
+    sent: list[str] = []
+    real = client.send
+
+    def send(node_id, request, *args, **kwargs):
+        sent.append(type(request).__name__)
+        return real(node_id, request, *args, **kwargs)
+
+    client.send = send
+    return sent
+
+
 @dataclass(frozen=True)
 class Record:
     """A record as a consumer sees it."""

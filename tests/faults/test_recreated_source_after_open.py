@@ -52,16 +52,7 @@ def test_source_recreated_between_open_and_first_fetch_stops_the_copy(source_clu
         sessions = copier().open_lanes(ranges)                    # a rerun: resumed at 10, topic id pinned
         assert [s.position for s in sessions] == [10] * PARTITIONS
 
-        source_cluster.admin.delete(topic)                        # meanwhile: deleted and recreated, new data
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                source_cluster.create_topic(topic, PARTITIONS)
-                break
-            except Exception:  # noqa: BLE001 - the deletion is still being applied
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        _recreate(source_cluster, topic, PARTITIONS)              # meanwhile: deleted and recreated, new data
         _produce(source_cluster, topic, b"new", 30)
         landed_before = target_cluster.read_all(topic)
 

@@ -10,19 +10,7 @@ import pytest
 from mirror_core.kafka.epochs import epoch_end_offset, epoch_ends_many
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter
-
-
-def _counting(client: WireClient) -> list[str]:
-    """The names of the requests ``client`` sends from now on."""
-    sent: list[str] = []
-    real = client.send
-
-    def send(node_id, request, **kwargs):
-        sent.append(type(request).__name__)
-        return real(node_id, request, **kwargs)
-
-    client.send = send
-    return sent
+from tests.kafka_helpers import count_requests
 
 
 @pytest.mark.timeout(60)
@@ -30,13 +18,13 @@ def test_coordinators_found_together_are_the_ones_found_alone_and_a_hinted_write
                                                                                              unique_name):
     ids = [unique_name(f"lane-{n}") for n in range(30)]
     with WireClient.for_cluster(target_cluster.config) as main, WireClient.for_cluster(target_cluster.config) as worker:
-        sent = _counting(main)
+        sent = count_requests(main)
         together = main.find_coordinators(ids)
         assert sent == ["FindCoordinatorRequest"], "one request for all 30 keys"
         assert set(together) == set(ids)
         assert {key: entry.node_id for key, entry in together.items()} == {key: main.find_coordinator(key)
                                                                            for key in ids}
-        worker_sent = _counting(worker)
+        worker_sent = count_requests(worker)
         worker.hint_coordinator(ids[0], together[ids[0]])
         writer = BatchWriter(worker, transactional_id=ids[0])
         writer.init_producer_id()
@@ -54,7 +42,7 @@ def test_epoch_ends_asked_together_are_the_ones_asked_alone(source_cluster, uniq
         source_cluster.produce(topic, [(b"k", b"v%d" % i) for i in range(5 + p)], partition=p)
     asks = [(topic, p, 0) for p in range(3)] + [(topic, 1, 3), (topic, 9, 0), (f"{topic}.gone", 0, 0)]
     with WireClient.for_cluster(source_cluster.config) as client:
-        sent = _counting(client)
+        sent = count_requests(client)
         together = epoch_ends_many(client, asks)
         assert sent.count("OffsetForLeaderEpochRequest") == 1, "one request for the partitions of one leader"
         assert together == {(t, p, e): epoch_end_offset(client, t, p, e) for t, p, e in asks[:3]}, \

@@ -14,19 +14,9 @@ from mirror_core.engine.copier import CopyOptions
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import CheckpointStore
+from tests.kafka_helpers import count_requests
 
 PARTITIONS = 4
-
-
-def _counting(client: WireClient) -> list[str]:
-    sent: list[str] = []
-    original = client.send
-
-    def send(node, request, *args, **kwargs):
-        sent.append(type(request).__name__)
-        return original(node, request, *args, **kwargs)
-    client.send = send
-    return sent
 
 
 def _copier(source, target, store, topic: str, mode: DeliveryMode) -> CheckpointedCopier:
@@ -59,14 +49,13 @@ def test_lanes_opened_together_resume_as_each_alone(source_cluster, target_clust
         assert [e[0] for e in expected] == [10, 15, 20, None]
 
         source.leader_for(topic, 0)                          # metadata known before counting
-        sent = _counting(source)
+        sent = count_requests(source)
         together = _copier(source, target, store, topic, mode).open_lanes(ranges)
         assert [(s.position, s.position_epoch, s.source_topic_id, s.target_topic_id) for s in together] == expected
         assert sent.count("OffsetForLeaderEpochRequest") <= 1, sent   # one leader: one request for 3 resumed lanes
         assert sent.count("MetadataRequest") <= 1, sent                # the topic id: one answer for every lane
         results = [s.copy(s.position or 0, r.end) for s, r in zip(together, ranges, strict=True)]
         assert [r.records for r in results] == [30, 26, 22, 43]
-
 
 
 def test_a_lane_the_daemon_owns_refuses_the_copy_before_any_lane_is_fenced(source_cluster, target_cluster,
@@ -101,7 +90,6 @@ def test_a_lane_the_daemon_owns_refuses_the_copy_before_any_lane_is_fenced(sourc
             open_txn.commit_transaction(10)
         except KafkaException as exc:   # pragma: no cover - the failure this test exists for
             pytest.fail(f"the copy fenced lane 0 before refusing lane 2: {exc}")
-
 
 
 def _fill(cluster, topic: str) -> None:

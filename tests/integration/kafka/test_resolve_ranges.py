@@ -14,6 +14,7 @@ from mirror_core.config.positions import PositionSpec
 from mirror_core.errors import ConfigError, DataLossError
 from mirror_core.kafka.resolve_positions import resolve_range, resolve_ranges
 from mirror_core.kafka.wire_client import WireClient
+from tests.kafka_helpers import count_requests
 
 BASE_MS = (int(time.time()) - 3600) * 1000   # an hour ago: well inside retention (older data would be deleted)
 EARLIEST, LATEST = PositionSpec("earliest"), PositionSpec("latest")
@@ -27,22 +28,11 @@ def _topic(cluster, name: str) -> str:
     return name
 
 
-def _counting(client: WireClient) -> list:
-    sent = []
-    original = client.send
-
-    def send(node, request, *args, **kwargs):
-        sent.append(type(request).__name__)
-        return original(node, request, *args, **kwargs)
-    client.send = send
-    return sent
-
-
 def test_every_position_kind_resolves_for_all_partitions_in_one_request_per_spec(source_cluster, unique_name):
     topic = _topic(source_cluster, unique_name())
     with WireClient.for_cluster(source_cluster.config) as client:
         client.leader_for(topic, 0)   # metadata known before counting
-        sent = _counting(client)
+        sent = count_requests(client)
         assert resolve_ranges(client, topic, [0, 1, 2, 3], EARLIEST, LATEST) == {p: (0, 10 + p) for p in range(4)}
         assert sent.count("ListOffsetsRequest") == 2, sent   # log start and LSO, each one request to the leader
         sent.clear()
