@@ -27,10 +27,7 @@ def _copier(source, target, store, topic: str, mode: DeliveryMode) -> Checkpoint
 
 @pytest.mark.parametrize("mode", [DeliveryMode.EXACTLY_ONCE, DeliveryMode.AT_LEAST_ONCE])
 def test_lanes_opened_together_resume_as_each_alone(source_cluster, target_cluster, unique_name, mode):
-    topic = source_cluster.create_topic(unique_name(), PARTITIONS)
-    target_cluster.create_topic(topic, PARTITIONS)
-    _fill(source_cluster, topic)
-    ranges = [PartitionRange(topic, p, 0, 40 + p, topic, p) for p in range(PARTITIONS)]
+    topic, ranges = _topic(source_cluster, target_cluster, unique_name())
     with WireClient.for_cluster(source_cluster.config) as source, \
             WireClient.for_cluster(target_cluster.config) as target:
         store = CheckpointStore(target_cluster.config, target)
@@ -68,10 +65,7 @@ def test_a_lane_the_daemon_owns_refuses_the_copy_before_any_lane_is_fenced(sourc
     from mirror_core.config.names import DAEMON_OWNER
     from mirror_core.errors import DaemonOwnsLaneError
 
-    topic = source_cluster.create_topic(unique_name(), PARTITIONS)
-    target_cluster.create_topic(topic, PARTITIONS)
-    _fill(source_cluster, topic)
-    ranges = [PartitionRange(topic, p, 0, 40 + p, topic, p) for p in range(PARTITIONS)]
+    topic, ranges = _topic(source_cluster, target_cluster, unique_name())
     with WireClient.for_cluster(source_cluster.config) as source, \
             WireClient.for_cluster(target_cluster.config) as target:
         store = CheckpointStore(target_cluster.config, target)
@@ -90,6 +84,14 @@ def test_a_lane_the_daemon_owns_refuses_the_copy_before_any_lane_is_fenced(sourc
             open_txn.commit_transaction(10)
         except KafkaException as exc:   # pragma: no cover - the failure this test exists for
             pytest.fail(f"the copy fenced lane 0 before refusing lane 2: {exc}")
+
+
+def _topic(source_cluster, target_cluster, name: str) -> tuple[str, list[PartitionRange]]:
+    """The source topic (see :func:`_fill`), its target twin and one range per partition over all of it."""
+    topic = source_cluster.create_topic(name, PARTITIONS)
+    target_cluster.create_topic(topic, PARTITIONS)
+    _fill(source_cluster, topic)
+    return topic, [PartitionRange(topic, p, 0, 40 + p, topic, p) for p in range(PARTITIONS)]
 
 
 def _fill(cluster, topic: str) -> None:
