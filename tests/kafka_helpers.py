@@ -63,6 +63,18 @@ class KafkaTestCluster:
         self.admin.create(name, partitions, config, exist_ok=True)
         return name
 
+    def recreate_topic(self, name: str, partitions: int = 1, *, timeout_s: float = 30.0) -> str:
+        """Delete ``name`` and create it again (a new topic id, empty), waiting while the deletion is applied."""
+        self.admin.delete(name)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.create_topic(name, partitions)
+            except Exception:  # noqa: BLE001 - the deletion is still being applied
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
     def produce(self, topic: str, records: Iterable[tuple], *, partition: int | None = None,
                 **conf: object) -> int:
         """Produce ``(key, value[, headers[, timestamp_ms]])`` tuples; returns how many were acknowledged."""

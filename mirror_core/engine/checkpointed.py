@@ -87,13 +87,29 @@ class CheckpointedCopier:
                            default_lane(target_topic, target_partition) if lane is None else lane,
                            read_checkpoint=read_checkpoint)
 
+    def _target_topic_ids(self, pinned: dict[str, str]) -> dict[str, str | None]:
+        """Each target topic's id now (None: the cluster gives none), asked fresh; ``pinned``: topic → the id a
+        checkpoint of it names. A topic the target no longer has was deleted under its lanes:
+        :class:`TopicRecreatedError`."""
+        import kafka.errors as Errors
+
+        out: dict[str, str | None] = {}
+        for topic, old_id in sorted(pinned.items()):
+            try:
+                topic_id = self.target.topic_metadata(topic, refresh=True).topic_id
+            except Errors.UnknownTopicOrPartitionError:
+                raise TopicRecreatedError(self.target.cluster_name, topic, old_id, None) from None
+            out[topic] = str(topic_id) if topic_id else None
+        return out
+
     def open_lanes(self, ranges: Sequence[PartitionRange], *, source_topic_id: str | None = None
                    ) -> list[LaneSession]:
         """A lane per range, opened as :meth:`open_lane` opens one, but each step once for all of them:
 
           0. one read of their checkpoints as they stand (:meth:`CheckpointStore.read_own_many`: the newest decided
              value of each): a lane whose checkpoint already refuses this copy whatever fencing decides (another
-             target, a newer owner: :func:`~mirror_core.engine.lane_session.refused_before_fencing`) stops the copy
+             target, a newer owner, a source or target topic recreated since:
+             :func:`~mirror_core.engine.lane_session.refused_before_fencing`) stops the copy
              before any lane is fenced, so a daemon's lanes of the same pipeline keep their open transactions;
           1. every lane's InitProducerId (and, at-least-once, its fence), one lane after another;
           2. one more read of all their checkpoints. Sound for the same reason as each lane's own read after its
@@ -119,8 +135,13 @@ class CheckpointedCopier:
 
         lanes = [(r.topic, r.partition) for r in ranges]
         before = self.store.read_own_many(self.pipeline, lanes)
+        pinned = {r.target_topic: cp.target_topic_id for r in ranges
+                  if (cp := before[(r.topic, r.partition)]) is not None and cp.target_topic_id
+                  and cp.target_topic == r.target_topic}
+        target_ids = self._target_topic_ids(pinned)
         for r in ranges:
-            refusal = refused_before_fencing(self, r, before[(r.topic, r.partition)], source_topic_id)
+            refusal = refused_before_fencing(self, r, before[(r.topic, r.partition)], source_topic_id,
+                                             target_ids.get(r.target_topic))
             if refusal is not None:
                 raise refusal
         sessions = [self.open_lane(r.topic, r.partition, r.target_topic, r.target_partition, read_checkpoint=False)

@@ -344,19 +344,24 @@ class LaneSession(LaneFence):
 
 
 def refused_before_fencing(owner: CheckpointedCopier, rng: PartitionRange, previous: Checkpoint | None,
-                           source_topic_id: str | None = None) -> MirrorError | None:
+                           source_topic_id: str | None = None, target_topic_id: str | None = None
+                           ) -> MirrorError | None:
     """What :meth:`LaneSession._check_resumable` refuses in ``previous`` whatever fencing the lane decides — read
     before the lane's InitProducerId, ``previous`` is the newest *decided* checkpoint, and a transaction fencing
     aborts or finds committed only ever leaves a checkpoint of the same target and an owner epoch as high: a
     checkpoint of another target partition, or one of a newer owner that is not the daemon's untouched start (which
     a backfill may take over, judged only after the fence). ``None``: nothing refused yet (the check after the
     fence decides). Asked before any lane of a copy is opened, so a copy refused for one lane fences none: a
-    daemon's lanes of the same pipeline keep their open transactions. ``source_topic_id``: the source topic's id
-    now (None: unknown): a checkpoint of another id was written for a topic since deleted and recreated."""
+    daemon's lanes of the same pipeline keep their open transactions. ``source_topic_id`` / ``target_topic_id``:
+    the topics' ids now (None: unknown): a checkpoint of another id was written for a topic since deleted and
+    recreated."""
     if previous is None:
         return None
     if source_topic_id and previous.source_topic_id and previous.source_topic_id != source_topic_id:
         return TopicRecreatedError(owner.source.cluster_name, rng.topic, previous.source_topic_id, source_topic_id)
+    if target_topic_id and previous.target_topic_id and previous.target_topic_id != target_topic_id:
+        return TopicRecreatedError(owner.target.cluster_name, rng.target_topic, previous.target_topic_id,
+                                   target_topic_id)
     if (previous.target_topic, previous.target_partition) != (rng.target_topic, rng.target_partition):
         return _other_target(owner, rng.topic, rng.partition, rng.target_topic, rng.target_partition, previous)
     if previous.owner_epoch > owner.owner_epoch and not _untouched_daemon_start(owner, previous):

@@ -8,8 +8,6 @@ pinned whatever id its first leader look-up saw — the recreated topic's — an
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from mirror_core.config.commit_policy import CommitPolicy
@@ -52,7 +50,7 @@ def test_source_recreated_between_open_and_first_fetch_stops_the_copy(source_clu
         sessions = copier().open_lanes(ranges)                    # a rerun: resumed at 10, topic id pinned
         assert [s.position for s in sessions] == [10] * PARTITIONS
 
-        _recreate(source_cluster, topic, PARTITIONS)              # meanwhile: deleted and recreated, new data
+        source_cluster.recreate_topic(topic, PARTITIONS)              # meanwhile: deleted and recreated, new data
         _produce(source_cluster, topic, b"new", 30)
         landed_before = target_cluster.read_all(topic)
 
@@ -65,18 +63,6 @@ def test_source_recreated_between_open_and_first_fetch_stops_the_copy(source_clu
     assert not new and len(landed) == len(landed_before), \
         f"{len(new)} records of the recreated topic reached the target, e.g. {new[:1]}"
 
-
-def _recreate(cluster, topic: str, partitions: int) -> None:
-    cluster.admin.delete(topic)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            cluster.create_topic(topic, partitions)
-            return
-        except Exception:  # noqa: BLE001 - the deletion is still being applied
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 @pytest.mark.parametrize("mode", ["exactly-once", "none"])
@@ -100,7 +86,7 @@ def test_source_recreated_while_preflight_runs_stops_shoal_copy(source_cluster, 
     real_preflight = preflight.run_preflight
 
     def recreated_meanwhile(*args, **kwargs):
-        _recreate(source_cluster, topic, PARTITIONS)
+        source_cluster.recreate_topic(topic, PARTITIONS)
         _produce(source_cluster, topic, b"new", 40)
         return real_preflight(*args, **kwargs)
 

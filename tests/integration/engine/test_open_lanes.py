@@ -60,8 +60,6 @@ def test_a_lane_the_daemon_owns_refuses_the_copy_before_any_lane_is_fenced(sourc
     """``shoal copy`` pointed at a daemon's pipeline: the lane the daemon owns refuses the copy, and no lane is
     fenced first — the daemon's open transaction on another lane still commits (before, every lane opened ahead of
     the refused one was fenced, and with all lanes fenced before the checks, every lane would be)."""
-    from confluent_kafka import KafkaException
-
     from mirror_core.config.names import DAEMON_OWNER
     from mirror_core.errors import DaemonOwnsLaneError
 
@@ -80,10 +78,7 @@ def test_a_lane_the_daemon_owns_refuses_the_copy_before_any_lane_is_fenced(sourc
 
         with pytest.raises(DaemonOwnsLaneError, match=rf"{topic}-2"):
             _copier(source, target, store, topic, DeliveryMode.EXACTLY_ONCE).open_lanes(ranges)
-        try:
-            open_txn.commit_transaction(10)
-        except KafkaException as exc:   # pragma: no cover - the failure this test exists for
-            pytest.fail(f"the copy fenced lane 0 before refusing lane 2: {exc}")
+        _assert_not_fenced(open_txn, "before refusing lane 2")
 
 
 def _topic(source_cluster, target_cluster, name: str) -> tuple[str, list[PartitionRange]]:
@@ -116,3 +111,35 @@ def _leave_open_transaction(cluster, transactional_id: str, topic: str):
     producer.produce(topic, key=b"open", value=b"never decided", partition=0)
     producer.flush(10)
     return producer
+
+
+def test_a_recreated_target_refuses_the_copy_before_any_lane_is_fenced(source_cluster, target_cluster, unique_name):
+    """The target topic was deleted and recreated after a first run: its checkpoints name the old topic id, so
+    the copy is refused (TopicRecreatedError naming the target) — and, since the checkpoints show it, before any
+    lane is fenced: another holder's open transaction on a lane still commits."""
+    from mirror_core.errors import TopicRecreatedError
+
+    topic, ranges = _topic(source_cluster, target_cluster, unique_name())
+    with WireClient.for_cluster(source_cluster.config) as source, \
+            WireClient.for_cluster(target_cluster.config) as target:
+        store = CheckpointStore(target_cluster.config, target)
+        store.ensure_topic()
+        for session in _copier(source, target, store, topic, DeliveryMode.EXACTLY_ONCE).open_lanes(ranges[2:]):
+            session.copy(0, 10)                                       # lanes 2 and 3 pinned the target's id
+        target_cluster.recreate_topic(topic, PARTITIONS)
+        pipeline = f"open-lanes.{topic}"
+        open_txn = _leave_open_transaction(target_cluster, lane_transactional_id(pipeline, default_lane(topic, 0)),
+                                           topic)                      # another holder, mid-transaction on lane 0
+        with pytest.raises(TopicRecreatedError, match=rf"{topic}.*target"):
+            _copier(source, target, store, topic, DeliveryMode.EXACTLY_ONCE).open_lanes(ranges)
+        _assert_not_fenced(open_txn, "before refusing the recreated target")
+
+
+def _assert_not_fenced(open_txn, when: str) -> None:
+    """The other holder's transaction on lane 0 still commits: the copy did not fence lane 0 ``when``."""
+    from confluent_kafka import KafkaException
+
+    try:
+        open_txn.commit_transaction(10)
+    except KafkaException as exc:   # pragma: no cover - the failure these tests exist for
+        pytest.fail(f"the copy fenced lane 0 {when}: {exc}")
