@@ -2,13 +2,13 @@
 holds: one Fetch per partition, all in flight together (preflight's "oldest data" fact for ``shoal copy``).
 
 Preflight reads it through a new librdkafka consumer when it has no client (:func:`~mirror_core.services.preflight.
-observe_data`); over a 200 ms link that consumer's bootstrap, its second connection and its fetch took 2.7 s before
-the first byte (more over SASL_SSL, where each connection pays its TLS and SASL set-up), while the copy's own client
-is connected already. Both read the same way: uncommitted (an open or aborted transaction's first record counts, as
-it did), the timestamp a consumer sees (a LogAppendTime batch's records: its max timestamp), markers skipped, a
-start below the log start (retention moved since it was chosen) read from the log start. One difference: a start
-past the end of a source log truncated since it was chosen fails (the fetch's FetchError) where the consumer
-reset to the log start; preflight then stops instead of judging records the copy would not read.
+observe_data`); over a 200 ms link that consumer's bootstrap, its second connection and its fetch took 1.0 s
+(PLAINTEXT) and 2.7 s (SASL_SSL, where each connection pays its TLS and SASL set-up) before the first byte, while
+the copy's own client is connected already. Both read the same way: uncommitted (an open or aborted transaction's
+first record counts, as it did), the timestamp a consumer sees (a LogAppendTime batch's records: its max timestamp),
+markers skipped, a start below the log start (retention moved since it was chosen) read from the log start. One
+difference: a start past the end of a source log truncated since it was chosen fails (the fetch's FetchError) where
+the consumer reset to the log start; preflight then stops instead of judging records the copy would not read.
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ def first_record_timestamps(client: WireClient, topic: str, starts: Mapping[int,
     than believed to have nothing (default: the high watermark of each answer). A retriable error (a leader
     moving) is asked again until ``timeout_s``, then a :class:`ClusterUnavailableError` naming the cluster, topic
     and partitions; any other error is raised as the fetch raised it (naming the partition)."""
-    fetchers = {p: RawBatchFetcher(client, topic, p, start, None, max_bytes=FIRST_FETCH_BYTES, max_wait_ms=0,
-                                   isolation=IsolationLevel.READ_UNCOMMITTED, retry_timeout_s=timeout_s)
-                for p, start in starts.items()}
+    def reader(p: int, start: int) -> RawBatchFetcher:
+        return RawBatchFetcher(client, topic, p, start, None, max_bytes=FIRST_FETCH_BYTES, max_wait_ms=0,
+                               isolation=IsolationLevel.READ_UNCOMMITTED, retry_timeout_s=timeout_s)
+
+    fetchers = {p: reader(p, start) for p, start in starts.items()}
     wanted = dict(starts)   # partition → the offset its first record must be at or after
     found: dict[int, int | None] = {}
     sessions = RoundSessions(enabled=False)   # one-off requests: no fetch session left open on the brokers
@@ -48,8 +50,8 @@ def first_record_timestamps(client: WireClient, topic: str, starts: Mapping[int,
         # a request per partition, all in flight together: a Fetch returns the first batch whole only for the first
         # partition of its answer (KIP-74), so one request for all would bring one partition's first batch per
         # round trip when batches are larger than a partition's share; alone, each brings exactly one batch
-        rounds = [send_round(client, [fetcher], max_bytes=1, max_wait_ms=0, isolation=IsolationLevel.READ_UNCOMMITTED,
-                             sessions=sessions) for fetcher in pending]
+        rounds = [send_round(client, [fetcher], max_bytes=FIRST_FETCH_BYTES, max_wait_ms=0,
+                             isolation=IsolationLevel.READ_UNCOMMITTED, sessions=sessions) for fetcher in pending]
         outcomes = [pending_round.collect()[0] for pending_round in rounds]
         waiting = False
         for fetcher, outcome in zip(pending, outcomes, strict=True):
@@ -58,9 +60,7 @@ def first_record_timestamps(client: WireClient, topic: str, starts: Mapping[int,
                 if isinstance(outcome.error, DataLossError):   # deleted since the start was chosen: read on from there
                     log_start = outcome.error.log_start_offset
                     wanted[p] = log_start
-                    fetchers[p] = RawBatchFetcher(client, topic, p, log_start, None, max_bytes=FIRST_FETCH_BYTES,
-                                                  max_wait_ms=0, isolation=IsolationLevel.READ_UNCOMMITTED,
-                                                  retry_timeout_s=timeout_s)
+                    fetchers[p] = reader(p, log_start)
                     continue
                 if not outcome.retriable:
                     raise outcome.error
