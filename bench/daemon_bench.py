@@ -147,9 +147,9 @@ class FarTarget:
         return f"127.0.0.1:{self.proxy_port}"
 
     def start(self, timeout_s: float = 120.0) -> FarTarget:
-        from base64 import urlsafe_b64encode
+        from mirror_core.dev.sandbox.broker import new_cluster_id
 
-        cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = new_cluster_id()  # never "-…", which the storage tool reads as an option
         subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props)),
                        check=True, capture_output=True)
         console = open(self.home / "console.log", "wb")  # noqa: SIM115 - kept open for the JVM's lifetime

@@ -59,7 +59,6 @@ import sys
 import tempfile
 import time
 import uuid
-from base64 import urlsafe_b64encode
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,7 +216,9 @@ class FarBroker:
                 f"-Dlog4j2.configurationFile={self.log_config}", "-cp", f"{self.lib}/*", main, *args]
 
     def start(self, timeout_s: float = 120.0) -> None:
-        cluster_id = urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        from mirror_core.dev.sandbox.broker import new_cluster_id
+
+        cluster_id = new_cluster_id()  # never "-…", which the storage tool reads as an option
         subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.props)),
                        check=True, capture_output=True)
         console = open(self.home / "console.log", "wb")  # noqa: SIM115 - kept open for the JVM's lifetime
