@@ -587,8 +587,9 @@ def drop_target_topic(target_conf: dict, topic: str) -> None:
     round trip, which filled the sandbox's disk over a day of runs. Best effort: a failure is printed, not raised."""
     from confluent_kafka.admin import AdminClient
 
+    admin = AdminClient({**target_conf, "log_level": 0})  # held until the answer: a dropped handle fails its futures
     try:
-        AdminClient({**target_conf, "log_level": 0}).delete_topics([topic])[topic].result(30)
+        admin.delete_topics([topic])[topic].result(30)
     except Exception as exc:  # noqa: BLE001 - a measurement is not lost over a clean-up
         print(f"   (target topic {topic} not deleted: {exc})", flush=True)
 

@@ -69,3 +69,37 @@ def test_without_a_declared_link_nothing_is_measured(monkeypatch):
     daemon = ShallowMirrorDaemon(pipeline_config_from_mapping(BASE), worker_id="w")
     daemon._size_for_link()
     assert daemon._fetch_sizes == (16 << 20, 4 << 20)
+
+
+def test_the_link_is_measured_beside_the_start_and_waited_for_by_the_first_fetch(monkeypatch):
+    """Over a 200 ms link the measurement took 1.9 of the ~7 s before the daemon's first fetch, run before the group
+    join and topic scan; now it runs beside them and only a lane's first fetch waits for its sizes."""
+    import threading
+
+    import mirror_core.kafka.round_trips as round_trips
+
+    release, began = threading.Event(), threading.Event()
+
+    def slow_measure(source, *, timeout_s):
+        began.set()
+        assert release.wait(10)
+        return [SourceLink(1, 102400, 0.2)]
+
+    monkeypatch.setattr(round_trips, "measure_links", slow_measure)
+    daemon = ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, "link_mbps": 20}), worker_id="w")
+    daemon._size_for_link()                 # returns while the measurement runs
+    assert began.wait(5)
+    taken: list = []
+    reader = threading.Thread(target=lambda: taken.append(daemon._fetch_sizes))
+    reader.start()
+    reader.join(0.3)
+    assert reader.is_alive() and not taken  # the first fetch waits for the measured sizes, not the configured ones
+    release.set()
+    reader.join(5)
+    assert taken == [(36_000_000, 36_000_000)]
+
+
+def test_a_measurement_that_breaks_surfaces_where_the_sizes_are_taken(monkeypatch):
+    daemon = _daemon(monkeypatch, RuntimeError("probe bug"), link_mbps=20)
+    with pytest.raises(RuntimeError, match="probe bug"):   # not swallowed in the measuring thread
+        daemon._fetch_sizes
