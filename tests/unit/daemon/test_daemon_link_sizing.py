@@ -102,4 +102,4 @@ def test_the_link_is_measured_beside_the_start_and_waited_for_by_the_first_fetch
 def test_a_measurement_that_breaks_surfaces_where_the_sizes_are_taken(monkeypatch):
     daemon = _daemon(monkeypatch, RuntimeError("probe bug"), link_mbps=20)
     with pytest.raises(RuntimeError, match="probe bug"):   # not swallowed in the measuring thread
-        daemon._fetch_sizes
+        _ = daemon._fetch_sizes
