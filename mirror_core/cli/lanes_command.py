@@ -94,7 +94,11 @@ def _print_lanes(console, rows: list[dict], as_json: bool, *, extra: bool = Fals
                      str(r.get("position")), str(r.get("range_end") or "-"), str(r.get("attempts", "-")),
                      r.get("message") or ""]
             if extra:
-                cells[3:3] = [r.get("holder") or "-", "-" if r.get("lag") is None else str(r["lag"])]
+                unknown = r.get("lag_unknown")
+                cells[3:3] = [r.get("holder") or "-",
+                              ("unknown" if unknown else "-") if r.get("lag") is None else str(r["lag"])]
+                if unknown:   # the source's answer for the partition (a deleted topic, a silent broker)
+                    cells[-1] = "; ".join(filter(None, [cells[-1], f"lag unknown: {unknown}"]))
             table.add_row(*cells)
         console.print(table)
     return 1 if any(r.get("state") in NOT_READY for r in rows) else 0

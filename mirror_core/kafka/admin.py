@@ -126,20 +126,25 @@ class ClusterAdmin:
         ``isolation_level``): partition → future of its answer, asked within the facade's timeout."""
         return self.client.list_offsets(specs, request_timeout=self.timeout_s, **options)
 
-    def settled_offsets(self, asks: Sequence[dict], **options: object) -> list[dict]:
+    def settled_offsets(self, asks: Sequence[dict], *, settle_s: float | None = None,
+                        unsettled: dict | None = None, **options: object) -> list[dict]:
         """Several ListOffsets (each a ``list_offsets`` argument) sent together: their answers, in order, each
-        partition → its result. A partition answered with a transient error is asked again until the facade's
-        timeout, then its error is raised (KafkaException), as is any other error at once.
+        partition → its result. A partition answered with a transient error is asked again for ``settle_s``
+        (default: the facade's timeout), then its error is raised (KafkaException), as is any other error at once.
+        ``unsettled``: given, such a partition is recorded there instead (partition → ``NAME: text``, see
+        :func:`describe_kafka_error`) and left out of the answers, so one deleted topic or silent broker does not
+        hide the other partitions' answers (a status display).
 
         Transient: a topic created a moment ago is answered NOT_LEADER_OR_FOLLOWER (or LEADER_NOT_AVAILABLE,
         UNKNOWN_TOPIC_OR_PARTITION) by the broker its leader is on until that broker has applied the controller's
         record, and a moved leader answers the same. librdkafka's admin ListOffsets does not retry these, and does
         not mark them retriable, so they are named here."""
         import time
+        from concurrent.futures import TimeoutError as FutureTimeout
 
         from confluent_kafka import KafkaException
 
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + (self.timeout_s if settle_s is None else settle_s)
         answers: list[dict] = [{} for _ in asks]
         pending = [dict(specs) for specs in asks]
         pause = 0.05
@@ -150,10 +155,15 @@ class ClusterAdmin:
                 for tp, future in futures.items():
                     try:
                         answers[i][tp] = future.result(timeout=max(0.1, deadline - time.monotonic()) + 5.0)
-                    except KafkaException as exc:
-                        if not _transient_offsets_error(exc) or time.monotonic() > deadline:
+                    except (KafkaException, FutureTimeout) as exc:
+                        if isinstance(exc, KafkaException) and _transient_offsets_error(exc) \
+                                and time.monotonic() <= deadline:
+                            pending[i][tp] = asks[i][tp]
+                        elif unsettled is None:
                             raise
-                        pending[i][tp] = asks[i][tp]
+                        else:
+                            unsettled[tp] = describe_kafka_error(exc) if isinstance(exc, KafkaException) else \
+                                f"no answer in {self.timeout_s:g} s"
             if not any(pending):
                 return answers
             time.sleep(pause)

@@ -3,9 +3,10 @@ group (members, who holds which lane), each lane's state and its lag.
 
 Gathered, never asked of a daemon: the group from the source's group coordinator
 (:func:`~mirror_core.kafka.daemon_group.describe_group`), lane states and positions from the checkpoints on the
-target (:func:`~mirror_core.state.lane_control.lane_states`), lag against the source's last stable offsets (one
-ListOffsets request, READ_COMMITTED). A part that cannot be read is reported as such (``group_error``), the rest is
-still shown.
+target (:func:`~mirror_core.state.lane_control.lane_states`), lag against the source's last stable offsets
+(ListOffsets, READ_COMMITTED; a transient answer is asked again for a moment). A part that cannot be read is
+reported as such (``group_error``; ``lag_unknown`` names the partition and the source's answer), the rest is still
+shown.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from mirror_core.config.pipeline_file import PipelineConfig
 from mirror_core.errors import MirrorError
 from mirror_core.kafka.daemon_group import GroupDescription, describe_group
 from mirror_core.model.lane_holders import LaneHolders
+
+# how long ``shoal mirror status`` asks a partition again after a transient answer (a leader moving, a topic created
+# a moment ago) before it shows the lag as unknown: a status answers in seconds, a deleted topic waits this long
+STATUS_SETTLE_S = 3.0
 
 
 @dataclass
@@ -32,7 +37,8 @@ def gather_mirror_status(config: PipelineConfig) -> MirrorStatus:
     rows = lane_states(config.target, config.pipeline)
     group, group_error = describe_group_or_error(config.source, config.pipeline)
     holders = group.holders() if group is not None else {}
-    stable = last_stable_offsets(config, [(r["topic"], r["partition"]) for r in rows])
+    unknown: dict[tuple[str, int], str] = {}
+    stable = last_stable_offsets(config, [(r["topic"], r["partition"]) for r in rows], unknown=unknown)
     for row in rows:
         part = (row["topic"], row["partition"])
         # a lease-based daemon (an older release during an upgrade) shows as the lease holder
@@ -40,6 +46,9 @@ def gather_mirror_status(config: PipelineConfig) -> MirrorStatus:
                                                             if row.get("lease_holder") else [])]) or None
         end = stable.get(part)
         row["lag"] = None if end is None or row["position"] is None else max(0, end - row["position"])
+        # why the lag is not shown: the source's answer for the partition (e.g. UNKNOWN_TOPIC_OR_PART: deleted)
+        row["lag_unknown"] = None if end is not None else \
+            f"cluster {config.source.name!r} {part[0]}-{part[1]}: {unknown.get(part, 'no answer')}"
     return MirrorStatus(group, group_error, rows)
 
 
@@ -66,9 +75,13 @@ def read_lane_holders(source: ClusterConfig, store, pipeline: str, *, timeout_s:
     return holders, group
 
 
-def last_stable_offsets(config: PipelineConfig, parts: list[tuple[str, int]], *,
-                        timeout_s: float = 15.0) -> dict[tuple[str, int], int]:
-    """(topic, partition) → the source's last stable offset; partitions that could not be read are left out."""
+def last_stable_offsets(config: PipelineConfig, parts: list[tuple[str, int]], *, timeout_s: float = 15.0,
+                        settle_s: float = STATUS_SETTLE_S, unknown: dict[tuple[str, int], str] | None = None
+                        ) -> dict[tuple[str, int], int]:
+    """(topic, partition) → the source's last stable offset. A partition whose leader answers a transient error (a
+    leader moving, a topic created a moment ago) is asked again for up to ``settle_s``; one still not answered
+    then (a deleted topic, a source that does not answer) is left out, and recorded in ``unknown`` with the
+    broker's answer when given."""
     if not parts:
         return {}
     from confluent_kafka import IsolationLevel, TopicPartition
@@ -77,12 +90,10 @@ def last_stable_offsets(config: PipelineConfig, parts: list[tuple[str, int]], *,
     from mirror_core.kafka.admin import ClusterAdmin
 
     admin = ClusterAdmin(config.source, timeout_s=timeout_s, log_level=3)
-    futures = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in parts},
-                                 isolation_level=IsolationLevel.READ_COMMITTED)
-    out = {}
-    for tp, future in futures.items():
-        try:
-            out[(tp.topic, tp.partition)] = future.result(timeout=timeout_s + 5).offset
-        except Exception:  # noqa: BLE001 - a deleted source topic has no lag to show
-            continue
-    return out
+    failed: dict = {}
+    (answer,) = admin.settled_offsets([{TopicPartition(t, p): OffsetSpec.latest() for t, p in parts}],
+                                      settle_s=settle_s, unsettled=failed,
+                                      isolation_level=IsolationLevel.READ_COMMITTED)
+    if unknown is not None:
+        unknown.update({(tp.topic, tp.partition): why for tp, why in failed.items()})
+    return {(tp.topic, tp.partition): info.offset for tp, info in answer.items()}
