@@ -235,3 +235,26 @@ def test_copy_from_a_kafka_39_source(legacy_cluster, target_cluster, target, uni
     expected = [r.content() for r in legacy_cluster.read_all(topic)]
     assert [r.content() for r in target_cluster.read_all(topic)] == expected
     assert len(expected) == 237 and not aborted & {c[1] for c in expected}
+
+
+@pytest.mark.parametrize("cluster", ["source_cluster", "secure_source_cluster"])
+def test_a_client_starts_on_one_connection_to_its_bootstrap_broker(cluster, request):
+    """The first contact (a refused login fails fast) used to be closed and the bootstrap to connect again: two TCP,
+    TLS and SASL set-ups before the first Metadata, ~1.2 s more over a 200 ms link with SASL_SSL. Now the bootstrap
+    asks over the first contact's connection; the client then talks to the brokers by id, as before."""
+    from kafka.net.manager import KafkaConnectionManager
+
+    built = []
+    original = KafkaConnectionManager._build_transport
+
+    async def counted(self, node, timeout_at=None):
+        built.append(node.node_id)
+        return await original(self, node, timeout_at=timeout_at)
+
+    config = request.getfixturevalue(cluster).config
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(KafkaConnectionManager, "_build_transport", counted)
+        with WireClient.for_cluster(config) as client:
+            assert [str(n) for n in built] == ["bootstrap-0"], built
+            assert client.topic_metadata("__consumer_offsets", refresh=True).partitions   # by node id from here
+            assert len(built) == 2 and not str(built[1]).startswith("bootstrap"), built
