@@ -130,20 +130,23 @@ class Rescans:
         preflight passed, in the given order, and the first unexpected error (not a refusal), if any. The
         target's topics are listed once for all of them, and the preflights (several admin round trips each,
         mostly waiting) run ``PREFLIGHT_WORKERS`` at a time: a daemon starting on 40 topics paid 40 target topic
-        lists and 40 preflights one after the other. Each topic keeps
-        its own checks and its own ``preflight_refused`` event naming it."""
+        lists and 40 preflights one after the other. They share one source admin client (thread-safe): each
+        preflight made its own before, one more connection set-up (TCP, TLS, SASL) to the far source per topic.
+        Each topic keeps its own checks and its own ``preflight_refused`` event naming it."""
         if not unprepared:
             return [], None
         from concurrent.futures import ThreadPoolExecutor
 
+        from mirror_core.kafka.admin import ClusterAdmin
         from mirror_core.kafka.topics import TopicAdmin
 
         admin = TopicAdmin(self.config.target)
         existing = admin.list_topics()
+        source_admin = ClusterAdmin(self.config.source)
         with ThreadPoolExecutor(max_workers=min(PREFLIGHT_WORKERS, len(unprepared)),
                                 thread_name_prefix="shoal-preflight") as pool:
             futures = [pool.submit(self._prepare_target, topic, target_topic, partitions,
-                                   existing.get(target_topic), admin)
+                                   existing.get(target_topic), admin, source_admin)
                        for topic, target_topic, partitions in unprepared]
         passed, unexpected = [], None
         for (topic, target_topic, partitions), future in zip(unprepared, futures, strict=True):
@@ -160,14 +163,15 @@ class Rescans:
         return passed, unexpected
 
     def _prepare_target(self, topic: str, target_topic: str, partitions: int, existing: int | None,
-                        admin) -> None:
+                        admin, source_admin=None) -> None:
         """Add partitions the source gained to the target topic (``existing``: its partition count as listed by
-        the caller, None: missing), then the preflight of a copy, which creates a missing target topic."""
+        the caller, None: missing), then the preflight of a copy, which creates a missing target topic
+        (``source_admin``: the source's admin client to describe and observe the topic through)."""
         if existing is not None and existing < partitions:
             admin.add_partitions(target_topic, partitions)
             event("partitions_added", target_topic=target_topic, partitions=partitions, were=existing)
         report = run_preflight(self.config.source, self.config.target, topic, target_topic=target_topic,
-                               coalesce_bytes=self.config.coalesce_bytes)
+                               coalesce_bytes=self.config.coalesce_bytes, source_admin=source_admin)
         report.raise_if_refused()
         if report.created:
             event("target_created", topic=topic, target_topic=target_topic, partitions=partitions)

@@ -93,12 +93,6 @@ def run_preflight(source: ClusterConfig, target: ClusterConfig, topic: str, *, t
                       "while preflight ran; rerun when nothing else creates or deletes it")
 
 
-
-
-
-
-
-
 def link_findings(source: ClusterConfig, link_bytes_per_s: float, *, timeout_s: float = 30.0,
                   links: Sequence[SourceLink] | None = None) -> list[Finding]:
     """Size for the link: the source brokers' send buffers and round trips (``links``, else
