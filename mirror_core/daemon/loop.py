@@ -50,6 +50,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from mirror_core.config.names import CHECKPOINT_TOPIC, new_worker_id
 from mirror_core.config.pipeline_file import PipelineConfig
@@ -81,6 +82,10 @@ from mirror_core.kafka.wire_client import WireClient
 from mirror_core.state.checkpoint import CheckpointStore
 from mirror_core.state.lane_health_records import LaneHealthWriter, health_refresh_s
 from mirror_core.state.leases import LeaseStore
+
+# how long a lane opened while the link is still being measured waits for the sizes (the probe's own timeouts are
+# 10 s per broker, one broker after another) before it fetches with the configured ones
+LINK_SIZING_WAIT_S = 15.0
 
 
 class ForcedShutdown(BaseException):
@@ -179,6 +184,7 @@ class ShallowMirrorDaemon(Rescans, Eligibility, GroupLanes, LaneSessions, CopyRo
         # link at start (_size_for_link: measured beside the start, taken when a lane first needs them)
         self._sizes = (config.fetch_max_bytes, config.partition_fetch_max_bytes)
         self._sizes_measured: Future | None = None  # the link measurement (None: no link declared)
+        self._sizing_late_said = False
 
     @property
     def held(self) -> set[str]:
@@ -280,28 +286,40 @@ class ShallowMirrorDaemon(Rescans, Eligibility, GroupLanes, LaneSessions, CopyRo
 
         Measured in a thread of its own while the daemon joins its group and scans the topics: over a 200 ms link
         the measurement took 1.9 of the ~7 s before the first fetch, one after the other. Nothing fetches before a
-        lane is opened, and a lane's first fetch takes the sizes (:attr:`_fetch_sizes`, waiting for the
-        measurement if it still runs; it is bounded by its own timeouts). Measuring is best effort: when no broker
-        answers the probe, the configured sizes stay."""
+        lane is opened, and a lane's first fetch takes the sizes (:attr:`_fetch_sizes`, waiting a bounded time for
+        the measurement if it still runs). Measuring is best effort: when no broker answers the probe, or the probe
+        fails in any way, the configured sizes stay (``link_not_measured``)."""
         if self.config.link_mbps is None:
             return
         measured: Future = Future()
 
         def measure() -> None:
             try:
-                measured.set_result(self._measured_sizes())
-            except BaseException as exc:  # noqa: BLE001 - handed to the thread that takes the sizes
-                measured.set_exception(exc)
+                sizes = self._measured_sizes()
+            except Exception as exc:  # noqa: BLE001 - best effort: never a lane's failure (read on lane workers)
+                event("link_not_measured", logging.WARNING, error=f"{type(exc).__name__}: {exc}", exc_info=True)
+                sizes = None
+            measured.set_result(sizes)
 
         self._sizes_measured = measured
         threading.Thread(target=measure, name="shoal-link-sizing", daemon=True).start()
 
     @property
     def _fetch_sizes(self) -> tuple[int, int]:
-        """(bytes per fetch request, bytes per partition in it): once the link measurement (if any) has ended."""
+        """(bytes per fetch request, bytes per partition in it): the link's once measured. A lane opened while the
+        measurement still runs waits for it up to ``LINK_SIZING_WAIT_S``, then takes the configured sizes (said
+        once, ``link_sizing_late``); lanes opened after the measurement ended take its sizes. Never raises: read
+        on lane workers, where an error would be the lane's."""
         measured = self._sizes_measured   # never cleared: read from lane workers' threads too, without a lock
         if measured is not None:
-            sizes = measured.result()  # a failure other than "not measured" ends the daemon, as it did at start
+            try:
+                sizes = measured.result(timeout=LINK_SIZING_WAIT_S)
+            except FutureTimeout:
+                if not self._sizing_late_said:
+                    self._sizing_late_said = True
+                    event("link_sizing_late", logging.WARNING, waited_s=LINK_SIZING_WAIT_S,
+                          note="lanes opened meanwhile fetch with the configured sizes")
+                sizes = None
             if sizes is not None:
                 return sizes
         return self._sizes

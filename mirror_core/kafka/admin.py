@@ -12,18 +12,20 @@ resource's failure stays its own. confluent-kafka is imported when a facade is b
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.errors import ClusterUnavailableError, MirrorError
+from mirror_core.errors import ClusterUnavailableError, ConfigError, MirrorError
 
 if TYPE_CHECKING:
     from mirror_core.kafka.group_admin import ConsumerGroupAdmin
     from mirror_core.kafka.topics import TopicAdmin
 
 DEFAULT_TIMEOUT_S = 30.0
+_FILE_SETTINGS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
 
 
 class ClusterAdmin:
@@ -33,11 +35,21 @@ class ClusterAdmin:
     a caller reports the failures itself, ``error_cb`` to collect the client's own errors)."""
 
     def __init__(self, cluster: ClusterConfig, *, timeout_s: float = DEFAULT_TIMEOUT_S, **client_settings: object):
+        """A setting librdkafka refuses while building the client (a TLS file that is not there, say) is a
+        :class:`ConfigError` naming the cluster, not librdkafka's exception."""
+        from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
         self.cluster = cluster
         self.timeout_s = timeout_s
-        self.client = AdminClient(cluster.confluent(**client_settings))
+        try:
+            self.client = AdminClient(cluster.confluent(**client_settings))
+        except KafkaException as exc:
+            missing = [f"{key} {cluster.settings[key]}" for key in _FILE_SETTINGS
+                       if cluster.settings.get(key) and not os.path.exists(str(cluster.settings[key]))]
+            reason = f"no such file: {', '.join(missing)}" if missing else \
+                f"client settings unusable ({describe_kafka_error(exc)}); check its ssl.* and sasl.* settings"
+            raise ConfigError(f"cluster {cluster.name!r}: {reason}") from None
 
     # -- its parts ------------------------------------------------------------------------------------------------
 
@@ -149,21 +161,23 @@ class ClusterAdmin:
         pending = [dict(specs) for specs in asks]
         pause = 0.05
         while True:
+            asked = time.monotonic()
             sent = [(i, self.list_offsets(specs, **options)) for i, specs in enumerate(pending) if specs]
             pending = [{} for _ in asks]
             for i, futures in sent:
                 for tp, future in futures.items():
                     try:
                         answers[i][tp] = future.result(timeout=max(0.1, deadline - time.monotonic()) + 5.0)
-                    except (KafkaException, FutureTimeout) as exc:
+                    except Exception as exc:  # noqa: BLE001 - recorded in ``unsettled`` when given, else raised
                         if isinstance(exc, KafkaException) and _transient_offsets_error(exc) \
                                 and time.monotonic() <= deadline:
                             pending[i][tp] = asks[i][tp]
                         elif unsettled is None:
                             raise
+                        elif isinstance(exc, FutureTimeout):
+                            unsettled[tp] = f"no answer in {time.monotonic() - asked:.0f} s"
                         else:
-                            unsettled[tp] = describe_kafka_error(exc) if isinstance(exc, KafkaException) else \
-                                f"no answer in {self.timeout_s:g} s"
+                            unsettled[tp] = describe_kafka_error(exc)
             if not any(pending):
                 return answers
             time.sleep(pause)

@@ -68,3 +68,17 @@ def test_coalescing_small_batches_copies_one_record_batches_in_few_batches(sourc
     assert len(merged) <= 10 and all(v.size <= 8192 for v in merged), [v.size for v in merged]
     src, tgt = source_cluster.read_all(topic), target_cluster.read_all(f"dr.{topic}")
     assert [(r.offset, r.content()) for r in tgt] == [(r.offset, r.content()) for r in src]
+
+
+def test_a_tls_file_that_is_not_there_is_one_line_naming_the_cluster(sandbox, tmp_path):
+    """The source's admin client is made first (it connects while the copy's own clients bootstrap); librdkafka
+    refusing its settings there printed a stack trace."""
+    config = tmp_path / "prod-us.yaml"
+    config.write_text(yaml.safe_dump({"bootstrap.servers": "localhost:1", "security.protocol": "SSL",
+                                      "ssl.ca.location": str(tmp_path / "no-such-ca.pem")}))
+    result = shoal("copy", "--source", str(config), "--target", "target", "--topic", "anything", "--link-mbps", "20")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.count("shoal: error:") == 1, result.stderr   # one message (wrapped to the terminal)
+    message = " ".join(result.stderr.split())
+    assert f"cluster 'prod-us': no such file: ssl.ca.location {tmp_path / 'no-such-ca.pem'}" in message, message

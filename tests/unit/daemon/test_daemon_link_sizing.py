@@ -99,7 +99,32 @@ def test_the_link_is_measured_beside_the_start_and_waited_for_by_the_first_fetch
     assert taken == [(36_000_000, 36_000_000)]
 
 
-def test_a_measurement_that_breaks_surfaces_where_the_sizes_are_taken(monkeypatch):
+def test_a_probe_that_breaks_is_not_measured_never_a_lane_failure(monkeypatch, caplog):
+    """The sizes are first read where a lane opens, on a lane worker: an error raised there would be the lane's
+    (retrying, then stalled, for ever, the lanes kept from the group's other members). Any failure of the probe is
+    "not measured", as an unanswered probe is: the configured sizes stay, and the log says why."""
+    caplog.set_level(logging.WARNING, logger=events.log.name)
     daemon = _daemon(monkeypatch, RuntimeError("probe bug"), link_mbps=20)
-    with pytest.raises(RuntimeError, match="probe bug"):   # not swallowed in the measuring thread
-        _ = daemon._fetch_sizes
+    assert daemon._fetch_sizes == (16 << 20, 4 << 20)
+    assert "link_not_measured" in caplog.text and "probe bug" in caplog.text
+
+
+def test_a_lane_waits_for_a_slow_probe_only_so_long(monkeypatch, caplog):
+    import threading
+
+    import mirror_core.daemon.loop as loop
+    import mirror_core.kafka.round_trips as round_trips
+
+    release = threading.Event()
+    monkeypatch.setattr(loop, "LINK_SIZING_WAIT_S", 0.2)
+    monkeypatch.setattr(round_trips, "measure_links",
+                        lambda source, *, timeout_s: release.wait(10) and [SourceLink(1, 102400, 0.2)])
+    caplog.set_level(logging.WARNING, logger=events.log.name)
+    daemon = ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, "link_mbps": 20}), worker_id="w")
+    daemon._size_for_link()
+    assert daemon._fetch_sizes == (16 << 20, 4 << 20)   # the probe still runs: the configured sizes, said once
+    assert daemon._fetch_sizes == (16 << 20, 4 << 20)
+    assert caplog.text.count("link_sizing_late") == 1
+    release.set()
+    daemon._sizes_measured.result(5)
+    assert daemon._fetch_sizes == (36_000_000, 36_000_000)   # lanes opened after it ended take its sizes
