@@ -96,6 +96,8 @@ class CopyRounds:
         if self._rounds is None or self._rounds.client is not self.source:
             self._rounds = StandingRound(self.source, max_bytes=self._fetch_sizes[0],
                                          max_wait_ms=self.config.poll_interval_ms)
+        else:   # a link probe that ended late sizes the rounds from then on (read at each send)
+            self._rounds.max_bytes = self._fetch_sizes[0]
         return self._rounds
 
     def _send_round(self, ready: list[tuple[LaneState, int]]) -> StandingPending:

@@ -312,13 +312,13 @@ class ShallowMirrorDaemon(Rescans, Eligibility, GroupLanes, LaneSessions, CopyRo
         on lane workers, where an error would be the lane's."""
         measured = self._sizes_measured   # never cleared: read from lane workers' threads too, without a lock
         if measured is not None:
-            try:
-                sizes = measured.result(timeout=LINK_SIZING_WAIT_S)
+            try:   # once a wait ran out, nobody waits again: the sizes change when the probe ends
+                sizes = measured.result(timeout=0 if self._sizing_late_said else LINK_SIZING_WAIT_S)
             except FutureTimeout:
                 if not self._sizing_late_said:
                     self._sizing_late_said = True
                     event("link_sizing_late", logging.WARNING, waited_s=LINK_SIZING_WAIT_S,
-                          note="lanes opened meanwhile fetch with the configured sizes")
+                          note="lanes opened until the probe ends fetch with the configured partition size")
                 sizes = None
             if sizes is not None:
                 return sizes

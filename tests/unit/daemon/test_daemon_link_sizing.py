@@ -5,6 +5,7 @@ catching up a backlog over a 200 ms, 20 MB/s link stayed at 76 % with its fixed 
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -123,7 +124,10 @@ def test_a_lane_waits_for_a_slow_probe_only_so_long(monkeypatch, caplog):
     daemon = ShallowMirrorDaemon(pipeline_config_from_mapping({**BASE, "link_mbps": 20}), worker_id="w")
     daemon._size_for_link()
     assert daemon._fetch_sizes == (16 << 20, 4 << 20)   # the probe still runs: the configured sizes, said once
+    monkeypatch.setattr(loop, "LINK_SIZING_WAIT_S", 30)
+    began = time.monotonic()
     assert daemon._fetch_sizes == (16 << 20, 4 << 20)
+    assert time.monotonic() - began < 1   # nobody waits again (the main thread sizes each round from it)
     assert caplog.text.count("link_sizing_late") == 1
     release.set()
     daemon._sizes_measured.result(5)
