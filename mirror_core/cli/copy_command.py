@@ -60,6 +60,10 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
     with WireClient.for_cluster(cmd.source) as source, WireClient.for_cluster(cmd.target) as target:
         meta = topic_metadata_or_error(source, cmd.topic)
         partitions = parse_partitions(cmd.partitions, len(meta.partitions), cmd.topic)
+        # the leaders' fast connections (preflight's first records, then the copy) are made while the ranges are
+        # resolved and the topic described: over a long link with SASL_SSL a set-up costs ~1 s
+        source.prepare_fast_connections(meta.partitions[p].leader for p in partitions
+                                        if p in meta.partitions and meta.partitions[p].leader >= 0)
         resolved = resolve_ranges(source, cmd.topic, partitions, cmd.start, cmd.end, accept_loss=cmd.accept_loss)
         ranges = [PartitionRange(cmd.topic, p, *resolved[p], cmd.target_topic, p) for p in partitions]
         report = run_preflight(cmd.source, cmd.target, cmd.topic, target_topic=cmd.target_topic,

@@ -55,7 +55,9 @@ from __future__ import annotations
 
 import logging
 import ssl
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 import kafka.errors as Errors
@@ -134,6 +136,10 @@ class WireClient(ClusterMetadata):
         # (broker, slot) -> connection: slot 0 is the usual one; a fetch round may spread one broker's partitions
         # over more slots where one connection's window per round trip is below the link (see send_round)
         self._fast: dict[tuple[int, int], FastConnection] = {}
+        # (broker, 0) -> a connection being made on a thread of its own (prepare_fast_connections); taken by
+        # fast_connection on first use. Only the Future is shared with that thread: it builds a FastConnection of
+        # its own and touches nothing of this client's
+        self._preparing: dict[tuple[int, int], Future] = {}
         self._metadata_node: int | None = None   # the broker metadata_connection asks while it answers
         self._closed = False
         self._rebootstrap_failed = False   # the last re-bootstrap (metadata) found no broker: see metadata()
@@ -175,6 +181,9 @@ class WireClient(ClusterMetadata):
             for conn in self._fast.values():
                 conn.close()
             self._fast.clear()
+            for prepared in self._preparing.values():
+                _close_when_made(prepared)
+            self._preparing.clear()
             try:
                 self._manager.close()
                 self._net.poll(timeout_ms=0)
@@ -249,16 +258,42 @@ class WireClient(ClusterMetadata):
         conn = self._fast.get((node_id, slot))
         if conn is not None and not conn.closed:
             return conn
+        prepared = self._preparing.pop((node_id, slot), None)
+        if prepared is not None:
+            if timeout_s is None and prepared.exception() is None and not prepared.result().closed:
+                conn = self._fast[(node_id, slot)] = prepared.result()
+                return conn
+            _close_when_made(prepared)   # failed (made again below, which raises as usual) or other bounds
         broker = self._manager.cluster.broker_metadata(node_id)
         if broker is None:
             raise Errors.NodeNotReadyError(f"no address known for broker {node_id} of cluster {self.cluster_name!r}")
+        conn = self._new_fast_connection(node_id, broker, timeout_s)
+        self._fast[(node_id, slot)] = conn
+        return conn
+
+    def prepare_fast_connections(self, node_ids) -> None:
+        """Start making the fast connections to ``node_ids`` (slot 0), each on a thread of its own, while the
+        caller goes on; :meth:`fast_connection` takes them on first use (waiting for one still being made). Over a
+        long link a connection's set-up (TCP, TLS, ApiVersions, SASL) costs seconds: ``shoal copy`` starts the
+        leaders' while it resolves its ranges and preflight describes the topic. A set-up that fails is made
+        again (and its error raised) where the connection is first used."""
+        if not self._fast_enabled or self._closed:
+            return
+        for node_id in set(node_ids):
+            if (node_id, 0) in self._preparing or (node_id, 0) in self._fast:
+                continue
+            broker = self._manager.cluster.broker_metadata(node_id)
+            if broker is not None:
+                self._preparing[(node_id, 0)] = _on_thread(self._new_fast_connection, node_id, broker, None)
+
+    def _new_fast_connection(self, node_id: int, broker, timeout_s: float | None) -> FastConnection:
+        """Connect to ``broker`` (its address from the metadata) as the cluster settings say; touches nothing of the
+        client's state (it may run on a thread of its own, :meth:`prepare_fast_connections`)."""
         bounds = {} if timeout_s is None else {"connect_timeout_s": max(timeout_s, 0.01)}
-        conn = FastConnection(broker.host, broker.port, client_id=self._client_id, node_id=node_id,
+        return FastConnection(broker.host, broker.port, client_id=self._client_id, node_id=node_id,
                               request_timeout_s=self.request_timeout_ms / 1000 if timeout_s is None
                               else max(timeout_s, 0.01), security=self._fast_security,
                               cluster_name=self.cluster_name, **bounds)
-        self._fast[(node_id, slot)] = conn
-        return conn
 
     def metadata_connection(self) -> tuple[FastConnection | None, bool]:
         """This client's own connection for whole-cluster Metadata (:mod:`mirror_core.kafka.topic_counts`), on a slot of
@@ -331,3 +366,27 @@ class WireClient(ClusterMetadata):
         else:
             reason = _one_line(exc)
         return ClusterUnavailableError(self.cluster_name, self.bootstrap_servers, reason, retriable=not auth)
+
+
+def _on_thread(fn, *args) -> Future:
+    """``fn(*args)`` on a daemon thread of its own (nothing waits for it at exit); its result or error in the
+    future."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever takes the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="shoal-connect", daemon=True).start()
+    return future
+
+
+def _close_when_made(prepared: Future) -> None:
+    """Close the connection ``prepared`` makes, whenever it is made (now if it is), unless making it failed."""
+    def close(done: Future) -> None:
+        if done.exception() is None:
+            done.result().close()
+
+    prepared.add_done_callback(close)

@@ -258,3 +258,36 @@ def test_a_client_starts_on_one_connection_to_its_bootstrap_broker(cluster, requ
             assert [str(n) for n in built] == ["bootstrap-0"], built
             assert client.topic_metadata("__consumer_offsets", refresh=True).partitions   # by node id from here
             assert len(built) == 2 and not str(built[1]).startswith("bootstrap"), built
+
+
+def test_fast_connections_made_ahead_are_the_ones_used_and_closed_with_the_client(source_cluster, unique_name):
+    """``shoal copy`` starts its leaders' fast connections while it resolves ranges and runs preflight (a set-up
+    costs ~1 s over a 200 ms link with SASL_SSL): the copy then reads through exactly those, a set-up that failed
+    is made again where the connection is first used, and one never used is closed with the client."""
+    topic = source_cluster.create_topic(unique_name(), 1)
+    source_cluster.produce(topic, [(b"k", b"v%d" % i) for i in range(5)])
+    with WireClient.for_cluster(source_cluster.config) as client:
+        leader = client.topic_metadata(topic, refresh=True).partitions[0].leader
+        client.prepare_fast_connections([leader])
+        prepared = client._preparing[(leader, 0)].result(timeout=30)
+        fetched = RawBatchFetcher(client, topic, 0, 0, 5)
+        while not fetched.done:
+            fetched.fetch()
+        assert client.fast_connection(leader) is prepared and not prepared.closed
+
+    with WireClient.for_cluster(source_cluster.config) as client:
+        failing = client._new_fast_connection
+
+        def refused_once(node_id, broker, timeout_s):
+            client._new_fast_connection = failing   # the next set-up (where it is used) is the real one
+            raise ConnectionRefusedError("refused while made ahead")
+
+        client._new_fast_connection = refused_once
+        client.prepare_fast_connections([leader])
+        conn = client.fast_connection(leader)
+        assert conn is not None and not conn.closed
+
+    with WireClient.for_cluster(source_cluster.config) as client:
+        client.prepare_fast_connections([leader])
+        unused = client._preparing[(leader, 0)].result(timeout=30)
+    assert unused.closed
