@@ -258,12 +258,18 @@ class WireClient(ClusterMetadata):
         conn = self._fast.get((node_id, slot))
         if conn is not None and not conn.closed:
             return conn
-        prepared = self._preparing.pop((node_id, slot), None)
+        prepared = self._preparing.get((node_id, slot))
         if prepared is not None:
-            if timeout_s is None and prepared.exception() is None and not prepared.result().closed:
+            try:
+                failure = prepared.exception() if timeout_s is None else None   # waits for one still being made
+            finally:   # taken out only now: interrupted while waiting, close() still finds it
+                del self._preparing[(node_id, slot)]
+            if timeout_s is None and failure is None and not prepared.result().closed:
                 conn = self._fast[(node_id, slot)] = prepared.result()
                 return conn
-            _close_when_made(prepared)   # failed (made again below, which raises as usual) or other bounds
+            _close_when_made(prepared)   # failed, or made with other bounds
+            if isinstance(failure, MirrorError) and not failure.retriable:
+                raise failure   # a refused login or certificate: not tried again (a lockout counts each try)
         broker = self._manager.cluster.broker_metadata(node_id)
         if broker is None:
             raise Errors.NodeNotReadyError(f"no address known for broker {node_id} of cluster {self.cluster_name!r}")
@@ -275,8 +281,9 @@ class WireClient(ClusterMetadata):
         """Start making the fast connections to ``node_ids`` (slot 0), each on a thread of its own, while the
         caller goes on; :meth:`fast_connection` takes them on first use (waiting for one still being made). Over a
         long link a connection's set-up (TCP, TLS, ApiVersions, SASL) costs seconds: ``shoal copy`` starts the
-        leaders' while it resolves its ranges and preflight describes the topic. A set-up that fails is made
-        again (and its error raised) where the connection is first used."""
+        leaders' while it resolves its ranges and preflight describes the topic. A set-up refused for good (login,
+        certificate) raises its error where the connection is first used; one that failed otherwise is made again
+        there (and its error raised as usual)."""
         if not self._fast_enabled or self._closed:
             return
         for node_id in set(node_ids):
@@ -284,7 +291,11 @@ class WireClient(ClusterMetadata):
                 continue
             broker = self._manager.cluster.broker_metadata(node_id)
             if broker is not None:
-                self._preparing[(node_id, 0)] = _on_thread(self._new_fast_connection, node_id, broker, None)
+                try:
+                    self._preparing[(node_id, 0)] = _on_thread(self._new_fast_connection, node_id, broker, None)
+                except RuntimeError as exc:   # no thread to be had: only a head start is lost
+                    log.debug("cluster %r broker %s: not connecting ahead (%s)", self.cluster_name, node_id, exc)
+                    return
 
     def _new_fast_connection(self, node_id: int, broker, timeout_s: float | None) -> FastConnection:
         """Connect to ``broker`` (its address from the metadata) as the cluster settings say; touches nothing of the

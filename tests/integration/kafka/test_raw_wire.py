@@ -288,6 +288,19 @@ def test_fast_connections_made_ahead_are_the_ones_used_and_closed_with_the_clien
         assert conn is not None and not conn.closed
 
     with WireClient.for_cluster(source_cluster.config) as client:
+        attempts = []
+
+        def refused_for_good(node_id, broker, timeout_s):
+            attempts.append(node_id)
+            raise ClusterUnavailableError("source", "b:1", "authentication failed", retriable=False)
+
+        client._new_fast_connection = refused_for_good
+        client.prepare_fast_connections([leader])
+        with pytest.raises(ClusterUnavailableError, match="authentication failed"):
+            client.fast_connection(leader)
+        assert attempts == [leader]   # a refused login is not tried again where the connection is used
+
+    with WireClient.for_cluster(source_cluster.config) as client:
         client.prepare_fast_connections([leader])
         unused = client._preparing[(leader, 0)].result(timeout=30)
     assert unused.closed
