@@ -94,6 +94,18 @@ def last_stable_offsets(config: PipelineConfig, parts: list[tuple[str, int]], *,
     (answer,) = admin.settled_offsets([{TopicPartition(t, p): OffsetSpec.latest() for t, p in parts}],
                                       settle_s=settle_s, unsettled=failed,
                                       isolation_level=IsolationLevel.READ_COMMITTED)
-    if unknown is not None:
-        unknown.update({(tp.topic, tp.partition): why for tp, why in failed.items()})
+    if unknown is not None and failed:
+        gone = _topics_gone(admin, {tp.topic for tp in failed})
+        unknown.update({(tp.topic, tp.partition): f"no such topic on the source now ({why})" if tp.topic in gone
+                        else why for tp, why in failed.items()})
     return {(tp.topic, tp.partition): info.offset for tp, info in answer.items()}
+
+
+def _topics_gone(admin, topics: set[str]) -> set[str]:
+    """Those of ``topics`` the source's metadata does not list (deleted): librdkafka answers a deleted topic's
+    ListOffsets with words that do not say so ("_NOENT: … No leaders found"). Empty when the source cannot say."""
+    try:
+        listed = admin.metadata().topics
+    except MirrorError:
+        return set()
+    return {topic for topic in topics if topic not in listed}
