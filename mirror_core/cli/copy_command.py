@@ -5,8 +5,6 @@ broker per round, one writer (lane) per partition, the next round in flight whil
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from mirror_core.config.cluster import ClusterConfig
@@ -48,6 +46,7 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mirror_core.kafka.admin import ClusterAdmin
+    from mirror_core.kafka.on_thread import on_thread
     from mirror_core.kafka.round_trips import measure_links
     from mirror_core.services.preflight import run_preflight
 
@@ -56,7 +55,8 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
     # long link every new client, every measurement and every step in turn costs seconds before the first byte
     # (measured after the topic's metadata instead, the probe held preflight up ~0.9 s at 200 ms over SASL_SSL)
     source_admin = ClusterAdmin(cmd.source)
-    measuring = _in_background(measure_links, cmd.source, admin=source_admin) if cmd.link_bytes_per_s else None
+    measuring = on_thread(measure_links, cmd.source, admin=source_admin, name="shoal-link-probe") \
+        if cmd.link_bytes_per_s else None
     with WireClient.for_cluster(cmd.source) as source, WireClient.for_cluster(cmd.target) as target:
         meta = topic_metadata_or_error(source, cmd.topic)
         partitions = parse_partitions(cmd.partitions, len(meta.partitions), cmd.topic)
@@ -97,22 +97,6 @@ def run_copy(cmd: CopyCommand, console) -> list[CopyResult]:
             raise
         _summary(console, cmd, results)
         return results
-
-
-def _in_background(fn, *args, **kwargs) -> Future:
-    """``fn(*args, **kwargs)`` on a daemon thread: a copy that fails or is refused meanwhile neither waits for it nor
-    is kept from exiting by it (an executor's worker would be joined at exit)."""
-    future: Future = Future()
-
-    def run() -> None:
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the result
-                future.set_exception(exc)
-
-    threading.Thread(target=run, name="shoal-link-probe", daemon=True).start()
-    return future
 
 
 def _sized_for_link(cmd: CopyCommand, partitions: int, console, links: list[SourceLink]) -> CopyOptions:

@@ -77,6 +77,7 @@ from mirror_core.daemon.standing_pending import StandingPending
 from mirror_core.daemon.standing_round import StandingRound
 from mirror_core.engine.lane_session import LaneSession
 from mirror_core.errors import ConfigError, MirrorError
+from mirror_core.kafka.on_thread import on_thread
 from mirror_core.kafka.source_reachability import SourceReachability, is_transport_failure
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.state.checkpoint import CheckpointStore
@@ -291,18 +292,14 @@ class ShallowMirrorDaemon(Rescans, Eligibility, GroupLanes, LaneSessions, CopyRo
         fails in any way, the configured sizes stay (``link_not_measured``)."""
         if self.config.link_mbps is None:
             return
-        measured: Future = Future()
-
-        def measure() -> None:
+        def measure() -> tuple[int, int] | None:
             try:
-                sizes = self._measured_sizes()
+                return self._measured_sizes()
             except Exception as exc:  # noqa: BLE001 - best effort: never a lane's failure (read on lane workers)
                 event("link_not_measured", logging.WARNING, error=f"{type(exc).__name__}: {exc}", exc_info=True)
-                sizes = None
-            measured.set_result(sizes)
+                return None
 
-        self._sizes_measured = measured
-        threading.Thread(target=measure, name="shoal-link-sizing", daemon=True).start()
+        self._sizes_measured = on_thread(measure, name="shoal-link-sizing")
 
     @property
     def _fetch_sizes(self) -> tuple[int, int]:

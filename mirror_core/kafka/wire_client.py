@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import logging
 import ssl
-import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
@@ -67,6 +66,7 @@ from mirror_core.config.cluster import ClusterConfig, kafka_python_kwargs
 from mirror_core.errors import ClusterUnavailableError, ConfigError, MirrorError
 from mirror_core.kafka.cluster_metadata import ClusterMetadata, TopicMetadata
 from mirror_core.kafka.fast_connection import FastConnection
+from mirror_core.kafka.on_thread import on_thread
 from mirror_core.kafka.wire_channel import FastSecurity
 
 log = logging.getLogger(__name__)
@@ -292,7 +292,8 @@ class WireClient(ClusterMetadata):
             broker = self._manager.cluster.broker_metadata(node_id)
             if broker is not None:
                 try:
-                    self._preparing[(node_id, 0)] = _on_thread(self._new_fast_connection, node_id, broker, None)
+                    self._preparing[(node_id, 0)] = on_thread(self._new_fast_connection, node_id, broker, None,
+                                                                    name="shoal-connect")
                 except RuntimeError as exc:   # no thread to be had: only a head start is lost
                     log.debug("cluster %r broker %s: not connecting ahead (%s)", self.cluster_name, node_id, exc)
                     return
@@ -377,21 +378,6 @@ class WireClient(ClusterMetadata):
         else:
             reason = _one_line(exc)
         return ClusterUnavailableError(self.cluster_name, self.bootstrap_servers, reason, retriable=not auth)
-
-
-def _on_thread(fn, *args) -> Future:
-    """``fn(*args)`` on a daemon thread of its own (nothing waits for it at exit); its result or error in the
-    future."""
-    future: Future = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever takes the future
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="shoal-connect", daemon=True).start()
-    return future
 
 
 def _close_when_made(prepared: Future) -> None:
