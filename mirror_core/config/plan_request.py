@@ -157,5 +157,5 @@ def format_time_ms(ms: int | None) -> str:
     """Milliseconds since the epoch as an ISO-8601 UTC time (``1970-01-01T00:00:07Z``); None: ``-``."""
     if ms is None:
         return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat().replace("+00:00", "Z")
 

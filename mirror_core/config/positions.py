@@ -22,7 +22,7 @@ class PositionSpec:
         if self.kind == "offset":
             return str(self.value)
         if self.kind == "timestamp":
-            return dt.datetime.fromtimestamp(self.value / 1000, dt.timezone.utc).isoformat()
+            return dt.datetime.fromtimestamp(self.value / 1000, dt.UTC).isoformat()
         return self.kind
 
 
@@ -42,7 +42,7 @@ def parse_position(text: str, *, what: str = "position") -> PositionSpec:
         raise ConfigError(f"{what} {text!r} is not earliest, latest, an offset or an ISO-8601 time "
                           "(e.g. 2026-11-20T08:00:00Z)") from None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     return PositionSpec("timestamp", int(when.timestamp() * 1000))
 
 

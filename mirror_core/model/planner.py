@@ -267,6 +267,6 @@ def _resolve_end(request: PlanRequest, state: PartitionState, where: str) -> int
 
 
 def _new_plan_id(pipeline: str, created_ms: int) -> str:
-    stamp = dt.datetime.fromtimestamp(created_ms / 1000, dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = dt.datetime.fromtimestamp(created_ms / 1000, dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{pipeline}.{stamp}.{uuid.uuid4().hex[:6]}"
 

@@ -59,7 +59,7 @@ def _finite(value: float) -> float | None:
 
 
 def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
 
 
 # -- JSON -----------------------------------------------------------------------------------------------------------

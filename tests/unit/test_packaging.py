@@ -4,9 +4,9 @@ tests, the Airflow entry points, and provider metadata whose ``package-name`` is
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
-import tomllib
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name

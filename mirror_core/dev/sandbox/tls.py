@@ -28,7 +28,7 @@ def ensure_tls_material(tls_dir: Path, names: tuple[str, ...] = ("localhost", "1
     if meta_path.exists():
         return json.loads(meta_path.read_text())
     tls_dir.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Shoal sandbox CA (throw-away)")])
     ca_cert = (
