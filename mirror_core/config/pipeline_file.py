@@ -48,6 +48,11 @@
     shutdown_grace_s: 20                               # SIGTERM: finish the round within this, else just stop
     commit_workers: 8                                  # lanes opened and committed side by side (1: in turn)
     stall_after_s: 300                                 # a lane failing (retriable) this long is `stalled`: /readyz 503
+    open_transaction_alert_s: 900                      # a lane caught up to a source last stable offset that has not
+                                                       # moved for this long (a transaction open there, high
+                                                       # watermark past it) is `stalled` too; 900 s is the brokers'
+                                                       # default transaction.max.timeout.ms, past which a
+                                                       # transaction is hanging, not slow
     prune_interval_s: 300                              # offset maps pruned below groups and log start this often
     checkpoint_topic: __shoal_checkpoints              # on the target; one per Shoal installation, usually
     retention:                                         # the retention verdict (mirror_core/model/retention_policy.py),
@@ -106,6 +111,7 @@ class PipelineConfig:
     shutdown_grace_s: float = 20.0
     commit_workers: int = 8
     stall_after_s: float = 300.0
+    open_transaction_alert_s: float = 900.0
     prune_interval_s: float = 300.0
     checkpoint_topic: str = CHECKPOINT_TOPIC
     retention: RetentionPolicy = RetentionPolicy()
@@ -131,7 +137,8 @@ class PipelineConfig:
             raise ConfigError(f"pipeline {self.pipeline!r}: new_partitions must be earliest or latest")
         for name in ("commit_interval_ms", "commit_bytes", "poll_interval_ms", "rescan_interval_s", "lease_ttl_s",
                      "fetch_max_bytes", "partition_fetch_max_bytes", "shutdown_grace_s", "config_sync_interval_s",
-                     "retention_interval_s", "stall_after_s", "prune_interval_s", "commit_workers"):
+                     "retention_interval_s", "stall_after_s", "open_transaction_alert_s", "prune_interval_s",
+                     "commit_workers"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"pipeline {self.pipeline!r}: {name} must be positive")
         if self.link_mbps is not None and not (isinstance(self.link_mbps, int | float) and self.link_mbps > 0):

@@ -172,7 +172,7 @@ class CopyRounds:
         state.last_stable = fetched.last_stable_offset
         tp = (state.topic, state.partition)
         if state.fetcher.position <= start:  # nothing new
-            state.health.succeeded()
+            self._healthy_at(state, start, fetched)
             # committed up to ``start`` (a share of the previous round was committed before this one was read)
             self.positions.caught_up(tp, state.session.position if state.session is not None else start,
                                      fetched.high_watermark)
@@ -188,7 +188,7 @@ class CopyRounds:
         """The books of a share its worker copied and committed with its checkpoint."""
         labels = (state.topic, str(state.partition))
         state.failures = 0
-        state.health.succeeded()
+        self._healthy_at(state, result.source_end, fetched)
         if state.session.position != state.fetcher.position:  # cannot happen; if it did, trust the checkpoint
             event("position_realigned", logging.WARNING, topic=state.topic, partition=state.partition,
                   checkpoint=state.session.position, fetcher=state.fetcher.position)

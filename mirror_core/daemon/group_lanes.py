@@ -272,6 +272,7 @@ class GroupLanes:
                 with contextlib.suppress(KeyError):  # never set in this process
                     gauge.remove(state.topic, str(state.partition))
             state.shown_lag = None
+            state.hold = None  # a source transaction it waited behind is its next holder's to time
             self.positions.forget((state.topic, state.partition))  # its retention is watched by its next holder
             if state.health.state in (RETRYING, STALLED):  # its health is its next holder's to tell: not turning
                 state.health.succeeded()                   # ``stalled`` here (not ready) for a lane not copied here

@@ -5,6 +5,12 @@ alone; both are published when they change, nothing per idle lane, with a full w
 a check (which also checks the retention positions kept by events). A lane that is not simply copying (retrying,
 stalled) has a health record of its own in the checkpoint topic, written when its state changes
 (:mod:`mirror_core.state.lane_health_records`), so the Shoal page and ``shoal lanes status`` see it.
+
+A lane can also stall with nothing failing: caught up to a source last stable offset that stays below the high
+watermark (a transaction open there, which no READ_COMMITTED copy can pass), its lag to that offset is 0 while the
+source grows. Held at the same offset for longer than ``open_transaction_alert_s`` it turns ``stalled``
+(``source_transaction_open``, :meth:`LaneHealthBooks._hold_due`), by time alone like a failing lane, since an idle
+partition is left out of the standing round's answers.
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ import logging
 import time
 
 from mirror_core.daemon.events import event
-from mirror_core.daemon.lane_state import AUDIT_MAX_S, LaneState
-from mirror_core.model.lane_status import HALTED, RETRYING, LaneHealth
+from mirror_core.daemon.lane_state import AUDIT_MAX_S, LaneState, SourceHold
+from mirror_core.model.lane_status import COPYING, HALTED, RETRYING, SOURCE_TRANSACTION_OPEN, LaneHealth
 from mirror_core.state.lane_health_records import health_refresh_s, live_health, plan_health_writes
 from mirror_core.state.leases import now_ms
 
@@ -38,6 +44,8 @@ class LaneHealthBooks:
         now = now_ms()
         health = {}
         for lane, state in self.lanes.items():
+            if state.hold is not None:
+                self._hold_due(state, now)
             state.health.refresh(now)
             health[lane] = tuple(vars(state.health).values())
         self._health_dirty.clear()
@@ -91,6 +99,8 @@ class LaneHealthBooks:
             state = lanes.get(lane)
             if state is None:
                 continue
+            if state.hold is not None:
+                self._hold_due(state, stamp)
             state.health.refresh(stamp)
             fields = tuple(vars(state.health).values())
             if fields != published.get(lane):
@@ -113,16 +123,92 @@ class LaneHealthBooks:
         self._health_dirty.add(lane)
         self._health_watch.add(lane)
         if health.state == RETRYING and health.since_ms is not None:
-            at = health.since_ms + int(health.stall_after_s * 1000)
-            if self._stall_at.get(lane) != at:
-                self._stall_at[lane] = at
-                heapq.heappush(self._stall_times, (at, lane))
-                # a lane failing anew after recovering leaves its superseded due time in the heap until that time
-                # comes (stall_after_s later): rebuilt from the live ones when those are most of it, so the heap
-                # stays bounded by the lanes, not by the failure rate times stall_after_s
-                if len(self._stall_times) > 2 * len(self._stall_at) + 64:
-                    self._stall_times = [(due, name) for name, due in self._stall_at.items()]
-                    heapq.heapify(self._stall_times)
+            self._stall_due(lane, health.since_ms + int(health.stall_after_s * 1000))
+
+    def _stall_due(self, lane: str, at: int) -> None:
+        """Look at ``lane`` again at ``at`` (wall ms), when it may turn ``stalled`` with no event to say so."""
+        if self._stall_at.get(lane) != at:
+            self._stall_at[lane] = at
+            heapq.heappush(self._stall_times, (at, lane))
+            # a lane failing anew after recovering leaves its superseded due time in the heap until that time
+            # comes (stall_after_s later): rebuilt from the live ones when those are most of it, so the heap
+            # stays bounded by the lanes, not by the failure rate times stall_after_s
+            if len(self._stall_times) > 2 * len(self._stall_at) + 64:
+                self._stall_times = [(due, name) for name, due in self._stall_at.items()]
+                heapq.heapify(self._stall_times)
+
+    def _healthy_at(self, state: LaneState, position: int, fetched) -> None:
+        """A good answer for the lane — a share copied and committed, or nothing new — leaving it at ``position``:
+        ``copying``, unless it is held up by a source transaction (:meth:`_track_hold`); a lane stalled for one
+        it still waits behind stays so (and returns to that alarm if a failure in between replaced it)."""
+        self._track_hold(state, position, fetched)
+        hold, health = state.hold, state.health
+        if hold is not None and hold.reported:
+            if health.reason != SOURCE_TRANSACTION_OPEN:  # a failure meanwhile took its place: the alarm again
+                health.succeeded()
+                hold.reported = False
+                self._hold_due(state, now_ms())
+            return
+        health.succeeded()
+        if hold is not None:
+            self._hold_due(state, now_ms())
+
+    def _track_hold(self, state: LaneState, position: int, fetched) -> None:
+        """Note whether the lane at ``position`` is caught up to a last stable offset below the high watermark — a
+        source transaction open there, which no READ_COMMITTED copy can pass. Normal while a transaction lasts;
+        a hold at a new offset is timed from now (:class:`SourceHold`) and looked at again
+        ``open_transaction_alert_s`` later (:meth:`_hold_due`, by time alone: under fetch sessions a partition
+        whose only change is none is left out of the answers); a last stable offset that moved ends it. Noted on
+        the answer that brought the lane to that offset as well as on an idle one: after it the broker may never
+        name the partition again."""
+        stable, high = fetched.last_stable_offset, fetched.high_watermark
+        hold = state.hold
+        if high > stable and position >= stable:
+            if hold is not None and hold.offset == stable:
+                hold.high_watermark = max(hold.high_watermark, high)
+                return
+            if hold is not None:
+                self._hold_ended(state)
+            since = now_ms()
+            state.hold = SourceHold(stable, since, high)
+            self._stall_due(state.lane, since + int(self.config.open_transaction_alert_s * 1000))
+        elif hold is not None:
+            self._hold_ended(state)
+
+    def _hold_due(self, state: LaneState, now: int) -> None:
+        """A lane held at the same last stable offset for longer than ``open_transaction_alert_s`` (and not failing)
+        turns ``stalled`` with reason ``source_transaction_open`` — a message naming the cluster, topic, partition
+        and offset, and the command that aborts a hanging transaction — and the event says so."""
+        hold, health = state.hold, state.health
+        if hold is None or hold.reported or health.state != COPYING or \
+                now - hold.since_ms <= self.config.open_transaction_alert_s * 1000:
+            return
+        hold.reported = True
+        waited_s = (now - hold.since_ms) / 1000
+        # the topic named once (in the command), so a health record (lane_health_records.MESSAGE_CHARS) keeps the
+        # command whole even for a topic name of Kafka's 249 characters
+        message = (f"cluster {self.config.source.name!r}: an open transaction has held the last stable offset at "
+                   f"{hold.offset} for {waited_s:.0f} s (high watermark {hold.high_watermark}); no READ_COMMITTED "
+                   "copy passes it. If it hangs: kafka-transactions.sh --bootstrap-server <source> abort --topic "
+                   f"{state.topic} --partition {state.partition} --start-offset {hold.offset}")
+        health.held_up(SOURCE_TRANSACTION_OPEN, message, hold.since_ms, position=hold.offset)
+        self._health_dirty.add(state.lane)
+        self._health_watch.add(state.lane)  # a health record while it lasts, as for a failing lane
+        event("source_transaction_open", logging.WARNING, cluster=self.config.source.name, topic=state.topic,
+              partition=state.partition, offset=hold.offset, high_watermark=hold.high_watermark,
+              waiting_s=round(waited_s),
+              note="find hanging transactions with kafka-transactions.sh find-hanging --broker-id <leader>")
+
+    def _hold_ended(self, state: LaneState) -> None:
+        """The last stable offset the lane waited at moved: the hold ends, and a lane stalled for it copies again."""
+        hold, state.hold = state.hold, None
+        if hold is None or not hold.reported:
+            return
+        event("source_transaction_decided", cluster=self.config.source.name, topic=state.topic,
+              partition=state.partition, offset=hold.offset, held_s=round((now_ms() - hold.since_ms) / 1000))
+        if state.health.reason == SOURCE_TRANSACTION_OPEN:
+            state.health.succeeded()
+        self._health_dirty.add(state.lane)
 
     def _audit_positions(self) -> None:
         """Every ``HEALTH_WALK_S``: the retention positions kept by events checked against the held lanes — a lane

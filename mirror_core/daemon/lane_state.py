@@ -22,6 +22,21 @@ AUDIT_MAX_S = 30.0
 
 
 @dataclass
+class SourceHold:
+    """A lane caught up to a source last stable offset that stays below the high watermark: a transaction open at
+    ``offset`` holds what follows it from every READ_COMMITTED reader. ``since_ms``: when this process first saw
+    the last stable offset there (wall clock; the pipeline's ``open_transaction_alert_s`` counts from
+    it);
+    ``high_watermark``: the newest the source reported meanwhile; ``reported``: the lane was turned ``stalled``
+    for it (and the event logged)."""
+
+    offset: int
+    since_ms: int
+    high_watermark: int
+    reported: bool = False
+
+
+@dataclass
 class LaneState:
     topic: str
     partition: int
@@ -37,6 +52,7 @@ class LaneState:
     last_stable: int | None = None  # the source partition's last stable offset at the last fetch
     repaired_at: int | None = None  # source offset of the rejected batch a config sync last repaired
     shown_lag: int | None = None  # the lag gauge's value for the lane (None: not set by this process, or removed)
+    hold: SourceHold | None = None  # caught up to a last stable offset an open source transaction holds
     # the lane's halt is stored in its checkpoint (we wrote it, or read it there): from then on a checkpoint of the
     # lane without a halt can only be the operator's resume (no clock is compared: machines' clocks differ)
     halt_stored: bool = False

@@ -5,7 +5,9 @@ States (every lane is in exactly one):
 - ``copying``: the last attempt worked (or none failed yet);
 - ``retrying``: a retriable error; the lane retries with backoff (``attempts`` so far, failing ``since_ms``);
 - ``stalled``: still retrying, but failing for longer than the pipeline's ``stall_after_s``: it alerts (metrics,
-  ``/readyz``), it does not give up;
+  ``/readyz``), it does not give up; or, with nothing failing, held up by something outside Shoal for longer than
+  its own bound (:meth:`LaneHealth.held_up`: a source transaction left open at the offset the lane has reached,
+  ``open_transaction_alert_s``);
 - ``halted``: the error needs an operator (data deleted before it was copied, a recreated topic, a batch the target
   refuses, …): the lane is not reopened until ``shoal lanes resume``; the reason and the offsets are kept and
   persisted with the checkpoint (:class:`PersistedLaneState`), so a restart does not reopen it;
@@ -30,8 +32,9 @@ NOT_READY = (STALLED, HALTED)  # what makes /readyz answer 503
 REASONS = (
     "none", "data_loss", "topic_recreated", "source_truncated", "corrupt_batch", "foreign_write", "batch_rejected",
     "skip_refused", "fetch_refused", "source_deleted", "config", "unavailable", "ambiguous_write", "checkpoint",
-    "kafka_retriable", "kafka_refused", "transaction_timeout", "unknown",
+    "kafka_retriable", "kafka_refused", "transaction_timeout", "source_transaction_open", "unknown",
 )
+SOURCE_TRANSACTION_OPEN = "source_transaction_open"  # held up: the source's last stable offset does not move
 
 
 def classify_failure(exc: BaseException) -> tuple[bool, str]:
@@ -122,17 +125,27 @@ class LaneHealth:
         """A retriable failure: ``retrying``, or ``stalled`` once failing for longer than ``stall_after_s``."""
         if self.stopped:
             return
-        self.attempts += 1
-        if self.since_ms is None:
+        if not self.attempts:  # the first failure of a run (a lane held up, stalled with none, starts one too)
             self.since_ms = now_ms
+        self.attempts += 1
         self.reason, self.message, self.position = reason, message, position
         self.state = RETRYING
         self.refresh(now_ms)
 
     def refresh(self, now_ms: int) -> None:
-        """Re-evaluate ``retrying`` → ``stalled`` (time passes while a lane backs off)."""
-        if self.state in (RETRYING, STALLED) and self.since_ms is not None:
+        """Re-evaluate ``retrying`` → ``stalled`` (time passes while a lane backs off). A lane held up
+        (:meth:`held_up`: stalled with no failure, ``attempts`` 0) stays so: its bound is not ``stall_after_s``."""
+        if self.state in (RETRYING, STALLED) and self.since_ms is not None and self.attempts:
             self.state = STALLED if now_ms - self.since_ms > self.stall_after_s * 1000 else RETRYING
+
+    def held_up(self, reason: str, message: str, since_ms: int, *, position: int) -> None:
+        """Nothing failed, but the lane has not been able to move past ``position`` since ``since_ms`` for a reason
+        outside Shoal (a source transaction left open there): ``stalled``, alerting like a lane failing for longer
+        than the bound, until :meth:`succeeded`. The caller judges that the bound has passed."""
+        if self.stopped:
+            return
+        self.state, self.reason, self.message, self.attempts = STALLED, reason, message, 0
+        self.since_ms, self.position, self.range_end = since_ms, position, None
 
     def stop(self, persisted: PersistedLaneState) -> None:
         self.state, self.reason, self.message = persisted.state, persisted.reason, persisted.message
