@@ -144,13 +144,14 @@ class LaneHealthBooks:
         self._track_hold(state, position, fetched)
         hold, health = state.hold, state.health
         if hold is not None and hold.reported:
-            if health.reason != SOURCE_TRANSACTION_OPEN:  # a failure meanwhile took its place: the alarm again
-                health.succeeded()
-                hold.reported = False
-                self._hold_due(state, now_ms())
+            if health.reason != SOURCE_TRANSACTION_OPEN:  # a failure meanwhile took its place: the alarm again,
+                health.succeeded()                         # as it was (no second event: the same hold)
+                health.held_up(SOURCE_TRANSACTION_OPEN, hold.message, hold.since_ms, position=hold.offset)
+                self._health_dirty.add(state.lane)
             return
         health.succeeded()
-        if hold is not None:
+        if hold is not None:  # due at its own time, also after a failure's due time took the lane's slot
+            self._stall_due(state.lane, hold.since_ms + int(self.config.open_transaction_alert_s * 1000))
             self._hold_due(state, now_ms())
 
     def _track_hold(self, state: LaneState, position: int, fetched) -> None:
@@ -183,14 +184,14 @@ class LaneHealthBooks:
         if hold is None or hold.reported or health.state != COPYING or \
                 now - hold.since_ms <= self.config.open_transaction_alert_s * 1000:
             return
-        hold.reported = True
         waited_s = (now - hold.since_ms) / 1000
         # the topic named once (in the command), so a health record (lane_health_records.MESSAGE_CHARS) keeps the
         # command whole even for a topic name of Kafka's 249 characters
         message = (f"cluster {self.config.source.name!r}: an open transaction has held the last stable offset at "
-                   f"{hold.offset} for {waited_s:.0f} s (high watermark {hold.high_watermark}); no READ_COMMITTED "
-                   "copy passes it. If it hangs: kafka-transactions.sh --bootstrap-server <source> abort --topic "
+                   f"{hold.offset} (high watermark {hold.high_watermark}); no READ_COMMITTED copy passes it. If it "
+                   "hangs: kafka-transactions.sh --bootstrap-server <source> abort --topic "
                    f"{state.topic} --partition {state.partition} --start-offset {hold.offset}")
+        hold.message = message
         health.held_up(SOURCE_TRANSACTION_OPEN, message, hold.since_ms, position=hold.offset)
         self._health_dirty.add(state.lane)
         self._health_watch.add(state.lane)  # a health record while it lasts, as for a failing lane

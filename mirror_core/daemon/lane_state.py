@@ -27,13 +27,17 @@ class SourceHold:
     ``offset`` holds what follows it from every READ_COMMITTED reader. ``since_ms``: when this process first saw
     the last stable offset there (wall clock; the pipeline's ``open_transaction_alert_s`` counts from
     it);
-    ``high_watermark``: the newest the source reported meanwhile; ``reported``: the lane was turned ``stalled``
-    for it (and the event logged)."""
+    ``high_watermark``: the newest the source reported meanwhile; ``message``: set when the lane was turned
+    ``stalled`` for it (and the event logged), kept to turn it so again after a failure in between."""
 
     offset: int
     since_ms: int
     high_watermark: int
-    reported: bool = False
+    message: str | None = None
+
+    @property
+    def reported(self) -> bool:
+        return self.message is not None
 
 
 @dataclass

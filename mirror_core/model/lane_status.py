@@ -101,7 +101,9 @@ class LaneHealth:
 
     Invariants: ``attempts`` and ``since_ms`` are 0/None while ``copying``; ``since_ms`` is when the current run
     of failures began (the first failure after the last success), so ``stalled`` means failing for longer than the
-    bound without one success in between; a ``halted``/``retired`` lane stays so until :meth:`resumed`."""
+    bound without one success in between — or, with ``attempts`` 0, held up with no failure since ``since_ms``
+    (:meth:`held_up`; a failure then keeps ``since_ms``: the lane has not moved since); a ``halted``/``retired`` lane
+    stays so until :meth:`resumed`."""
 
     state: str = COPYING
     reason: str = "none"
@@ -125,9 +127,9 @@ class LaneHealth:
         """A retriable failure: ``retrying``, or ``stalled`` once failing for longer than ``stall_after_s``."""
         if self.stopped:
             return
-        if not self.attempts:  # the first failure of a run (a lane held up, stalled with none, starts one too)
-            self.since_ms = now_ms
         self.attempts += 1
+        if self.since_ms is None:  # the first failure of a run (a lane held up keeps its since: it has not moved)
+            self.since_ms = now_ms
         self.reason, self.message, self.position = reason, message, position
         self.state = RETRYING
         self.refresh(now_ms)

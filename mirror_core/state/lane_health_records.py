@@ -86,7 +86,10 @@ class HealthRecord:
         return self.expires_ms > now_ms
 
     def detail(self, clock) -> str:
-        """The page's sentence: what fails, how often, since when (``clock``: ms → text)."""
+        """The page's sentence: what fails, how often, since when (``clock``: ms → text); a lane held up with no
+        failure (``attempts`` 0: a source transaction left open) since when it has not moved."""
+        if not self.attempts:
+            return f"{self.message or 'held up'} (not moving since {clock(self.since_ms)}, reported by {self.holder})"
         return (f"{self.message or 'failing'} (attempt {self.attempts}, failing since {clock(self.since_ms)}, "
                 f"reported by {self.holder})")
 

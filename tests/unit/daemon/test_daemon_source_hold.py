@@ -12,8 +12,9 @@ from types import SimpleNamespace as NS
 import kafka.errors as Errors
 import pytest
 
+from mirror_core.daemon import lane_health
 from mirror_core.kafka.broker_fetch import PartitionOutcome
-from mirror_core.model.lane_status import COPYING, RETRYING, SOURCE_TRANSACTION_OPEN, STALLED, LaneHealth
+from mirror_core.model.lane_status import COPYING, SOURCE_TRANSACTION_OPEN, STALLED, LaneHealth
 from mirror_core.state.lane_health_records import live_health
 from tests.unit.daemon.test_daemon_idle_rounds import held_daemon, set_clock
 
@@ -46,6 +47,7 @@ def idle(daemon, state, position: int, stable: int, high: int) -> None:
     """An answer with nothing new for the lane at ``position``."""
     state.fetcher = NS(position=position)
     assert daemon._share_fetched(state, position, PartitionOutcome(fetched(stable, high), None)) is None
+    daemon._health_dirty.add(state.lane)  # the round marks the lanes its answer named (_publish_round_states)
 
 
 def copied(daemon, state, start: int, end: int, stable: int, high: int) -> None:
@@ -54,6 +56,7 @@ def copied(daemon, state, start: int, end: int, stable: int, high: int) -> None:
     result = NS(records=end - start, bytes=0, batches=1, deep_batches=0, newest_timestamp_ms=None,
                 source_start=start, source_end=end, first_target_offset=start, next_target_offset=end)
     daemon._copied(state, fetched(stable, high), result)
+    daemon._health_dirty.add(state.lane)
 
 
 def shown(daemon, lane: str) -> dict:
@@ -105,7 +108,7 @@ def test_a_copy_that_reaches_a_held_offset_notes_the_hold_though_no_answer_follo
 
 
 @pytest.mark.timeout(10)
-def test_a_failure_during_the_alarm_does_not_replace_it_once_fetches_work_again(clocked):
+def test_a_failure_during_the_alarm_does_not_replace_it_once_fetches_work_again(clocked, monkeypatch):
     """Review finding: a leader change while stalled behind the transaction turned the lane ``retrying``, and a good
     idle answer at the same offset then kept it so, to turn ``stalled`` later for the broker error."""
     daemon, clock = clocked
@@ -114,14 +117,43 @@ def test_a_failure_during_the_alarm_does_not_replace_it_once_fetches_work_again(
     clock.ms += ALERT_MS + 1000
     daemon._publish_due_states()
     assert shown(daemon, "orders-1")["reason"] == SOURCE_TRANSACTION_OPEN
+    events = []
+    monkeypatch.setattr(lane_health, "event", lambda name, *a, **kw: events.append(name))
     state.fetcher = NS(position=10)
     daemon._failed(state, Errors.NotLeaderForPartitionError("leader moved"), fetching=True)
-    assert state.health.state == RETRYING
+    daemon._publish_due_states()
+    # second review: the lane has not moved since the hold began, so it stays stalled (with the failure's reason)
+    # instead of flapping to retrying and ready while the transaction still hangs
+    assert (shown(daemon, "orders-1")["state"], daemon.metrics.readiness()[0]) == (STALLED, False)
     clock.ms += 1000
     idle(daemon, state, 10, 10, 31)                           # the new leader answers: still held
     daemon._publish_due_states()
     lane = shown(daemon, "orders-1")
     assert (lane["state"], lane["reason"]) == (STALLED, SOURCE_TRANSACTION_OPEN)
+    assert "source_transaction_open" not in events, "the same hold announced twice"
+
+
+@pytest.mark.timeout(10)
+def test_a_short_failure_before_the_alarm_does_not_cost_the_hold_its_due_time(clocked):
+    """Second review: a failure's due time took the lane's one slot in the heap; once the lane copied again the
+    hold's own due time was gone, and only the 30 s walk (held off here) would have raised the alarm."""
+    daemon, clock = clocked
+    state = daemon.lanes["orders-1"]
+    idle(daemon, state, 10, 10, 31)
+    clock.ms += 100_000
+    state.fetcher = NS(position=10)
+    daemon._failed(state, Errors.NotLeaderForPartitionError("leader moved"), fetching=True)
+    clock.ms += 1000
+    idle(daemon, state, 10, 10, 31)                           # good again, still held
+    daemon._publish_due_states()
+    assert shown(daemon, "orders-1")["state"] == COPYING
+    clock.ms += 301_000                                       # the failure's due time (stall_after_s) passes
+    daemon._publish_due_states()
+    assert shown(daemon, "orders-1")["state"] == COPYING
+    clock.ms = state.hold.since_ms + ALERT_MS + 1000
+    daemon._publish_due_states()
+    assert (shown(daemon, "orders-1")["state"], shown(daemon, "orders-1")["reason"]) == \
+        (STALLED, SOURCE_TRANSACTION_OPEN)
 
 
 @pytest.mark.timeout(10)
@@ -167,12 +199,12 @@ def test_the_health_record_keeps_the_whole_abort_command_for_a_long_topic_name(c
     assert command in record["message"], record["message"]
 
 
-def test_a_failure_after_a_hold_starts_its_own_run_of_failures():
+def test_a_failure_after_a_hold_keeps_the_time_since_the_lane_last_moved():
     health = LaneHealth(stall_after_s=300)
     health.held_up(SOURCE_TRANSACTION_OPEN, "held", 1_000, position=10)
     assert (health.state, health.attempts) == (STALLED, 0)
     health.failed("unavailable", "broker down", 1_000 + 400_000, position=10)
-    assert (health.state, health.since_ms, health.attempts) == (RETRYING, 1_000 + 400_000, 1)
+    assert (health.state, health.reason, health.since_ms, health.attempts) == (STALLED, "unavailable", 1_000, 1)
 
 
 def test_a_hold_shorter_than_stall_after_s_stays_stalled_when_refreshed():
