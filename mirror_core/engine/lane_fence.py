@@ -116,14 +116,34 @@ class LaneFence:
             return None
         return self.fenced_at + self.owner.policy.refence_interval_s
 
-    def _abort_quietly(self) -> None:
+    def _after_failed_copy(self, exc: BaseException) -> BaseException:
         """After a failed copy: end the open transaction now (bounded, best effort), so it does not hold back the
-        last stable offset of the target and checkpoint partitions until its timeout; never masks the error."""
-        if self.exactly_once and self.writer.in_transaction:
-            try:
-                self.writer.abort_transaction(give_up_after_s=ABORT_GIVE_UP_S)
-            except Exception as exc:  # noqa: BLE001 - the copy's own error is the one that matters
-                log.info("cluster %r %s-%d: the failed copy's transaction was not aborted (%s); the next "
-                         "InitProducerId or the transaction timeout ends it", self.owner.target.cluster_name,
-                         self.target_topic, self.target_partition, exc)
+        last stable offset of the target and checkpoint partitions until its timeout. Returns the error to raise:
+        the copy's own — unless the abort found the writer fenced while the copy's error would only have been
+        retried. Then a newer writer owns the lane, and that is what the caller must act on (the daemon drops the
+        lane instead of reopening it and fencing the newer writer back). Seen on Kafka 4.4: a commit racing a
+        newer writer's InitProducerId answered UNKNOWN_SERVER_ERROR (the coordinator's "transition to ONGOING
+        while it already a pending state PREPARE_EPOCH_FENCE"), and only the abort said fenced. An error that
+        halts the lane stays the one raised."""
+        from mirror_core.errors import ProducerFencedError
+        from mirror_core.model.lane_status import classify_failure
+
+        if not (self.exactly_once and self.writer.in_transaction):
+            return exc
+        try:
+            self.writer.abort_transaction(give_up_after_s=ABORT_GIVE_UP_S)
+        except ProducerFencedError as fenced:
+            if isinstance(exc, Exception) and not isinstance(exc, ProducerFencedError) and classify_failure(exc)[0]:
+                log.info("cluster %r %s-%d: the failed copy's writer is fenced (%s); the copy failed with %s",
+                         self.owner.target.cluster_name, self.target_topic, self.target_partition, fenced, exc)
+                return fenced
+            self._not_aborted(fenced)
+        except Exception as failed:  # noqa: BLE001 - the copy's own error is the one that matters
+            self._not_aborted(failed)
+        return exc
+
+    def _not_aborted(self, failed: Exception) -> None:
+        log.info("cluster %r %s-%d: the failed copy's transaction was not aborted (%s); the next InitProducerId or "
+                 "the transaction timeout ends it", self.owner.target.cluster_name, self.target_topic,
+                 self.target_partition, failed)
 

@@ -287,9 +287,11 @@ class LaneSession(LaneFence):
             result = copier.copy(rng, progress, offset_runs=runs, fetcher=fetcher, landing=ResumeLanding(self),
                                  start_epoch=start_epoch, resume=previous is not None or not self.exactly_once,
                                  topic_id=self.source_topic_id)
-        except BaseException:
-            self._abort_quietly()
-            raise
+        except BaseException as exc:
+            raised = self._after_failed_copy(exc)
+            if raised is exc:
+                raise
+            raise raised from exc
         result.commits = listener.commits
         result.lost_ranges = lost
         return result
