@@ -19,12 +19,12 @@ The alarm must come from the daemon's own due time, well before its 30 s walk of
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
 import pytest
 
+from tests.faults.test_daemon_source_outage import readiness
 from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factory is a fixture
     assert_exact,
     daemon_factory,
@@ -38,15 +38,6 @@ from tests.integration.daemon.test_daemon import (  # noqa: F401 - daemon_factor
 pytestmark = [pytest.mark.timeout(180), pytest.mark.faults]
 
 ALERT_S = 3
-
-
-def lane_reports(daemon) -> tuple[int, dict] | None:
-    """(``/readyz`` status, its body), or None while the endpoint does not answer."""
-    try:
-        status, body = daemon.get("/readyz")
-    except OSError:
-        return None
-    return status, json.loads(body)
 
 
 @pytest.mark.parametrize("daemon_first", [True, False], ids=["caught-up-before", "started-behind"])
@@ -83,7 +74,7 @@ def test_a_lane_held_up_by_an_open_source_transaction_turns_stalled_naming_the_o
     seen = []
 
     def stalled_lane():
-        got = lane_reports(daemon)
+        got = readiness(daemon)
         seen[:] = [got]
         if got is None or got[0] != 503:
             return None
@@ -108,7 +99,7 @@ def test_a_lane_held_up_by_an_open_source_transaction_turns_stalled_naming_the_o
 
     txn.commit_transaction(30)
     wait_caught_up(source_cluster, target_cluster, pipeline, {topic: 1}, daemons=(daemon,))
-    wait_for(lambda: (lane_reports(daemon) or (0,))[0] == 200, 30, "the lane ready again", daemons=(daemon,))
+    wait_for(lambda: (readiness(daemon) or (0,))[0] == 200, 30, "the lane ready again", daemons=(daemon,))
     assert "event=source_transaction_decided" in daemon.log_text(), daemon.tail()
     assert assert_exact(source_cluster, target_cluster, topic, f"dr.{topic}") == 31
     assert daemon.alive, "no restart was needed"
