@@ -28,6 +28,9 @@ from mirror_core.state.checkpoint import checkpoint_key, checkpoint_partition
 
 log = logging.getLogger(__name__)
 
+# the answers that mean another writer initialised the lane's transactional.id (INVALID_TXN_STATE, also
+# fencing-shaped, is what an abort gets after a commit that landed though its answer was lost)
+_NEWER_WRITER = ("ProducerFencedError", "InvalidProducerEpochError")
 ABORT_GIVE_UP_S = 2.0  # how long a failed copy's abort may retry before the next InitProducerId is left to end it
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
@@ -133,10 +136,15 @@ class LaneFence:
         try:
             self.writer.abort_transaction(give_up_after_s=ABORT_GIVE_UP_S)
         except ProducerFencedError as fenced:
-            if isinstance(exc, Exception) and not isinstance(exc, ProducerFencedError) and classify_failure(exc)[0]:
-                log.info("cluster %r %s-%d: the failed copy's writer is fenced (%s); the copy failed with %s",
-                         self.owner.target.cluster_name, self.target_topic, self.target_partition, fenced, exc)
-                return fenced
+            if isinstance(exc, Exception) and not isinstance(exc, ProducerFencedError) and classify_failure(exc)[0] \
+                    and fenced.error in _NEWER_WRITER:
+                # the coordinator's own abort of a transaction past its timeout bumps the epoch too: told apart as
+                # the commit path does (the abort's fence stands only if it is a newer writer's)
+                judged = self.writer.fenced_or_timed_out(fenced)
+                if isinstance(judged, ProducerFencedError):
+                    log.info("cluster %r %s-%d: the failed copy's writer is fenced (%s); the copy failed with %s",
+                             self.owner.target.cluster_name, self.target_topic, self.target_partition, fenced, exc)
+                    return judged
             self._not_aborted(fenced)
         except Exception as failed:  # noqa: BLE001 - the copy's own error is the one that matters
             self._not_aborted(failed)

@@ -10,7 +10,7 @@ the producer epoch, which the writer's next request meets as INVALID_PRODUCER_EP
 answers a newer writer of the transactional.id causes. So inside a transaction the writer stops retrying a write
 once ``TRANSACTION_RETRY_SHARE`` of the timeout has passed since the transaction began (a retriable error: the
 caller aborts and resumes from its checkpoint), and EndTxn never retries past the timeout. When a fencing-shaped
-answer comes anyway, the writer tells the two apart (:meth:`TransactionalProducer._fenced_or_timed_out`):
+answer comes anyway, the writer tells the two apart (:meth:`TransactionalProducer.fenced_or_timed_out`):
 InitProducerId with its own producer id and epoch succeeds only when no other writer initialised the id since, which
 is how :class:`TransactionTimedOutError` (retriable) and :class:`ProducerFencedError` (stop) stay true.
 """
@@ -129,7 +129,7 @@ class TransactionalProducer:
                     raise CoordinatorUnavailableError(self.client.cluster_name, self._who, what, type(exc).__name__,
                                                       backoff.elapsed) from None
 
-    def _fenced_or_timed_out(self, fenced: ProducerFencedError) -> MirrorError:
+    def fenced_or_timed_out(self, fenced: ProducerFencedError) -> MirrorError:
         """What a fencing-shaped answer (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_TXN_STATE) really means.
 
         A newer writer's InitProducerId and the coordinator's own abort of a timed-out transaction both bump the
@@ -165,7 +165,7 @@ class TransactionalProducer:
                                         self.transaction_timeout_ms)
 
     def _aborted_by_coordinator(self, producer_id: int, epoch: int) -> bool:
-        """Whether the coordinator's state is its own abort of our transaction (see :meth:`_fenced_or_timed_out`)."""
+        """Whether the coordinator's state is its own abort of our transaction (see :meth:`fenced_or_timed_out`)."""
         try:
             state = self._transaction_state()
         except Errors.KafkaError as exc:
@@ -241,7 +241,7 @@ class TransactionalProducer:
         try:
             self._end_transaction(committed=True)
         except ProducerFencedError as exc:
-            raise self._fenced_or_timed_out(exc) from None
+            raise self.fenced_or_timed_out(exc) from None
 
     def abort_transaction(self, *, give_up_after_s: float | None = None) -> None:
         """Abort the open transaction; ``give_up_after_s`` bounds the retries (default ``retry_timeout_s``)."""

@@ -146,7 +146,7 @@ class BatchWriter(TransactionalProducer):
             if batches:
                 ProducePipeline([(self, batches, results, counts)]).run()
         except ProducerFencedError as exc:
-            raise self._fenced_or_timed_out(exc) from None
+            raise self.fenced_or_timed_out(exc) from None
         return results
 
     def stream(self) -> WriteStream | None:
@@ -313,7 +313,7 @@ class WriteStream:
             if tp not in self._partitions and writer._in_txn:
                 writer._add_partitions([tp])
         except ProducerFencedError as exc:
-            raise writer._fenced_or_timed_out(exc) from None
+            raise writer.fenced_or_timed_out(exc) from None
         self._partitions.add(tp)
         if self._pipeline is None:
             self._pipeline = ProducePipeline([(writer, (), self.results, ())])
@@ -324,7 +324,7 @@ class WriteStream:
         except BaseException as exc:
             self.done = True  # the pipeline gave up (and waited for its requests in flight)
             if isinstance(exc, ProducerFencedError):
-                raise writer._fenced_or_timed_out(exc) from None
+                raise writer.fenced_or_timed_out(exc) from None
             raise
 
     def finish(self) -> list[int]:
@@ -338,7 +338,7 @@ class WriteStream:
             try:
                 self._pipeline.run()
             except ProducerFencedError as exc:
-                raise self.writer._fenced_or_timed_out(exc) from None
+                raise self.writer.fenced_or_timed_out(exc) from None
         return self.results
 
     def settle(self) -> MirrorError | None:
@@ -357,7 +357,7 @@ class WriteStream:
             log.warning("%s: giving up a write stream: %s: %s (the writer takes a new producer id or epoch before "
                         "its next write)", self.writer._who, type(exc).__name__, exc)
             return None
-        return None if fence is None else self.writer._fenced_or_timed_out(fence)
+        return None if fence is None else self.writer.fenced_or_timed_out(fence)
 
     def drop(self) -> None:
         """Give up the stream without waiting (the process is being interrupted): if anything was sent, the

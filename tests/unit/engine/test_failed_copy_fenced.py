@@ -17,10 +17,19 @@ from mirror_core.errors import DataLossError, MirrorError, ProducerFencedError
 
 
 class Writer:
-    def __init__(self, abort_error: BaseException | None):
+    """The abort's answer, and what the writer's own judgement (``fenced_or_timed_out``: a newer writer's
+    InitProducerId or the coordinator's abort of our transaction past its timeout) makes of a fence."""
+
+    def __init__(self, abort_error: BaseException | None, *, timed_out: bool = False):
         self.in_transaction = True
         self.abort_error = abort_error
+        self.timed_out = timed_out
         self.aborts = 0
+        self.judged = 0
+
+    def fenced_or_timed_out(self, fenced):
+        self.judged += 1
+        return MirrorError("the coordinator aborted the transaction on its timeout") if self.timed_out else fenced
 
     def abort_transaction(self, *, give_up_after_s=None):
         self.aborts += 1
@@ -29,10 +38,10 @@ class Writer:
         self.in_transaction = False
 
 
-def fence(abort_error=None, *, exactly_once=True) -> LaneFence:
+def fence(abort_error=None, *, exactly_once=True, timed_out=False) -> LaneFence:
     lane = LaneFence.__new__(LaneFence)
     lane.exactly_once = exactly_once
-    lane.writer = Writer(abort_error)
+    lane.writer = Writer(abort_error, timed_out=timed_out)
     lane.owner = NS(target=NS(cluster_name="target"))
     lane.target_topic, lane.target_partition = "dr.orders", 0
     return lane
@@ -46,7 +55,26 @@ END_TXN_FAILED = MirrorError("EndTxn for transactional.id 'shoal.p.dr.orders-0' 
 def test_a_retried_error_gives_way_to_the_fence_the_abort_found():
     lane = fence(FENCED)
     assert lane._after_failed_copy(END_TXN_FAILED) is FENCED
-    assert lane.writer.aborts == 1
+    assert (lane.writer.aborts, lane.writer.judged) == (1, 1)
+
+
+def test_a_transaction_the_coordinator_aborted_on_its_timeout_is_no_fence():
+    """Review: the coordinator's own timeout abort bumps the epoch too, so the abort's answer looks the same; a
+    backfill unit whose source was away past the transaction timeout must report the source, and be retried."""
+    unavailable = MirrorError("source partition unavailable for 120 s")
+    assert fence(FENCED, timed_out=True)._after_failed_copy(unavailable) is unavailable
+
+
+def test_an_invalid_transaction_state_after_a_lost_commit_answer_is_no_fence():
+    """Review: a commit that landed though its answer was lost leaves the abort INVALID_TXN_STATE."""
+    state = ProducerFencedError("target", "transactional.id 'shoal.p.dr.orders-0'", "InvalidTxnStateError")
+    lane = fence(state)
+    assert lane._after_failed_copy(END_TXN_FAILED) is END_TXN_FAILED and lane.writer.judged == 0
+
+
+def test_an_interrupt_stays_the_one_raised():
+    interrupt = KeyboardInterrupt()
+    assert fence(FENCED)._after_failed_copy(interrupt) is interrupt
 
 
 @pytest.mark.parametrize("abort_error", [None, MirrorError("coordinator away")], ids=["aborted", "abort-failed"])
