@@ -158,10 +158,10 @@ class LaneHealthBooks:
         """Note whether the lane at ``position`` is caught up to a last stable offset below the high watermark — a
         source transaction open there, which no READ_COMMITTED copy can pass. Normal while a transaction lasts;
         a hold at a new offset is timed from now (:class:`SourceHold`) and looked at again
-        ``open_transaction_alert_s`` later (:meth:`_hold_due`, by time alone: under fetch sessions a partition
-        whose only change is none is left out of the answers); a last stable offset that moved ends it. Noted on
-        the answer that brought the lane to that offset as well as on an idle one: after it the broker may never
-        name the partition again."""
+        ``open_transaction_alert_s`` later (scheduled by :meth:`_healthy_at`, judged by :meth:`_hold_due`, by time
+        alone: under fetch sessions a partition whose only change is none is left out of the answers); a last
+        stable offset that moved ends it. Noted on the answer that brought the lane to that offset as well as on an
+        idle one: after it the broker may never name the partition again."""
         stable, high = fetched.last_stable_offset, fetched.high_watermark
         hold = state.hold
         if high > stable and position >= stable:
@@ -170,9 +170,7 @@ class LaneHealthBooks:
                 return
             if hold is not None:
                 self._hold_ended(state)
-            since = now_ms()
-            state.hold = SourceHold(stable, since, high)
-            self._stall_due(state.lane, since + int(self.config.open_transaction_alert_s * 1000))
+            state.hold = SourceHold(stable, now_ms(), high)  # due time set by _healthy_at, the only caller
         elif hold is not None:
             self._hold_ended(state)
 

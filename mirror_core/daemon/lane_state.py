@@ -25,8 +25,7 @@ AUDIT_MAX_S = 30.0
 class SourceHold:
     """A lane caught up to a source last stable offset that stays below the high watermark: a transaction open at
     ``offset`` holds what follows it from every READ_COMMITTED reader. ``since_ms``: when this process first saw
-    the last stable offset there (wall clock; the pipeline's ``open_transaction_alert_s`` counts from
-    it);
+    the last stable offset there (wall clock; the pipeline's ``open_transaction_alert_s`` counts from it);
     ``high_watermark``: the newest the source reported meanwhile; ``message``: set when the lane was turned
     ``stalled`` for it (and the event logged), kept to turn it so again after a failure in between."""
 

@@ -22,8 +22,9 @@ import time
 import kafka.errors as Errors
 
 from mirror_core.config.names import lane_transactional_id
-from mirror_core.errors import CoordinatorUnavailableError, TransactionsUnavailableError
+from mirror_core.errors import CoordinatorUnavailableError, ProducerFencedError, TransactionsUnavailableError
 from mirror_core.kafka.writer import BatchWriter
+from mirror_core.model.lane_status import classify_failure
 from mirror_core.state.checkpoint import checkpoint_key, checkpoint_partition
 
 log = logging.getLogger(__name__)
@@ -128,9 +129,6 @@ class LaneFence:
         newer writer's InitProducerId answered UNKNOWN_SERVER_ERROR (the coordinator's "transition to ONGOING
         while it already a pending state PREPARE_EPOCH_FENCE"), and only the abort said fenced. An error that
         halts the lane stays the one raised."""
-        from mirror_core.errors import ProducerFencedError
-        from mirror_core.model.lane_status import classify_failure
-
         if not (self.exactly_once and self.writer.in_transaction):
             return exc
         try:
