@@ -121,7 +121,16 @@ class DaemonProcess:
             self.proc.wait(10)
 
     def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        """The log's last ``lines`` lines other than routine ``event=copied`` ones, then the last two copies. A
+        busy lane's copies would otherwise fill a failure's tail and hide what its other lanes did (CI at 1dfbb92:
+        a lane that never moved after a restart, and forty lines of the other lane's copies)."""
+        text = self.log_path.read_text(errors="replace").splitlines()
+        copies = [line for line in text if "event=copied" in line]
+        other = [line for line in text if "event=copied" not in line]
+        shown = other[-lines:]
+        if copies:
+            shown += [f"... {len(copies)} event=copied lines, the last two:", *copies[-2:]]
+        return "\n".join(shown)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -270,6 +279,17 @@ def checkpoints(target_cluster, pipeline: str) -> dict[tuple[str, int], Checkpoi
                 .read_all(pipeline).items()}
 
 
+def _readyz(d: DaemonProcess) -> str:
+    """A daemon's /readyz answer, for a failure message (which lanes it holds not ready, and why)."""
+    if not (d.alive and d.metrics_port):
+        return "not running" if not d.alive else "no metrics port"
+    try:
+        status, body = d.get("/readyz")
+    except OSError as exc:
+        return f"unreachable: {exc}"
+    return f"{status} {body[:1500]}"
+
+
 def wait_caught_up(source_cluster, target_cluster, pipeline: str, topics: dict[str, int], *,
                    timeout_s: float = 90.0, daemons: tuple[DaemonProcess, ...] = ()) -> None:
     """Wait until the pipeline's checkpoint of every partition reached the source's last stable offset."""
@@ -282,7 +302,7 @@ def wait_caught_up(source_cluster, target_cluster, pipeline: str, topics: dict[s
         if not behind:
             return
         if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {d.worker_id}\n{d.tail()}" for d in daemons)
+            logs = "\n".join(f"--- {d.worker_id} (/readyz: {_readyz(d)})\n{d.tail()}" for d in daemons)
             raise AssertionError(f"pipeline {pipeline} did not catch up: {behind}\n{logs}")
         time.sleep(0.5)
 
@@ -310,7 +330,7 @@ def wait_for(predicate, timeout_s: float, what: str, *, daemons: tuple[DaemonPro
         if value:
             return value
         if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {d.worker_id}\n{d.tail()}" for d in daemons)
+            logs = "\n".join(f"--- {d.worker_id} (/readyz: {_readyz(d)})\n{d.tail()}" for d in daemons)
             raise AssertionError(f"timed out waiting for {what}\n{logs}")
         time.sleep(0.3)
 
