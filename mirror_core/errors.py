@@ -188,6 +188,39 @@ class ForeignWriteError(MirrorError):
             "stop the other writer, or copy into a fresh target topic with a new pipeline)")
 
 
+class TargetNotEmptyError(MirrorError):
+    """A lane with no checkpoint found committed records already on its target partition. Nothing of this pipeline
+    can have written them (its first write always commits with, or after, the lane's first checkpoint), so they
+    are another pipeline's (a renamed one, or one seeded under another name), a ``--mode none`` copy's, another
+    producer's, or this pipeline's own from before its checkpoints were lost. Copying on would put the source's
+    records after them again (duplicates, even in exactly-once mode), and a start of "latest" would skip what
+    lies in between; the lane halts instead, nothing written. ``position``: the source offset the lane was to
+    start at (a halted daemon lane resumed by ``shoal lanes resume`` starts there, after what the target holds)."""
+
+    lane_reason = "foreign_write"
+
+    def __init__(self, cluster: str, topic: str, partition: int, pipeline: str, source_topic: str,
+                 source_partition: int, position: int, log_start: int, end: int, checkpoint_topic: str, *,
+                 open_transaction_at: int | None = None):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.pipeline = pipeline
+        self.position = position
+        self.log_start = log_start
+        self.end = end
+        held = "committed records" if open_transaction_at is None else \
+            f"another producer's open transaction (from offset {open_transaction_at})"
+        super().__init__(
+            f"cluster {cluster!r} {topic}-{partition}: pipeline {pipeline!r} has no checkpoint there (nothing of "
+            f"its own written), but the partition already holds {held} between offsets {log_start} and {end}: a "
+            f"pipeline of another name (renamed?) or a --mode none copy wrote them, or another producer, or "
+            f"{checkpoint_topic} lost this pipeline's checkpoints. Copying {source_topic}-{source_partition} from "
+            f"source offset {position} would land after them (duplicates, or a gap), so nothing was written. Run "
+            "under the pipeline name that wrote them, or copy into an empty target partition; to append after "
+            "what is there, `shoal lanes resume` the halted daemon lane")
+
+
 class SkipRefusedError(MirrorError):
     """A requested start lies beyond the partition's checkpoint: starting there would skip offsets never copied."""
 

@@ -20,7 +20,7 @@ from mirror_core.config.names import DAEMON_OWNER
 from mirror_core.engine.checkpoint_committer import CheckpointCommitter
 from mirror_core.engine.copier import BatchSource, CopyResult, Progress, RangeCopier
 from mirror_core.engine.lane_fence import LaneFence
-from mirror_core.engine.resume_landing import TOO_MANY, ResumeLanding, committed_records
+from mirror_core.engine.resume_landing import TOO_MANY, ResumeLanding, committed_records, refuse_unclaimed_target
 from mirror_core.errors import (
     ConfigError,
     DaemonOwnsLaneError,
@@ -311,6 +311,8 @@ class LaneSession(LaneFence):
         first sight would be chosen anew after a restart, skipping what arrived in between; stored, it holds."""
         target = self.owner.target
         target_end = list_offsets(target, self.target_topic, self.target_partition, "latest")
+        if self.checkpoint is None and self.taken_over is None:  # (a daemon's untouched start, taken over, names
+            refuse_unclaimed_target(self, position, target_end)    # a landing the daemon found empty)
         first = Checkpoint(
             pipeline=self.owner.pipeline, topic=self.topic, partition=self.partition, position=position,
             target_topic=self.target_topic, target_partition=self.target_partition, target_next=target_end,

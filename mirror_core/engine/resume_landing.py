@@ -14,7 +14,7 @@ from kafka.protocol.consumer import IsolationLevel
 
 from mirror_core.codec.batch_codec import PreparedBatch
 from mirror_core.codec.batch_deep import decode_record_tail, read_records
-from mirror_core.errors import ForeignWriteError
+from mirror_core.errors import DataLossError, ForeignWriteError, MirrorError, TargetNotEmptyError
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
@@ -51,7 +51,10 @@ class ResumeLanding:
         session = self.session
         checkpoint = session.checkpoint
         if checkpoint is None or checkpoint.target_next is None:
-            return  # nothing of ours on the target yet
+            # nothing of ours on the target yet, and nothing of anyone else's may be (a halt's resume that accepts
+            # what is there stores the target's end as target_next: state/lane_control.resume_lane)
+            refuse_unclaimed_target(session, prepared.source_first_offset, base)
+            return
         expected = checkpoint.target_next
         own_marker = 1 if session.exactly_once or session.fence_marker_pending else 0
         session.fence_marker_pending = False
@@ -106,6 +109,32 @@ class ResumeLanding:
             if copied is not TOO_MANY and restarted_copies(found, copied):
                 return copied
         return copied
+
+
+def refuse_unclaimed_target(session: LaneSession, position: int, end: int) -> None:
+    """The first write of a lane with nothing of its own on the target (no checkpoint, or one saying nothing was
+    written): its target partition must hold no committed record below ``end``, and no transaction open below it
+    (ours are decided by then: InitProducerId ended them; an exactly-once copy's own, from ``end`` on, is the one
+    allowed). Aborted data and markers are fine (an aborted first attempt, an at-least-once fence). Else
+    :class:`TargetNotEmptyError`, nothing committed. A log start moved by the target's retention during the read
+    is looked up again. One or two ListOffsets and at most one short read, once per lane."""
+    target, topic, partition = session.owner.target, session.target_topic, session.target_partition
+    for _attempt in range(3):
+        log_start = list_offsets(target, topic, partition, "earliest")
+        if log_start >= end:
+            return
+        stable = list_offsets(target, topic, partition, "last_stable")
+        try:
+            found = committed_records(target, topic, partition, log_start, end, limit=1, max_bytes=1 << 20)
+        except DataLossError:  # retention (or delete-records) moved the target's log start under the read
+            continue
+        if stable >= end and found is not TOO_MANY and not found:
+            return
+        raise TargetNotEmptyError(target.cluster_name, topic, partition, session.owner.pipeline, session.topic,
+                                  session.partition, position, log_start, end, session.owner.store.topic,
+                                  open_transaction_at=None if found else stable)
+    raise MirrorError(f"cluster {target.cluster_name!r} {topic}-{partition}: its log start kept moving while the "
+                      "lane looked for records already there; retrying")  # unnamed: retried
 
 
 def restarted_copies(found: list[tuple], source: list[tuple]) -> bool:

@@ -22,6 +22,7 @@ from pathlib import Path
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.config.names import default_lane, lane_transactional_id
 from mirror_core.errors import ConfigError
+from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter
 from mirror_core.model.lane_status import HALTED, PersistedLaneState
@@ -95,6 +96,12 @@ def resume_lane(target: ClusterConfig, pipeline: str, topic: str, partition: int
             if _halt_of(cp, pipeline, topic, partition) != halt:
                 raise ConfigError(f"pipeline {pipeline!r} {topic}-{partition}: the lane's state changed while "
                                   "resuming; look again with `shoal lanes status`")
+            if cp.target_next is None:
+                # halted before writing anything: resuming accepts what the target partition holds now (a lane
+                # with nothing of its own there refuses any committed record: TargetNotEmptyError), and the
+                # landing rule checks from its end on
+                cp = dataclasses.replace(cp, target_next=list_offsets(client, cp.target_topic, cp.target_partition,
+                                                                      "latest"))
             if lost is None:
                 return dataclasses.replace(cp, lane_state=None, updated_ms=_now_ms())
             return _with_loss(cp, lost, halt)
@@ -125,8 +132,6 @@ def _lost_range(halt: PersistedLaneState, cp: Checkpoint, topic: str, partition:
         return None
     if source is None:
         raise ConfigError("--accept-loss for a data_loss halt needs --source: the loss ends at the source's log start")
-    from mirror_core.kafka.list_offsets import list_offsets
-
     with WireClient.for_cluster(source) as client:
         log_start = list_offsets(client, topic, partition, "earliest")
     return (cp.position, max(log_start, cp.position))

@@ -33,6 +33,7 @@ from mirror_core.errors import (
     MirrorError,
     OwnershipError,
     SkipRefusedError,
+    TargetNotEmptyError,
     TopicRecreatedError,
     TransactionsUnavailableError,
 )
@@ -185,6 +186,12 @@ def offsets(client, topic, partition, which):
     return {"earliest": client.earliest, "latest": client.next, "last_stable": stable}[which]
 
 
+def committed(client, topic, partition, start, end, *, limit=None, max_bytes, **kw):
+    """The target's committed records in ``[start, end)`` (what landed there), as (target, source offset)."""
+    found = [(t, s) for t, s in client.landed if t >= start and (end is None or t < end)]
+    return found[:limit] if limit is not None else found
+
+
 @pytest.fixture
 def lane(monkeypatch):
     """A source log of 2-record batches at offsets 0-11 and an empty target; the test sets the checkpoint."""
@@ -196,6 +203,7 @@ def lane(monkeypatch):
     monkeypatch.setattr(lane_fence, "BatchWriter", lambda client, **kw: Writer(target, **kw))
     monkeypatch.setattr(lane_session, "list_offsets", offsets)
     monkeypatch.setattr(resume_landing, "list_offsets", offsets)
+    monkeypatch.setattr(resume_landing, "committed_records", committed)
     monkeypatch.setattr(lane_session, "validate_position", lambda *a, **k: True)
     monkeypatch.setattr(copier_module, "RawBatchFetcher",
                         lambda client, topic, partition, start, end, **kw: LogFetcher(client.log, start, end))
@@ -431,6 +439,43 @@ def test_a_target_that_ends_before_the_checkpoint_halts_the_lane_naming_both_off
         ("dst", "dr.orders", 3, 6, 4)
     assert "ends before the checkpoint" in str(err)
     assert lane.store.stored.position == 6  # nothing committed past the old checkpoint
+
+
+@pytest.mark.parametrize("mode", list(DeliveryMode))
+def test_a_lane_without_checkpoint_refuses_a_target_holding_records_and_writes_nothing_committed(lane, mode):
+    """A renamed pipeline, a lost checkpoint topic, another writer: nothing of this pipeline explains them."""
+    lane.target.landed = [(o, o) for o in range(5)]  # another pipeline name's copy of source offsets 0-4
+    lane.target.next = 6
+    with pytest.raises(TargetNotEmptyError) as info:
+        run(lane, 0, 12, mode)
+    err = info.value
+    assert (err.cluster, err.topic, err.partition, err.pipeline, err.position, err.log_start) == \
+        ("dst", "dr.orders", 3, PIPELINE, 0, 0)
+    assert "has no checkpoint" in str(err) and "already holds committed records" in str(err)
+    assert lane.store.stored is None  # no checkpoint claims the partition
+    if mode is DeliveryMode.EXACTLY_ONCE:
+        assert lane.target.events[-1] == "abort"  # its first batch was written in a transaction, then aborted
+    else:
+        assert source_offsets(lane.target) == list(range(5))  # refused before its first batch
+
+
+@pytest.mark.parametrize("mode", list(DeliveryMode))
+def test_a_lane_without_checkpoint_refuses_another_producers_open_transaction_on_its_target(lane, mode):
+    """An open transaction can hide committed records above it from a READ_COMMITTED look: refused too."""
+    lane.target.next, lane.target.open_txn_at = 4, 1
+    with pytest.raises(TargetNotEmptyError, match=r"open transaction \(from offset 1\)"):
+        run(lane, 0, 12, mode)
+    assert lane.store.stored is None
+
+
+@pytest.mark.parametrize("mode", list(DeliveryMode))
+def test_a_lane_without_checkpoint_starts_on_a_target_of_markers_only_or_emptied_by_retention(lane, mode):
+    lane.target.next = 3  # an aborted first attempt's markers, an at-least-once fence's
+    run(lane, 0, 4, mode)
+    target = lane.target
+    target.landed, target.checkpoints, target.earliest, target.next = [(o, o) for o in range(4)], [], 10, 10
+    run(lane, 0, 4, mode)  # records there once, all deleted by the target's retention: nothing left to explain
+    assert lane.store.stored.position == 4
 
 
 def test_another_producers_open_transaction_between_the_checkpoint_and_the_landing_halts_the_lane(lane):
