@@ -302,9 +302,48 @@ def wait_caught_up(source_cluster, target_cluster, pipeline: str, topics: dict[s
         if not behind:
             return
         if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {d.worker_id} (/readyz: {_readyz(d)})\n{d.tail()}" for d in daemons)
-            raise AssertionError(f"pipeline {pipeline} did not catch up: {behind}\n{logs}")
+            logs = "\n".join(f"--- {d.worker_id} (/readyz: {_readyz(d)})\n{d.tail()}\n{_lanes_seen(d, behind)}"
+                             for d in daemons)
+            raise AssertionError(f"pipeline {pipeline} did not catch up: {behind}\n"
+                                 f"{_own_checkpoints(target_cluster, pipeline, behind)}\n{logs}")
         time.sleep(0.5)
+
+
+def _lanes_seen(d: DaemonProcess, behind) -> str:
+    """For a failure message: what daemon ``d`` logged about each lane left behind — its lines other than copies
+    (opened, failed, fenced, halted, dropped), its copies counted with the last one, and its position gauge."""
+    text = d.log_path.read_text(errors="replace").splitlines()
+    try:
+        gauges = {dict(labels).get("partition"): value for (name, labels), value in d.metrics().items()
+                  if name == "shoal_position"} if d.alive and d.metrics_port else {}
+    except (AssertionError, OSError) as exc:
+        gauges = {"error": str(exc)}
+    out = []
+    for topic, partition in behind:
+        mine = [line for line in text if f"partition={partition} " in line or f"{topic}-{partition}" in line
+                or line.endswith(f"partition={partition}")]
+        copies = [line for line in mine if "event=copied" in line]
+        other = [line for line in mine if "event=copied" not in line]
+        out.append(f"  {topic}-{partition}: position gauge {gauges.get(str(partition))}; {len(copies)} copies"
+                   f"{', the last: ' + copies[-1] if copies else ''}; its other lines (last 15):")
+        out += [f"    {line}" for line in other[-15:]]
+    return "\n".join(out)
+
+
+def _own_checkpoints(target_cluster, pipeline: str, behind) -> str:
+    """For a failure message: the lanes' checkpoints as the daemon reads them (its own key past the last stable
+    offset), beside the committed view above — a difference means a transaction left open on the checkpoint
+    topic hides newer checkpoints from READ_COMMITTED readers."""
+    try:
+        with WireClient.for_cluster(target_cluster.config) as client:
+            store = CheckpointStore(target_cluster.config, client)
+            own = {k: store.read_own(pipeline, *k) for k in behind}
+    except Exception as exc:  # noqa: BLE001 - diagnostics only
+        return f"own checkpoints not readable: {type(exc).__name__}: {exc}"
+    return "own checkpoints (past the LSO): " + ", ".join(
+        f"{t}-{p}: {cp.position if cp is not None else None}"
+        f"{' ' + str(cp.lane_state) if cp is not None and cp.lane_state is not None else ''}"
+        for (t, p), cp in own.items())
 
 
 def held_lanes(source_cluster, pipeline: str, naming_prefix: str = "dr.") -> dict[str, str] | None:
