@@ -30,7 +30,8 @@ class Fences:
         expired but cut off from the coordinator still lists its old partitions — and re-adding the lane would fence
         the new holder back, and so on. Re-acquired once the assignment changes, or after a backoff doubling with
         each fencing in a row (from ``lease_ttl_s / 3`` up to FENCED_BACKOFF_CAP_S), so a rightful holder fenced
-        by such a stale member gets its lane back."""
+        by such a stale member gets its lane back. A commit of the lane ends the row (``CopyRounds._copied``): a
+        lone member's generation never changes, and fencings weeks apart must not add up to the cap."""
         now = time.monotonic()
         out = set()
         for lane, (fenced_gen, _count, retry_at) in list(self._fenced.items()):

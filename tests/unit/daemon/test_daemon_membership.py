@@ -320,6 +320,25 @@ def test_a_fenced_lane_is_not_reacquired_from_the_same_assignment():
     assert daemon.held == {"t-0", "t-1"}
 
 
+def test_a_commit_ends_a_run_of_fencings():
+    """The fenced backoff doubles with each fencing *in a row*. A lone member's generation never changes, so before,
+    fencings far apart (each followed by the lane copying again) added up until every new one cost the cap (300 s of
+    a silent lane); a commit between two fencings now starts the count anew."""
+    from mirror_core.errors import ProducerFencedError
+    from tests.unit.daemon.test_daemon_source_hold import copied
+
+    daemon = group_daemon(lease_compat=False)
+    daemon._maintain_group()
+    for _ in range(3):
+        daemon._failed(daemon.lanes["t-0"], ProducerFencedError("target", "shoal.p.t-0", "PRODUCER_FENCED"))
+        assert daemon._fenced["t-0"][1] == 1, "a fencing after a commit waits the shortest time"
+        daemon._fenced["t-0"] = (*daemon._fenced["t-0"][:2], time.monotonic() - 1)  # the backoff passed
+        daemon._maintain_group()
+        assert daemon.held == {"t-0", "t-1"}
+        copied(daemon, daemon.lanes["t-0"], 0, 10, 10, 10)  # the lane copies and commits again
+        assert "t-0" not in daemon._fenced
+
+
 def test_lease_records_are_renewed_in_one_batch():
     daemon = group_daemon(lanes=tuple(f"t-{p}" for p in range(50)), lease_compat="always")
     daemon._maintain_group()
