@@ -188,8 +188,6 @@ class CopyRounds:
         """The books of a share its worker copied and committed with its checkpoint."""
         labels = (state.topic, str(state.partition))
         state.failures = 0
-        if self._fenced:  # a commit ends a run of fencings: the next one backs off from the shortest wait again
-            self._fenced.pop(state.lane, None)
         self._healthy_at(state, result.source_end, fetched)
         if state.session.position != state.fetcher.position:  # cannot happen; if it did, trust the checkpoint
             event("position_realigned", logging.WARNING, topic=state.topic, partition=state.partition,

@@ -30,8 +30,10 @@ class Fences:
         expired but cut off from the coordinator still lists its old partitions — and re-adding the lane would fence
         the new holder back, and so on. Re-acquired once the assignment changes, or after a backoff doubling with
         each fencing in a row (from ``lease_ttl_s / 3`` up to FENCED_BACKOFF_CAP_S), so a rightful holder fenced
-        by such a stale member gets its lane back. A commit of the lane ends the row (``CopyRounds._copied``): a
-        lone member's generation never changes, and fencings weeks apart must not add up to the cap."""
+        by such a stale member gets its lane back. A fencing more than FENCED_BACKOFF_CAP_S after the lane was
+        last let back starts a new row (:meth:`_note_fenced`): a lone member's generation never changes, and
+        fencings days apart must not add up to the cap, while two processes fencing each other back and forth
+        (each fencing soon after its lane was let back, whatever they commit in between) still back off."""
         now = time.monotonic()
         out = set()
         for lane, (fenced_gen, _count, retry_at) in list(self._fenced.items()):
@@ -46,7 +48,9 @@ class Fences:
         if self.membership is None:
             return
         generation = self.membership.generation
-        _gen, count, _at = self._fenced.get(lane, (generation, 0, 0.0))
+        _gen, count, let_back_at = self._fenced.get(lane, (generation, 0, 0.0))
+        if time.monotonic() - let_back_at > FENCED_BACKOFF_CAP_S:  # held unfenced longer than the longest wait
+            count = 0                                                # since it was let back: a new row
         count += 1
         delay = min(FENCED_BACKOFF_CAP_S, self.config.lease_ttl_s / 3 * 2 ** (count - 1))
         self._fenced[lane] = (generation, count, time.monotonic() + delay)

@@ -320,23 +320,32 @@ def test_a_fenced_lane_is_not_reacquired_from_the_same_assignment():
     assert daemon.held == {"t-0", "t-1"}
 
 
-def test_a_commit_ends_a_run_of_fencings():
+def test_fencings_far_apart_do_not_add_up_while_back_and_forth_ones_still_back_off():
     """The fenced backoff doubles with each fencing *in a row*. A lone member's generation never changes, so before,
-    fencings far apart (each followed by the lane copying again) added up until every new one cost the cap (300 s of
-    a silent lane); a commit between two fencings now starts the count anew."""
+    fencings days apart (the lane copying in between) added up until every new one cost the cap (300 s of a silent
+    lane). A fencing more than the cap after the lane was let back now starts a new row; one soon after it (two
+    processes fencing each other back, each committing a little in between) still doubles the wait."""
+    from mirror_core.daemon.fences import FENCED_BACKOFF_CAP_S
     from mirror_core.errors import ProducerFencedError
-    from tests.unit.daemon.test_daemon_source_hold import copied
 
     daemon = group_daemon(lease_compat=False)
     daemon._maintain_group()
-    for _ in range(3):
+
+    def fence() -> int:
         daemon._failed(daemon.lanes["t-0"], ProducerFencedError("target", "shoal.p.t-0", "PRODUCER_FENCED"))
-        assert daemon._fenced["t-0"][1] == 1, "a fencing after a commit waits the shortest time"
-        daemon._fenced["t-0"] = (*daemon._fenced["t-0"][:2], time.monotonic() - 1)  # the backoff passed
+        return daemon._fenced["t-0"][1]
+
+    def let_back(ago_s: float) -> None:  # the backoff passed ``ago_s`` ago and the lane was taken again
+        daemon._fenced["t-0"] = (*daemon._fenced["t-0"][:2], time.monotonic() - ago_s)
         daemon._maintain_group()
         assert daemon.held == {"t-0", "t-1"}
-        copied(daemon, daemon.lanes["t-0"], 0, 10, 10, 10)  # the lane copies and commits again
-        assert "t-0" not in daemon._fenced
+
+    assert fence() == 1
+    let_back(1)
+    assert fence() == 2, "fenced again soon after it was let back: a longer wait"
+    for _ in range(3):  # days apart: each the shortest wait again
+        let_back(FENCED_BACKOFF_CAP_S + 60)
+        assert fence() == 1
 
 
 def test_lease_records_are_renewed_in_one_batch():
