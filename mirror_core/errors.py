@@ -188,6 +188,27 @@ class ForeignWriteError(MirrorError):
             "stop the other writer, or copy into a fresh target topic with a new pipeline)")
 
 
+class OwnTransactionUndecidedError(MirrorError):
+    """The lane's own previous transaction (its transactional.id's producer id, an older epoch) is still open on
+    the target partition below where its next batch landed: InitProducerId returned while that transaction's
+    markers were not yet written (seen after the target broker restarted with a commit in progress). The lane's
+    checkpoint, written in that same transaction, may be about to become visible, so the lane must neither halt
+    (nothing foreign is there) nor copy on from the older checkpoint (duplicates): it aborts and reopens later."""
+
+    retriable = True
+    lane_reason = "checkpoint"
+
+    def __init__(self, cluster: str, topic: str, partition: int, open_at: int, producer_id: int, epoch: int):
+        self.cluster = cluster
+        self.topic = topic
+        self.partition = partition
+        self.open_at = open_at
+        super().__init__(
+            f"cluster {cluster!r} {topic}-{partition}: the lane's own earlier transaction (producer id {producer_id}, "
+            f"epoch {epoch}) is still open at offset {open_at}: its commit or abort markers are not written yet; "
+            "the lane reopens and reads its checkpoint again once it is decided")
+
+
 class TargetNotEmptyError(MirrorError):
     """A lane with no checkpoint found committed records already on its target partition. Nothing of this pipeline
     can have written them (its first write always commits with, or after, the lane's first checkpoint), so they

@@ -14,7 +14,13 @@ from kafka.protocol.consumer import IsolationLevel
 
 from mirror_core.codec.batch_codec import PreparedBatch
 from mirror_core.codec.batch_deep import decode_record_tail, read_records
-from mirror_core.errors import DataLossError, ForeignWriteError, MirrorError, TargetNotEmptyError
+from mirror_core.errors import (
+    DataLossError,
+    ForeignWriteError,
+    MirrorError,
+    OwnTransactionUndecidedError,
+    TargetNotEmptyError,
+)
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
@@ -68,6 +74,9 @@ class ResumeLanding:
         # exactly-once, our own transaction starts at ``base``; anything open below it is another producer's
         stable = list_offsets(target, topic, partition, "last_stable")
         if stable < base:
+            own = own_open_transaction(session, stable)
+            if own is not None:  # ours, not yet decided: the checkpoint read may predate it (never halt on it)
+                raise OwnTransactionUndecidedError(target.cluster_name, topic, partition, stable, *own)
             raise ForeignWriteError(*where, f"another producer's transaction is open at offset {stable}")
         lo = max(expected, list_offsets(target, topic, partition, "earliest"))
         if lo >= base:
@@ -109,6 +118,36 @@ class ResumeLanding:
             if copied is not TOO_MANY and restarted_copies(found, copied):
                 return copied
         return copied
+
+
+def own_open_transaction(session: LaneSession, open_at: int) -> tuple[int, int] | None:
+    """(producer id, epoch) of the transaction open at ``open_at`` on the lane's target partition when it is the
+    lane's own — its writer's producer id at an older epoch (DescribeProducers on the leader) — else None, also when
+    that cannot be told (an old broker, an error): the caller then treats it as another producer's."""
+    from kafka.protocol.admin import DescribeProducersRequest
+
+    writer = session.writer
+    producer_id, epoch = getattr(writer, "producer_id", -1), getattr(writer, "producer_epoch", -1)
+    if producer_id is None or producer_id < 0:
+        return None
+    target, topic, partition = session.owner.target, session.target_topic, session.target_partition
+    try:
+        leader, _epoch = target.leader_for(topic, partition)
+        request = DescribeProducersRequest(topics=[DescribeProducersRequest.TopicRequest(
+            name=topic, partition_indexes=[partition])])
+        response = target.send(leader, request)
+        for answer in response.topics:
+            for part in answer.partitions:
+                if part.partition_index != partition or part.error_code:
+                    continue
+                for active in part.active_producers:
+                    if active.producer_id == producer_id and active.current_txn_start_offset == open_at \
+                            and active.producer_epoch < epoch:
+                        return active.producer_id, active.producer_epoch
+    except Exception as exc:  # noqa: BLE001 - cannot tell: the caller's conservative answer stands
+        log.info("cluster %r %s-%d: DescribeProducers failed (%s); the transaction open at %d is taken as another "
+                 "producer's", target.cluster_name, topic, partition, exc, open_at)
+    return None
 
 
 def refuse_unclaimed_target(session: LaneSession, position: int, end: int) -> None:

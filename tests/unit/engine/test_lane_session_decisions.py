@@ -486,6 +486,25 @@ def test_another_producers_open_transaction_between_the_checkpoint_and_the_landi
     assert lane.store.stored.position == 6
 
 
+def test_the_lanes_own_undecided_transaction_below_the_landing_is_retried_not_halted(lane, monkeypatch):
+    """After a target broker restarted with the lane's commit in progress, InitProducerId returned while that
+    transaction's markers were not written yet: open below the landing, but the lane's own (its producer id at an
+    older epoch). Halting named a foreign writer that does not exist (CI at 1dfbb92); copying on from the older
+    checkpoint would duplicate what that transaction commits. The lane fails retriably and reads its checkpoint
+    again when it reopens."""
+    from mirror_core.engine import resume_landing
+    from mirror_core.errors import OwnTransactionUndecidedError
+    from mirror_core.model.lane_status import classify_failure
+
+    resumable(lane, 6)
+    lane.target.next, lane.target.open_txn_at = 9, 7
+    monkeypatch.setattr(resume_landing, "own_open_transaction", lambda session, open_at: (42, 0))
+    with pytest.raises(OwnTransactionUndecidedError, match="own earlier transaction .* open at offset 7") as raised:
+        run(lane, 0, 12)
+    assert classify_failure(raised.value) == (True, "checkpoint")
+    assert lane.store.stored.position == 6  # nothing committed past the checkpoint it read
+
+
 def test_offsets_retention_removed_between_the_checkpoint_and_the_landing_are_not_judged(lane):
     resumable(lane, 6)
     lane.target.next = lane.target.earliest = 9
