@@ -206,7 +206,11 @@ class OwnTransactionUndecidedError(MirrorError):
         super().__init__(
             f"cluster {cluster!r} {topic}-{partition}: the lane's own earlier transaction (producer id {producer_id}, "
             f"epoch {epoch}) is still open at offset {open_at}: its commit or abort markers are not written yet; "
-            "the lane reopens and reads its checkpoint again once it is decided")
+            "the lane reopens and reads its checkpoint again once it is decided. If this lasts past the "
+            "transaction timeout, the coordinator will not decide it (a hanging transaction, e.g. markers lost in "
+            "a broker restart): see it with kafka-transactions.sh --bootstrap-server <target> find-hanging "
+            "--broker-id <leader>; aborting it there is safe only if the same transaction is also still open on "
+            "the lane's __shoal_checkpoints partition (then data and checkpoint are dropped together and recopied)")
 
 
 class TargetNotEmptyError(MirrorError):

@@ -74,7 +74,9 @@ class ResumeLanding:
         # exactly-once, our own transaction starts at ``base``; anything open below it is another producer's
         stable = list_offsets(target, topic, partition, "last_stable")
         if stable < base:
-            own = own_open_transaction(session, stable)
+            # exactly-once only: an at-least-once first batch is already written outside any transaction, and a
+            # retry would write it again; an at-least-once lane's own fences are empty aborted transactions anyway
+            own = own_open_transaction(session, stable) if session.exactly_once else None
             if own is not None:  # ours, not yet decided: the checkpoint read may predate it (never halt on it)
                 raise OwnTransactionUndecidedError(target.cluster_name, topic, partition, stable, *own)
             raise ForeignWriteError(*where, f"another producer's transaction is open at offset {stable}")

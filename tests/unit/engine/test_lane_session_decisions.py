@@ -505,6 +505,18 @@ def test_the_lanes_own_undecided_transaction_below_the_landing_is_retried_not_ha
     assert lane.store.stored.position == 6  # nothing committed past the checkpoint it read
 
 
+def test_at_least_once_does_not_retry_on_an_open_transaction_below_its_landing(lane, monkeypatch):
+    """At-least-once writes its first batch outside any transaction: a retry would write it again, so the own-
+    transaction look is exactly-once only (an at-least-once lane's own fences are empty aborted transactions)."""
+    from mirror_core.engine import resume_landing
+
+    resumable(lane, 6)
+    lane.target.next, lane.target.open_txn_at = 9, 7
+    monkeypatch.setattr(resume_landing, "own_open_transaction", lambda session, open_at: (42, 0))
+    with pytest.raises(ForeignWriteError, match="another producer's transaction is open at offset 7"):
+        run(lane, 0, 12, DeliveryMode.AT_LEAST_ONCE)
+
+
 def test_offsets_retention_removed_between_the_checkpoint_and_the_landing_are_not_judged(lane):
     resumable(lane, 6)
     lane.target.next = lane.target.earliest = 9
