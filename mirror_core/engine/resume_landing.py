@@ -21,6 +21,7 @@ from mirror_core.errors import (
     OwnTransactionUndecidedError,
     TargetNotEmptyError,
 )
+from mirror_core.kafka.active_producers import active_producers
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.list_offsets import list_offsets
 from mirror_core.kafka.wire_client import WireClient
@@ -71,7 +72,8 @@ class ResumeLanding:
         if base < expected:
             raise ForeignWriteError(*where, "the target partition ends before the checkpoint (truncated or "
                                             "recreated target topic)")
-        # exactly-once, our own transaction starts at ``base``; anything open below it is another producer's
+        # exactly-once, our own transaction starts at ``base``; anything open below it is another producer's,
+        # or the lane's own earlier one not yet decided (own_open_transaction)
         stable = list_offsets(target, topic, partition, "last_stable")
         if stable < base:
             # exactly-once only: an at-least-once first batch is already written outside any transaction, and a
@@ -124,32 +126,20 @@ class ResumeLanding:
 
 def own_open_transaction(session: LaneSession, open_at: int) -> tuple[int, int] | None:
     """(producer id, epoch) of the transaction open at ``open_at`` on the lane's target partition when it is the
-    lane's own — its writer's producer id at an older epoch (DescribeProducers on the leader) — else None, also when
-    that cannot be told (an old broker, an error): the caller then treats it as another producer's."""
-    from kafka.protocol.admin import DescribeProducersRequest
-
-    writer = session.writer
-    producer_id, epoch = getattr(writer, "producer_id", -1), getattr(writer, "producer_epoch", -1)
-    if producer_id is None or producer_id < 0:
+    lane's own — its writer's producer id at an older epoch — else None, also when that cannot be told (an old
+    broker, an error): the caller then treats it as another producer's."""
+    writer, target = session.writer, session.owner.target
+    if writer.producer_id < 0:
         return None
-    target, topic, partition = session.owner.target, session.target_topic, session.target_partition
     try:
-        leader, _epoch = target.leader_for(topic, partition)
-        request = DescribeProducersRequest(topics=[DescribeProducersRequest.TopicRequest(
-            name=topic, partition_indexes=[partition])])
-        response = target.send(leader, request)
-        for answer in response.topics:
-            for part in answer.partitions:
-                if part.partition_index != partition or part.error_code:
-                    continue
-                for active in part.active_producers:
-                    if active.producer_id == producer_id and active.current_txn_start_offset == open_at \
-                            and active.producer_epoch < epoch:
-                        return active.producer_id, active.producer_epoch
+        producers = active_producers(target, session.target_topic, session.target_partition)
     except Exception as exc:  # noqa: BLE001 - cannot tell: the caller's conservative answer stands
         log.info("cluster %r %s-%d: DescribeProducers failed (%s); the transaction open at %d is taken as another "
-                 "producer's", target.cluster_name, topic, partition, exc, open_at)
-    return None
+                 "producer's", target.cluster_name, session.target_topic, session.target_partition, exc, open_at)
+        return None
+    return next(((p.producer_id, p.producer_epoch) for p in producers
+                 if p.producer_id == writer.producer_id and p.open_transaction_at == open_at
+                 and p.producer_epoch < writer.producer_epoch), None)
 
 
 def refuse_unclaimed_target(session: LaneSession, position: int, end: int) -> None:

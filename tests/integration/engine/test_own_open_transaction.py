@@ -10,19 +10,16 @@ import uuid
 from types import SimpleNamespace as NS
 
 from confluent_kafka import Producer
-from kafka.protocol.admin import DescribeProducersRequest
 
 from mirror_core.engine.resume_landing import own_open_transaction
+from mirror_core.kafka.active_producers import active_producers
 from mirror_core.kafka.wire_client import WireClient
 
 
 def _open_producer(client: WireClient, topic: str) -> tuple[int, int, int]:
     """(producer id, epoch, first offset) of the one transaction open on ``topic``-0."""
-    leader, _ = client.leader_for(topic, 0)
-    response = client.send(leader, DescribeProducersRequest(topics=[DescribeProducersRequest.TopicRequest(
-        name=topic, partition_indexes=[0])]))
-    (active,) = [p for p in response.topics[0].partitions[0].active_producers if p.current_txn_start_offset >= 0]
-    return active.producer_id, active.producer_epoch, active.current_txn_start_offset
+    (active,) = [p for p in active_producers(client, topic, 0) if p.open_transaction_at >= 0]
+    return active.producer_id, active.producer_epoch, active.open_transaction_at
 
 
 def test_the_lanes_own_open_transaction_is_told_from_another_producers(target_cluster, unique_name):

@@ -113,6 +113,7 @@ class Writer:
     def __init__(self, target: Target, transactional_id=None, **settings):
         self.target, self.in_transaction = target, False
         self._data_in_txn, self._checkpoints_in_txn = False, []
+        self.producer_id, self.producer_epoch = 42, 1  # as after InitProducerId
 
     def init_producer_id(self):
         pass
