@@ -47,7 +47,7 @@ class SocketTlsChannel:
     def send(self, parts) -> None:
         self.sock.sendall(b"".join(parts))
 
-    def recv_into(self, view: memoryview) -> int:
+    def recv_into(self, view: memoryview, need: int = 1) -> int:
         n = self.sock.recv_into(view)
         if n == 0:
             raise ConnectionResetError("TLS session closed by the peer")
@@ -113,7 +113,7 @@ def receive(material: dict | None, total: int, record_bytes: int, pace_mb_s: flo
         want = min(FRAME, total - received)
         got = 0
         while got < want:
-            got += channel.recv_into(view[got:want])
+            got += channel.recv_into(view[got:want], want - got)
         received += got
     cpu = time.thread_time() - start
     thread.join(30)

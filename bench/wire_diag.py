@@ -108,11 +108,17 @@ def install() -> None:
     def plain(self, sock, *args, **kwargs):
         plain_init(self, sock, *args, **kwargs)
         self.sock = _CountingSocket(self.sock)
+        if hasattr(self, "_lowat"):
+            self._lowat.sock = self.sock
 
     def tls(self, sock, *args, **kwargs):
         tls_init(self, sock, *args, **kwargs)
         self.sock = _CountingSocket(self.sock)
         self._ssl = _CountingSSLObject(self._ssl)
+        if hasattr(self, "_read"):
+            self._read = self._ssl.read
+        if hasattr(getattr(self, "_lowat", None), "sock"):
+            self._lowat.sock = self.sock
         for name in ("_incoming", "_in"):
             if hasattr(self, name):
                 setattr(self, name, _CountingBIO(getattr(self, name)))

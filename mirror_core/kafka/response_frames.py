@@ -111,9 +111,11 @@ class ResponseFrames:
             raise Errors.KafkaConnectionError(f"{self!r}: {exc}") from None
 
     def _recv_exact(self, view: memoryview) -> None:
+        """Fill ``view`` (the rest of a large frame): every byte is certain to come, so the channel is told how many
+        are still needed and may sleep until a good part of them is in instead of waking for each arrival."""
         recv_into, got, total = self._channel.recv_into, 0, len(view)
         try:
             while got < total:
-                got += recv_into(view[got:])
+                got += recv_into(view[got:], total - got)
         except ConnectionResetError as exc:
             raise Errors.KafkaConnectionError(f"{self!r}: {exc}") from None

@@ -14,14 +14,25 @@ arrival), one :meth:`TlsChannel.recv_into` decrypts every buffered record into t
 while a partial record misses at least ``_LOWAT_FROM`` bytes the socket's ``SO_RCVLOWAT`` is that remainder: the
 kernel wakes us when the record is complete instead of at every arriving segment of a slow link.
 
+Waking for what the caller still needs (both channels): a caller reading the rest of a large frame (a Fetch answer)
+says how many more bytes it will certainly read (``recv_into(view, need)``), and the low-water mark is raised to
+that, up to ``_LOWAT_CEILING`` and a quarter of the socket's current receive buffer: over a link the reader wakes
+once per ~256 KiB instead of once per arriving burst (the link bench counted ~50 KB per wake at 50 ms, each wake a
+``poll``, a ``recv`` and the channel's Python work). The receive-buffer bound matters: Linux grows the buffer for a
+mark it cannot hold and clamps the TCP window to the mark from then on (``tcp_set_rcvlowat``); a quarter of the
+buffer never triggers that. On TLS the mark counts ciphertext, and a record's plaintext is never longer than its
+ciphertext, so ``need`` plaintext bytes, less what is already buffered, are bytes that will certainly arrive.
+
 Also here: :class:`FastSecurity`, what the fast connection needs from a cluster's librdkafka-style settings
 (``security.protocol``, ``ssl.ca.location``, client certificate, ``ssl.endpoint.identification.algorithm``,
 ``sasl.*``), and :class:`HandshakeRefused`, a TLS or SASL refusal that retrying will not cure.
 
 Invariants: a channel is used by one thread; :meth:`send` returns only when every byte is with the kernel;
 :meth:`recv_into` returns at least one byte or raises (0 is never returned: a closed peer is an error), and waits
-for the network only when nothing is buffered. TLS: the incoming BIO holds whole records only; ``SO_RCVLOWAT``
-never exceeds the bytes the current partial record still misses (a peer sends whole records, so the wait ends). TLS
+for the network only when nothing is buffered. ``SO_RCVLOWAT`` never exceeds the bytes certain to arrive: what the
+current partial TLS record still misses (a peer sends whole records), or the caller's ``need`` less what is
+buffered (the peer sends whole frames), whichever is larger; a read without a ``need`` sets it back to 1 first, so a
+small answer never waits for bytes that are not coming. TLS: the incoming BIO holds whole records only. TLS
 hostname verification is on unless the settings say ``ssl.endpoint.identification.algorithm=none``; the
 certificate chain is always verified (against ``ssl.ca.location``, or the system store when that is unset).
 """
@@ -44,6 +55,9 @@ _LOWAT_FROM = 4096              # a partial record missing this much or more: wa
 # Linux grows the receive buffer for a low-water mark above about half of it and clamps the TCP window to the mark
 # then, which a record-sized mark never reaches with the default 128 KiB buffer.
 _LOWAT_MAX = 2**14 + 2048 + _RECORD_HEADER
+# The caller's need raises the mark up to this (and a quarter of the current receive buffer): a wake per 256 KiB.
+_LOWAT_CEILING = 256 * 1024
+_ROOM_REREAD = 16               # raised marks asked for between two reads of SO_RCVBUF
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
 
 
@@ -101,16 +115,54 @@ def tls_context(settings: Mapping[str, str]) -> ssl.SSLContext:
     return context
 
 
+class LowWaterMark:
+    """The socket's ``SO_RCVLOWAT`` as last set. A mark is kept under a quarter of the receive buffer
+    (``SO_RCVBUF``): above about half, Linux grows the buffer and clamps the TCP window to the mark for the rest of
+    the connection (``tcp_set_rcvlowat``), which would cap a long link at mark / RTT. The buffer's size is read
+    again every ``_ROOM_REREAD`` raised marks asked for (autotuning grows it, memory pressure can shrink it), not
+    before every read."""
+
+    __slots__ = ("sock", "value", "_room", "_until_reread")
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.value = 1          # the kernel's default
+        self._room = 0          # a quarter of SO_RCVBUF when last read
+        self._until_reread = 0  # marks set before SO_RCVBUF is read again anyway
+
+    def want(self, certain: int, limit: int = _LOWAT_CEILING) -> None:
+        """Wake the reader once ``certain`` bytes (bytes that will arrive) are in, capped by ``limit``,
+        ``_LOWAT_CEILING`` and the receive buffer; below ``_LOWAT_FROM`` the mark is 1 (a syscall saved is worth
+        more than a wake saved)."""
+        value = min(certain, limit, _LOWAT_CEILING)
+        if value >= _LOWAT_FROM:
+            if self._until_reread <= 0:
+                self._room = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4
+                self._until_reread = _ROOM_REREAD
+            self._until_reread -= 1
+            value = min(value, self._room)
+        if value < _LOWAT_FROM:
+            value = 1
+        if value != self.value:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, value)
+            self.value = value
+
+
 class PlainChannel:
     """A connected TCP socket: ``sendmsg`` of the caller's buffers, ``recv_into`` the caller's buffer."""
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
+        self._lowat = LowWaterMark(sock)
 
     def send(self, parts) -> None:
         _sendmsg_all(self.sock, [part for part in parts if len(part)])
 
-    def recv_into(self, view: memoryview) -> int:
+    def recv_into(self, view: memoryview, need: int = 1) -> int:
+        """Up to ``len(view)`` bytes, at least one; ``need``: bytes the caller will certainly read next (the rest
+        of its frame), so the kernel need not wake it before that many (or the mark's ceiling) are in."""
+        if need > 1 or self._lowat.value != 1:
+            self._lowat.want(need, len(view))
         n = self.sock.recv_into(view)
         if n == 0:
             raise ConnectionResetError("connection closed by the broker")
@@ -137,8 +189,11 @@ class TlsChannel:
         self._buffer = bytearray(_RECV_BUFFER)  # received ciphertext not in the BIO: _buffer[:_tail], a partial record
         self._view = memoryview(self._buffer)
         self._tail = 0
-        self._lowat = 1                         # the socket's SO_RCVLOWAT as last set
+        self._lowat = LowWaterMark(sock)
         self._peer_closed = False               # close_notify read (the data before it already returned)
+        # SSLObject.read is a Python wrapper around the C object's read, called once per TLS record (~100,000 per
+        # GB): call the C method directly where this Python has it
+        self._read = getattr(self._ssl, "_sslobj", self._ssl).read
 
     @property
     def version(self) -> str | None:
@@ -199,22 +254,23 @@ class TlsChannel:
         if pending:
             _sendmsg_all(self.sock, pending)
 
-    def recv_into(self, view: memoryview) -> int:
+    def recv_into(self, view: memoryview, need: int = 1) -> int:
         """Decrypt into ``view`` every record already received (up to its size); wait for the network only when no
-        plaintext and no whole record is buffered."""
+        plaintext and no whole record is buffered. ``need``: plaintext bytes the caller will certainly read next
+        (the rest of its frame), which lets the wait last until that much ciphertext is in (module docstring)."""
         total, got = len(view), 0
-        incoming, read = self._incoming, self._ssl.read
+        incoming, read = self._incoming, self._read
         if self._peer_closed:
             raise ConnectionResetError("TLS session closed by the broker")
         if not incoming.pending and not self._ssl.pending():
-            self._fill()
+            self._fill(need)
         while True:
             try:
                 n = read(total - got, view[got:] if got else view)
             except ssl.SSLWantReadError:        # the whole records were not application data (a session ticket)
                 if got:
                     break
-                self._fill()
+                self._fill(need)
                 continue
             except ssl.SSLZeroReturnError:
                 n = 0
@@ -238,15 +294,20 @@ class TlsChannel:
         if self._outgoing.pending:
             self.sock.sendall(self._outgoing.read())
 
-    def _fill(self) -> None:
+    def _fill(self, need: int = 1) -> None:
         """Receive until at least one more whole record is buffered; hand the whole records to the incoming BIO and
-        keep the partial one at the front of ``_buffer``."""
+        keep the partial one at the front of ``_buffer``. ``need``: plaintext the caller will certainly read, of
+        which every byte not yet buffered as ciphertext is still to arrive."""
         view, end = self._view, self._tail
         while True:
             whole, missing = whole_records(view, end)
             if whole:
                 break
-            self._set_lowat(min(missing, _LOWAT_MAX) if missing >= _LOWAT_FROM else 1)
+            certain = need - end - self._incoming.pending
+            if certain > missing:   # the caller's frame: wait for as much of it as the buffer takes
+                self._lowat.want(certain, _RECV_BUFFER - end)
+            else:                   # the partial record: wait for its end
+                self._lowat.want(missing, _LOWAT_MAX)
             n = self.sock.recv_into(view[end:])
             if n == 0:
                 raise ConnectionResetError("connection closed by the broker during TLS")
@@ -256,11 +317,6 @@ class TlsChannel:
         if rest:
             view[:rest] = view[whole:end]
         self._tail = rest
-
-    def _set_lowat(self, value: int) -> None:
-        if value != self._lowat:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, value)
-            self._lowat = value
 
 
 def whole_records(buf, end: int) -> tuple[int, int]:

@@ -1,6 +1,8 @@
 """The fast connection's TLS channel (mirror_core.kafka.wire_channel) against a local TLS server on a socket pair: a
 request of many buffers (small header pieces gathered, large batches sliced) arrives whole and in order; a host
-name the certificate does not carry and an unknown CA are refused with a sentence naming the host."""
+name the certificate does not carry and an unknown CA are refused with a sentence naming the host. The plain
+channel on real TCP: a frame read with its need wakes at a raised low-water mark, and the answer after it is not
+kept waiting by that mark."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import threading
 import pytest
 
 from mirror_core.dev.sandbox.tls import pem_server_material
-from mirror_core.kafka.wire_channel import FastSecurity, HandshakeRefused, TlsChannel, tls_context
+from mirror_core.kafka.wire_channel import FastSecurity, HandshakeRefused, PlainChannel, TlsChannel, tls_context
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +102,43 @@ def test_security_from_settings_keeps_the_password_out_of_repr(material):
     assert security.tls and security.sasl and security.sasl_mechanism == "SCRAM-SHA-256"
     assert "pw-123" not in repr(security)
     assert not FastSecurity.from_settings({"bootstrap.servers": "b:1"}).tls
+
+
+def test_plain_channel_reads_a_frame_at_its_need_then_a_small_answer_at_once():
+    """Real TCP on loopback: the peer sends a 600 kB frame in 1448-byte writes, then (after the reader asked for it)
+    a 10-byte answer. The frame is read with its need (the mark rises, so the reader wakes per many segments); the
+    small answer must come back at once, i.e. the mark went back to 1: a mark left high would hold it until the
+    socket's timeout."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    listener.close()
+    client.settimeout(5)
+    frame = os.urandom(600_000)
+    asked = threading.Event()
+
+    def peer():
+        for i in range(0, len(frame), 1448):
+            server.sendall(frame[i:i + 1448])
+        asked.wait(10)
+        server.sendall(b"0123456789")
+
+    thread = threading.Thread(target=peer, daemon=True)
+    thread.start()
+    channel = PlainChannel(client)
+    received = bytearray(len(frame))
+    view, got, reads, marks = memoryview(received), 0, 0, set()
+    while got < len(frame):
+        got += channel.recv_into(view[got:], len(frame) - got)
+        reads += 1
+        marks.add(client.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT))
+    assert received == frame
+    assert max(marks) >= 4096, marks                    # the need raised the mark
+    asked.set()
+    small = bytearray(64)
+    n = channel.recv_into(memoryview(small))            # no need: the mark is 1 again, 10 bytes wake the reader
+    assert bytes(small[:n]) == b"0123456789"
+    assert client.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
+    thread.join(10)
+    channel.close()
+    server.close()

@@ -43,6 +43,8 @@ class ScriptedPeer:
         self.lowats: list[int] = []
         self.recv_calls = 0
         self.closed_after = False          # True: an empty read (peer closed) once the pieces are gone
+        self.rcvbuf = 4 << 20              # what SO_RCVBUF answers (an autotuned buffer on a busy link)
+        self.rcvbuf_reads = 0
 
     # -- the socket the channel sees ----------------------------------------------------------------------------
     def sendall(self, data) -> None:
@@ -66,14 +68,22 @@ class ScriptedPeer:
         piece = self.pieces.pop(0)
         while len(piece) < self.lowat:              # the kernel wakes the reader only at the low-water mark
             piece += self.pieces.pop(0)
-        assert len(piece) <= len(view)
+        if len(piece) > len(view):                  # the kernel hands over what fits; the rest stays queued
+            self.pieces.insert(0, piece[len(view):])
+            piece = piece[:len(view)]
         view[:len(piece)] = piece
         return len(piece)
 
     def setsockopt(self, level, option, value) -> None:
         assert (level, option) == (socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+        assert value <= self.rcvbuf // 4, "a mark this high makes Linux clamp the TCP window"
         self.lowat = value
         self.lowats.append(value)
+
+    def getsockopt(self, level, option) -> int:
+        assert (level, option) == (socket.SOL_SOCKET, socket.SO_RCVBUF)
+        self.rcvbuf_reads += 1
+        return self.rcvbuf
 
     def close(self) -> None:
         pass
@@ -185,6 +195,46 @@ def test_the_low_water_mark_asks_only_for_what_the_partial_record_misses(materia
     peer.send_records(b"x" * 10)                             # a small record: the mark goes back down to 1
     assert read_exactly(channel, 10) == b"x" * 10
     assert peer.lowat == 1
+
+
+def read_frame_rest(channel: TlsChannel, size: int) -> bytes:
+    """The way FastConnection._recv_exact reads the rest of a large frame: telling the channel what it still needs."""
+    out = bytearray(size)
+    view, got = memoryview(out), 0
+    while got < size:
+        got += channel.recv_into(view[got:], size - got)
+    return bytes(out)
+
+
+def test_a_large_frame_read_with_its_need_wakes_per_many_records_and_never_waits_past_the_frame(material):
+    """A 1 MB frame in 16 KiB records arriving in 1448-byte segments: told the need, the channel sets a mark of
+    many records (the peer checks every mark against what is still to come: the frame, not a byte more), reads far
+    less often than once per record, and a small answer after it is read at a mark of 1 again (no wait for bytes
+    that are not coming)."""
+    channel, peer = connected(material, segments(1448))
+    body = os.urandom(1_000_000)
+    peer.send_records(*(body[i:i + 16384] for i in range(0, len(body), 16384)))
+    calls_before = peer.recv_calls
+    assert read_frame_rest(channel, len(body)) == body
+    records = -(-len(body) // 16384)
+    assert max(peer.lowats) >= 128 * 1024, peer.lowats
+    assert peer.recv_calls - calls_before < records / 4, (peer.recv_calls - calls_before, records)
+    peer.send_records(b"small answer")
+    assert read_exactly(channel, 12) == b"small answer"
+    assert peer.lowat == 1 and not peer.pieces
+
+
+def test_a_small_fixed_receive_buffer_bounds_the_mark_and_is_not_asked_for_every_read(material):
+    """SO_RCVBUF at 64 KiB (an operator's socket.receive.buffer.bytes, or memory pressure shrinking it after the
+    handshake): a mark above a quarter of it would make Linux clamp the TCP window (the peer fails the test at such
+    a mark); the buffer's size is read only when a mark is about to change, not before every read."""
+    channel, peer = connected(material, segments(1448))
+    peer.rcvbuf = 64 * 1024
+    body = os.urandom(2_000_000)
+    peer.send_records(*(body[i:i + 16384] for i in range(0, len(body), 16384)))
+    assert read_frame_rest(channel, len(body)) == body
+    assert max(peer.lowats) <= 16 * 1024
+    assert peer.rcvbuf_reads <= 2 + peer.recv_calls // 8, (peer.rcvbuf_reads, peer.recv_calls)
 
 
 @pytest.mark.parametrize("one_piece", [False, True], ids=["separate-pieces", "data-and-alert-in-one-piece"])
