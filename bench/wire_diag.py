@@ -141,6 +141,13 @@ def install() -> None:
         return out
 
     fast_connection.FastConnection._receive_frame = frame
+    send_all = wire_channel._sendmsg_all
+
+    def sendmsg_all(sock, pending):   # the channel writes with os.writev first: count its calls here
+        _COUNTS["sendmsg"] += 1
+        return send_all(getattr(sock, "_sock", sock), pending)
+
+    wire_channel._sendmsg_all = sendmsg_all
     wire_channel.PlainChannel.__init__, wire_channel.TlsChannel.__init__ = plain, tls
     wire_channel.TlsChannel.recv_into = recv
 

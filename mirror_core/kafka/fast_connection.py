@@ -284,14 +284,17 @@ class FastConnection(SaslLogin, ResponseFrames):
         if request_trace.ACTIVE is not None:
             request_trace.ACTIVE.writes.append((time.perf_counter(), id(self), -1))
 
-    def answered(self, future: Future) -> bool:
+    def answered(self, future: Future, *, ask: bool = True) -> bool:
         """Whether ``future`` is resolved, after reading (never waiting for) the answers that already arrived:
-        those whole in the receive buffer and, on a plain socket, what the kernel holds already."""
+        those whole in the receive buffer and, on a plain socket, what the kernel holds already (``ask=False``:
+        only those in the buffer, no system call; for a caller that asked the kernel a moment ago, as one
+        ``readv`` takes every answer that had arrived)."""
         if future.is_done:
             return True
         if self._unsent or not self._in_flight or self.closed:
             return False
-        asked = not (self._timeout_s and isinstance(self._channel, PlainChannel))  # TLS: only what _rbuf holds
+        # TLS: only what _rbuf holds
+        asked = not (ask and self._timeout_s and isinstance(self._channel, PlainChannel))
         while self._in_flight:
             if not self._frame_buffered():
                 if asked:

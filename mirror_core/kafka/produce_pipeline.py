@@ -277,8 +277,11 @@ class ProducePipeline(PipelineRetry):
                     return
                 self._send_one_partition(key, tp, conn)
                 if self.sent[key] < len(queue):   # a batch waits for room: take the answers already here
+                    # the kernel is asked once (one readv takes every answer that has arrived); the answers after
+                    # the first are taken only if that read brought them: a second readv a few microseconds later
+                    # nearly always finds nothing (follow-up 9 in docs/performance.md counted 1.9 per batch)
                     took = False
-                    while inflight and not self.draining and conn.answered(inflight[0].future):
+                    while inflight and not self.draining and conn.answered(inflight[0].future, ask=not took):
                         self._take_one_partition(inflight.popleft(), key, tp)
                         took = True
                     if took and not self.draining and key in self.unacked:

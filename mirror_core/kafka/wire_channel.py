@@ -32,8 +32,13 @@ Invariants: a channel is used by one thread; :meth:`send` returns only when ever
 for the network only when nothing is buffered. ``SO_RCVLOWAT`` never exceeds the bytes certain to arrive: what the
 current partial TLS record still misses (a peer sends whole records), or the caller's ``need`` less what is
 buffered (the peer sends whole frames), whichever is larger; a read without a ``need`` sets it back to 1 first, so a
-small answer never waits for bytes that are not coming. TLS: the incoming BIO holds whole records only. TLS
-hostname verification is on unless the settings say ``ssl.endpoint.identification.algorithm=none``; the
+small answer never waits for bytes that are not coming (a raised mark may outlive the frame it was set for: only
+this channel's own blocking reads see it, and each sets its mark first; code that polls the socket for readability
+must set the mark back to 1 before it does); a raised mark is at most what a link of ``_LOWAT_SLOWEST_LINK``
+bytes/s brings within the socket's timeout, as the timeout then bounds the wait for the whole mark. A TLS peer that
+sends close_notify in the middle of a frame and keeps the TCP connection open (no broker does: Kafka closes the
+socket right after it) is seen at the socket's timeout, not at once. TLS: the incoming BIO holds whole records
+only. TLS hostname verification is on unless the settings say ``ssl.endpoint.identification.algorithm=none``; the
 certificate chain is always verified (against ``ssl.ca.location``, or the system store when that is unset).
 """
 
@@ -58,6 +63,7 @@ _LOWAT_MAX = 2**14 + 2048 + _RECORD_HEADER
 # The caller's need raises the mark up to this (and a quarter of the current receive buffer): a wake per 256 KiB.
 _LOWAT_CEILING = 256 * 1024
 _ROOM_REREAD = 16               # raised marks asked for between two reads of SO_RCVBUF
+_LOWAT_SLOWEST_LINK = 32 * 1024 # bytes/s: a raised mark is at most what arrives within the socket's timeout at this
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") and "SC_IOV_MAX" in os.sysconf_names else 1024
 
 
@@ -135,6 +141,11 @@ class LowWaterMark:
         ``_LOWAT_CEILING`` and the receive buffer; below ``_LOWAT_FROM`` the mark is 1 (a syscall saved is worth
         more than a wake saved)."""
         value = min(certain, limit, _LOWAT_CEILING)
+        timeout = self.sock.gettimeout()
+        if timeout is not None and value > timeout * _LOWAT_SLOWEST_LINK:
+            # the socket's timeout now bounds the wait for the whole mark, not for the next byte: keep a frame on a
+            # slow link (below _LOWAT_SLOWEST_LINK bytes/s) from timing out where byte-by-byte it would have finished
+            value = int(timeout * _LOWAT_SLOWEST_LINK)
         if value >= _LOWAT_FROM:
             if self._until_reread <= 0:
                 self._room = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4
@@ -270,7 +281,9 @@ class TlsChannel:
             except ssl.SSLWantReadError:        # the whole records were not application data (a session ticket)
                 if got:
                     break
-                self._fill(need)
+                if self._outgoing.pending:      # a post-handshake message to answer before we wait for more
+                    self._flush()
+                self._fill(need)                # got is 0 here, so the caller's need is still whole
                 continue
             except ssl.SSLZeroReturnError:
                 n = 0
@@ -348,12 +361,21 @@ def _write_all(write, data) -> None:
 
 
 def _sendmsg_all(sock: socket.socket, pending: list) -> None:
-    """``sendmsg`` until every buffer is written (partial sends resume mid-buffer, nothing is joined), at most
-    ``_IOV_MAX`` buffers per call: Linux refuses more (EMSGSIZE), and a Produce request shared by many lanes has two
-    buffers per partition."""
+    """Write every buffer (partial sends resume mid-buffer, nothing is joined), at most ``_IOV_MAX`` buffers per
+    call: Linux refuses more (EMSGSIZE), and a Produce request shared by many lanes has two buffers per partition.
+
+    ``os.writev`` on the descriptor first: CPython's ``sendmsg`` on a socket with a timeout calls ``poll`` before
+    every send, even when the send buffer has room (one extra system call per request; with one-record batches,
+    one per batch). The descriptor of a socket with a timeout is non-blocking, so ``writev`` never waits: only when
+    the send buffer is full (``EAGAIN``) does ``sendmsg`` wait for room under the socket's timeout."""
+    fd = sock.fileno()
     i, count = 0, len(pending)
     while i < count:
-        sent = sock.sendmsg(pending[i:i + _IOV_MAX])
+        chunk = pending[i:i + _IOV_MAX]
+        try:
+            sent = os.writev(fd, chunk) if fd >= 0 else sock.sendmsg(chunk)   # -1: closed, sendmsg says so
+        except BlockingIOError:
+            sent = sock.sendmsg(chunk)
         while i < count:   # consume what was written; empty buffers count as written
             part = pending[i]
             size = part.nbytes if isinstance(part, memoryview) else len(part)

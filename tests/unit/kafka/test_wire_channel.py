@@ -142,3 +142,34 @@ def test_plain_channel_reads_a_frame_at_its_need_then_a_small_answer_at_once():
     thread.join(10)
     channel.close()
     server.close()
+
+
+def test_a_full_send_buffer_waits_under_the_socket_timeout_then_fails_as_a_timeout():
+    """The plain channel writes with os.writev on the non-blocking descriptor first (no poll per request); when the
+    peer stops reading and the send buffer fills, the write must wait under the socket's timeout and fail as a
+    timeout, not as BlockingIOError at once; a peer that reads slowly gets every byte in order."""
+    client, server = socket.socketpair()
+    client.settimeout(0.5)
+    channel = PlainChannel(client)
+    payload = memoryview(os.urandom(8 << 20))
+    with pytest.raises(TimeoutError):
+        channel.send([payload[:1 << 20], payload[1 << 20:]])
+    client.close()
+    server.close()
+
+    client, server = socket.socketpair()
+    client.settimeout(5)
+    channel = PlainChannel(client)
+    received = bytearray()
+
+    def slow_reader():
+        while len(received) < len(payload):
+            received.extend(server.recv(65536))
+
+    thread = threading.Thread(target=slow_reader, daemon=True)
+    thread.start()
+    channel.send([payload[:3], payload[3:5 << 20], payload[5 << 20:]])
+    thread.join(10)
+    assert bytes(received) == bytes(payload)
+    client.close()
+    server.close()

@@ -80,6 +80,12 @@ class ScriptedPeer:
         self.lowat = value
         self.lowats.append(value)
 
+    def fileno(self) -> int:
+        return -1                          # no descriptor: the channel writes through sendmsg
+
+    def gettimeout(self) -> float:
+        return 30.0
+
     def getsockopt(self, level, option) -> int:
         assert (level, option) == (socket.SOL_SOCKET, socket.SO_RCVBUF)
         self.rcvbuf_reads += 1
