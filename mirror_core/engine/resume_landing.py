@@ -24,12 +24,18 @@ from mirror_core.errors import (
 from mirror_core.kafka.active_producers import active_producers
 from mirror_core.kafka.fetcher import RawBatchFetcher
 from mirror_core.kafka.list_offsets import list_offsets
+from mirror_core.kafka.retries import partition_request_with_retries
 from mirror_core.kafka.wire_client import WireClient
 
 if TYPE_CHECKING:
     from mirror_core.engine.lane_session import LaneSession
 
 log = logging.getLogger(__name__)
+
+# How long the own-transaction look retries DescribeProducers through leader moves and transient errors before the
+# transaction is taken as another producer's (a halt): right after a target restart the first leader asked may
+# answer NOT_LEADER_OR_FOLLOWER, and a halt for that would need an operator
+OWN_TRANSACTION_LOOK_S = 15.0
 
 
 class ResumeLanding:
@@ -127,12 +133,16 @@ class ResumeLanding:
 def own_open_transaction(session: LaneSession, open_at: int) -> tuple[int, int] | None:
     """(producer id, epoch) of the transaction open at ``open_at`` on the lane's target partition when it is the
     lane's own — its writer's producer id at an older epoch — else None, also when that cannot be told (an old
-    broker, an error): the caller then treats it as another producer's."""
+    broker, an error that is not retriable, or retriable ones for ``OWN_TRANSACTION_LOOK_S``: leader moves and
+    transient errors are retried with fresh metadata first): the caller then treats it as another producer's."""
     writer, target = session.writer, session.owner.target
     if writer.producer_id < 0:
         return None
+    topic, partition = session.target_topic, session.target_partition
     try:
-        producers = active_producers(target, session.target_topic, session.target_partition)
+        producers = partition_request_with_retries(
+            target, topic, partition, "DescribeProducers", lambda: active_producers(target, topic, partition),
+            retry_timeout_s=OWN_TRANSACTION_LOOK_S)
     except Exception as exc:  # noqa: BLE001 - cannot tell: the caller's conservative answer stands
         log.info("cluster %r %s-%d: DescribeProducers failed (%s); the transaction open at %d is taken as another "
                  "producer's", target.cluster_name, session.target_topic, session.target_partition, exc, open_at)

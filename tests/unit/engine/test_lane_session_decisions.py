@@ -617,3 +617,64 @@ def test_a_record_that_is_not_the_sources_next_is_not_a_duplicate(cuts, data):
     legal = at > 0 and found[at - 1] == SOURCE_RECORDS[-2] and found[at] == SOURCE_RECORDS[-1]
     if not legal:
         assert not resume_landing.restarted_copies(found, SOURCE_RECORDS[:len(found)])
+
+
+class _ProducersTarget:
+    """The target client for the own-transaction look: DescribeProducers answers come from ``answers`` in turn (an
+    exception class is raised), metadata refreshes are counted."""
+
+    cluster_name = "target"
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.asked = 0
+        self.invalidated = 0
+
+    def invalidate(self, topic):
+        self.invalidated += 1
+
+
+def _own_look(monkeypatch, target, *, producer_id=42, epoch=3):
+    from mirror_core.kafka.active_producers import ActiveProducer
+    from mirror_core.kafka.retries import Backoff
+
+    def describe(client, topic, partition):
+        client.asked += 1
+        answer = client.answers.pop(0)
+        if isinstance(answer, type):
+            raise answer()
+        return [ActiveProducer(*p) for p in answer]
+
+    monkeypatch.setattr(resume_landing, "active_producers", describe)
+    monkeypatch.setattr(Backoff, "wait", lambda self: True)  # no sleeping in a unit test; the count bounds it
+    session = SimpleNamespace(writer=SimpleNamespace(producer_id=producer_id, producer_epoch=epoch),
+                              owner=SimpleNamespace(target=target), target_topic="dr.orders", target_partition=3)
+    return resume_landing.own_open_transaction(session, 7)
+
+
+def test_the_own_transaction_look_retries_a_moved_leader_instead_of_halting(monkeypatch):
+    """Right after a target restart the leader asked first may answer NOT_LEADER_OR_FOLLOWER (or the connection
+    fails): that is retried with fresh metadata, and the lane's own undecided transaction is still recognised (a
+    retriable lane error), not taken for another producer's (a halt that needs an operator)."""
+    import kafka.errors as Errors
+
+    target = _ProducersTarget(Errors.NotLeaderForPartitionError, Errors.KafkaConnectionError, [(42, 2, 7)])
+    assert _own_look(monkeypatch, target) == (42, 2)
+    assert target.asked == 3 and target.invalidated == 2
+
+
+def test_the_own_transaction_look_gives_up_at_once_on_an_error_retrying_cannot_cure(monkeypatch):
+    """An old broker without DescribeProducers: asked once, and the open transaction is taken as another
+    producer's (the conservative answer), as before."""
+    import kafka.errors as Errors
+
+    target = _ProducersTarget(Errors.UnsupportedVersionError, [(42, 2, 7)])
+    assert _own_look(monkeypatch, target) is None
+    assert target.asked == 1
+
+
+def test_the_own_transaction_look_tells_another_producer_and_a_newer_epoch_from_its_own(monkeypatch):
+    assert _own_look(monkeypatch, _ProducersTarget([(41, 2, 7)])) is None        # another producer id
+    assert _own_look(monkeypatch, _ProducersTarget([(42, 3, 7)])) is None        # not an older epoch
+    assert _own_look(monkeypatch, _ProducersTarget([(42, 2, 5)])) is None        # open elsewhere
+    assert _own_look(monkeypatch, _ProducersTarget([(41, 0, 7), (42, 1, 7)])) == (42, 1)
