@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.config.names import default_lane
 from mirror_core.engine.copier import CopyOptions, CopyResult, Progress
-from mirror_core.engine.lane_session import LaneSession
+from mirror_core.engine.lane_session import TARGET_DELETION_LOOKS, LaneSession, target_topic_gone
 from mirror_core.errors import ConfigError, TopicRecreatedError
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange
@@ -89,16 +89,21 @@ class CheckpointedCopier:
 
     def _target_topic_ids(self, pinned: dict[str, str]) -> dict[str, str | None]:
         """Each target topic's id now (None: the cluster gives none), asked fresh; ``pinned``: topic → the id a
-        checkpoint of it names. A topic the target no longer has was deleted under its lanes:
-        :class:`TopicRecreatedError`."""
+        checkpoint of it names. A topic the target no longer has (twice, :func:`target_topic_gone`) was deleted
+        under its lanes: :class:`TopicRecreatedError`."""
         import kafka.errors as Errors
 
         out: dict[str, str | None] = {}
         for topic, old_id in sorted(pinned.items()):
-            try:
-                topic_id = self.target.topic_metadata(topic, refresh=True).topic_id
-            except Errors.UnknownTopicOrPartitionError:
-                raise TopicRecreatedError(self.target.cluster_name, topic, old_id, None) from None
+            for look in range(1, TARGET_DELETION_LOOKS + 1):
+                try:
+                    topic_id = self.target.topic_metadata(topic, refresh=True).topic_id
+                    break
+                except Errors.UnknownTopicOrPartitionError:
+                    if target_topic_gone(self.target, topic):
+                        raise TopicRecreatedError(self.target.cluster_name, topic, old_id, None) from None
+                    if look == TARGET_DELETION_LOOKS:
+                        raise
             out[topic] = str(topic_id) if topic_id else None
         return out
 

@@ -42,6 +42,7 @@ from mirror_core.state.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
     from mirror_core.engine.checkpointed import CheckpointedCopier
+    from mirror_core.kafka.wire_client import WireClient
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,26 @@ OPEN_VALIDATION_TIMEOUT_S = 5.0  # how long a lane open waits for the source lea
 # controller updates asynchronously, so a topic just created can be unknown for a little while)
 TARGET_TOPIC_APPEAR_S = 5.0
 TARGET_TOPIC_RETRY_S = 0.2
+# a target topic a lane wrote must be missing from fresh metadata twice, this far apart, to count as deleted under
+# it (a halt that needs an operator): one broker's answer can lag the cluster (a broker that just started and has
+# not caught up on metadata answers UNKNOWN_TOPIC_OR_PARTITION), as the daemon confirms a source deletion
+TARGET_DELETION_CONFIRM_S = 1.0
+# answers of "unknown" not confirmed by the look after them, before the unknown topic is raised as it is (retriable:
+# metadata that keeps contradicting itself is neither a deletion nor an answer)
+TARGET_DELETION_LOOKS = 3
+
+
+def target_topic_gone(target: WireClient, topic: str) -> bool:
+    """After one Metadata answer said ``topic`` is unknown: whether fresh metadata still says so
+    ``TARGET_DELETION_CONFIRM_S`` later (a failed look-up is not a confirmation: False)."""
+    time.sleep(TARGET_DELETION_CONFIRM_S)
+    try:
+        target.topic_metadata(topic, refresh=True)
+    except Errors.UnknownTopicOrPartitionError:
+        return True
+    except Errors.KafkaError:
+        return False
+    return False
 
 
 
@@ -153,9 +174,11 @@ class LaneSession(LaneFence):
         """The target topic's id now (``since``: from a Metadata answer taken after that stamp of the target
         client, :func:`~mirror_core.kafka.fetcher.fresh_topic_metadata`; default: asked now). A topic the lane never
         wrote that metadata does not know is asked again for up to ``TARGET_TOPIC_APPEAR_S`` (just created: not
-        in the broker's metadata cache yet) before it is a :class:`ConfigError`; one it wrote is gone at once."""
+        in the broker's metadata cache yet) before it is a :class:`ConfigError`; one it wrote is gone once a second
+        answer ``TARGET_DELETION_CONFIRM_S`` later agrees (:func:`target_topic_gone`)."""
         target = self.owner.target
         give_up_at = time.monotonic() + TARGET_TOPIC_APPEAR_S
+        looks = 0
         while True:
             try:
                 meta = target.topic_metadata(self.target_topic, refresh=True) if since is None else \
@@ -164,8 +187,14 @@ class LaneSession(LaneFence):
                 break
             except Errors.UnknownTopicOrPartitionError:
                 pinned = self.checkpoint.target_topic_id if getattr(self, "checkpoint", None) is not None else None
-                if pinned:  # the lane wrote there before: the topic was deleted under it
-                    raise TopicRecreatedError(target.cluster_name, self.target_topic, pinned, None) from None
+                if pinned:  # the lane wrote there before: the topic was deleted under it, if a second look agrees
+                    if target_topic_gone(target, self.target_topic):
+                        raise TopicRecreatedError(target.cluster_name, self.target_topic, pinned, None) from None
+                    looks += 1
+                    if looks >= TARGET_DELETION_LOOKS:
+                        raise
+                    since = None
+                    continue
                 if time.monotonic() >= give_up_at:
                     raise ConfigError(f"target topic {self.target_topic!r} does not exist on cluster "
                                       f"{target.cluster_name!r}") from None
