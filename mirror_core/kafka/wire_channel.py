@@ -362,16 +362,17 @@ def _write_all(write, data) -> None:
 
 def _sendmsg_all(sock: socket.socket, pending: list) -> None:
     """Write every buffer (partial sends resume mid-buffer, nothing is joined), at most ``_IOV_MAX`` buffers per
-    call: Linux refuses more (EMSGSIZE), and a Produce request shared by many lanes has two buffers per partition.
+    call: Linux refuses more (``writev``: EINVAL, ``sendmsg``: EMSGSIZE), and a Produce request shared by many lanes
+    has two buffers per partition.
 
     ``os.writev`` on the descriptor first: CPython's ``sendmsg`` on a socket with a timeout calls ``poll`` before
     every send, even when the send buffer has room (one extra system call per request; with one-record batches,
     one per batch). The descriptor of a socket with a timeout is non-blocking, so ``writev`` never waits: only when
     the send buffer is full (``EAGAIN``) does ``sendmsg`` wait for room under the socket's timeout."""
-    fd = sock.fileno()
     i, count = 0, len(pending)
     while i < count:
         chunk = pending[i:i + _IOV_MAX]
+        fd = sock.fileno()   # asked each pass, as sendmsg does: a number kept across a wait could be reused
         try:
             sent = os.writev(fd, chunk) if fd >= 0 else sock.sendmsg(chunk)   # -1: closed, sendmsg says so
         except BlockingIOError:
