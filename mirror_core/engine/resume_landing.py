@@ -19,6 +19,7 @@ from mirror_core.errors import (
     ForeignWriteError,
     MirrorError,
     OwnTransactionUndecidedError,
+    PartitionUnavailableError,
     TargetNotEmptyError,
 )
 from mirror_core.kafka.active_producers import active_producers
@@ -32,10 +33,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# How long the own-transaction look retries DescribeProducers through leader moves and transient errors before the
-# transaction is taken as another producer's (a halt): right after a target restart the first leader asked may
-# answer NOT_LEADER_OR_FOLLOWER, and a halt for that would need an operator
-OWN_TRANSACTION_LOOK_S = 15.0
+# How long the own-transaction look retries DescribeProducers through leader moves and transient errors: right after
+# a target restart the first leader asked may answer NOT_LEADER_OR_FOLLOWER. Past it the look cannot tell and says so
+# as a retriable PartitionUnavailableError (the lane reopens later), never as a halt that needs an operator. Short:
+# the lane's transaction is open meanwhile and its worker holds the daemon's round
+OWN_TRANSACTION_LOOK_S = 8.0
 
 
 class ResumeLanding:
@@ -81,13 +83,18 @@ class ResumeLanding:
         # exactly-once, our own transaction starts at ``base``; anything open below it is another producer's,
         # or the lane's own earlier one not yet decided (own_open_transaction)
         stable = list_offsets(target, topic, partition, "last_stable")
-        if stable < base:
+        while stable < base:
             # exactly-once only: an at-least-once first batch is already written outside any transaction, and a
             # retry would write it again; an at-least-once lane's own fences are empty aborted transactions anyway
             own = own_open_transaction(session, stable) if session.exactly_once else None
             if own is not None:  # ours, not yet decided: the checkpoint read may predate it (never halt on it)
                 raise OwnTransactionUndecidedError(target.cluster_name, topic, partition, stable, *own)
-            raise ForeignWriteError(*where, f"another producer's transaction is open at offset {stable}")
+            # the look may have taken a while (leader moves retried): a transaction decided meanwhile shows no
+            # producer as open there any more; judge the partition as it is now instead of halting on the past
+            now = list_offsets(target, topic, partition, "last_stable") if session.exactly_once else stable
+            if now == stable:
+                raise ForeignWriteError(*where, f"another producer's transaction is open at offset {stable}")
+            stable = now
         lo = max(expected, list_offsets(target, topic, partition, "earliest"))
         if lo >= base:
             return  # retention already removed what lay in between: nothing of it can be read any more
@@ -132,9 +139,10 @@ class ResumeLanding:
 
 def own_open_transaction(session: LaneSession, open_at: int) -> tuple[int, int] | None:
     """(producer id, epoch) of the transaction open at ``open_at`` on the lane's target partition when it is the
-    lane's own — its writer's producer id at an older epoch — else None, also when that cannot be told (an old
-    broker, an error that is not retriable, or retriable ones for ``OWN_TRANSACTION_LOOK_S``: leader moves and
-    transient errors are retried with fresh metadata first): the caller then treats it as another producer's."""
+    lane's own — its writer's producer id at an older epoch — else None, also when that cannot be told for good (an
+    old broker, an error retrying cannot cure): the caller then treats it as another producer's. Leader moves and
+    transient errors are retried with fresh metadata; still failing after ``OWN_TRANSACTION_LOOK_S`` they raise
+    :class:`PartitionUnavailableError` (retriable: not knowing yet is no reason to halt)."""
     writer, target = session.writer, session.owner.target
     if writer.producer_id < 0:
         return None
@@ -143,6 +151,8 @@ def own_open_transaction(session: LaneSession, open_at: int) -> tuple[int, int] 
         producers = partition_request_with_retries(
             target, topic, partition, "DescribeProducers", lambda: active_producers(target, topic, partition),
             retry_timeout_s=OWN_TRANSACTION_LOOK_S)
+    except PartitionUnavailableError:
+        raise
     except Exception as exc:  # noqa: BLE001 - cannot tell: the caller's conservative answer stands
         log.info("cluster %r %s-%d: DescribeProducers failed (%s); the transaction open at %d is taken as another "
                  "producer's", target.cluster_name, session.target_topic, session.target_partition, exc, open_at)

@@ -634,7 +634,7 @@ class _ProducersTarget:
         self.invalidated += 1
 
 
-def _own_look(monkeypatch, target, *, producer_id=42, epoch=3):
+def _own_look(monkeypatch, target, *, producer_id=42, epoch=3, real_backoff=False):
     from mirror_core.kafka.active_producers import ActiveProducer
     from mirror_core.kafka.retries import Backoff
 
@@ -646,7 +646,11 @@ def _own_look(monkeypatch, target, *, producer_id=42, epoch=3):
         return [ActiveProducer(*p) for p in answer]
 
     monkeypatch.setattr(resume_landing, "active_producers", describe)
-    monkeypatch.setattr(Backoff, "wait", lambda self: True)  # no sleeping in a unit test; the count bounds it
+    if real_backoff:   # its deadline, without its sleeps
+        import mirror_core.kafka.retries as retries
+        monkeypatch.setattr(retries.time, "sleep", lambda s: None)
+    else:
+        monkeypatch.setattr(Backoff, "wait", lambda self: True)  # no sleeping in a unit test; the count bounds it
     session = SimpleNamespace(writer=SimpleNamespace(producer_id=producer_id, producer_epoch=epoch),
                               owner=SimpleNamespace(target=target), target_topic="dr.orders", target_partition=3)
     return resume_landing.own_open_transaction(session, 7)
@@ -678,3 +682,38 @@ def test_the_own_transaction_look_tells_another_producer_and_a_newer_epoch_from_
     assert _own_look(monkeypatch, _ProducersTarget([(42, 3, 7)])) is None        # not an older epoch
     assert _own_look(monkeypatch, _ProducersTarget([(42, 2, 5)])) is None        # open elsewhere
     assert _own_look(monkeypatch, _ProducersTarget([(41, 0, 7), (42, 1, 7)])) == (42, 1)
+
+
+def test_a_transaction_decided_while_the_own_transaction_look_retried_is_judged_as_the_partition_is_now(
+        lane, monkeypatch):
+    """The look retried leader moves for a while (a target restart); meanwhile the coordinator wrote the markers of
+    the transaction that was open below the landing. DescribeProducers then shows nothing open there: that is no
+    foreign writer, and the lane must not halt naming one. The last stable offset is read again and the partition
+    judged as it is now (here: the landing follows what was decided, so the copy goes on)."""
+    from mirror_core.engine import resume_landing
+
+    resumable(lane, 6)
+    lane.target.next, lane.target.open_txn_at = 9, 7
+    lane.target.earliest = 9   # what lay in between is not readable any more (its judgement is another test's)
+
+    def look_while_decided(session, open_at):
+        lane.target.open_txn_at = None   # the markers were written while the look retried
+        return None
+
+    monkeypatch.setattr(resume_landing, "own_open_transaction", look_while_decided)
+    run(lane, 0, 12)
+    assert lane.store.stored.position == 12
+
+
+def test_the_own_transaction_look_that_cannot_tell_yet_is_retriable_not_a_halt(monkeypatch):
+    """Leader moves for longer than the look's window: the lane cannot tell whose transaction it is yet, which is
+    a retriable PartitionUnavailableError (the lane reopens later), not 'another producer's' (a persisted halt)."""
+    import kafka.errors as Errors
+
+    from mirror_core.errors import PartitionUnavailableError
+
+    target = _ProducersTarget(*([Errors.NotLeaderForPartitionError] * 200))
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(ticks)))   # each attempt a second later
+    with pytest.raises(PartitionUnavailableError, match="DescribeProducers"):
+        _own_look(monkeypatch, target, real_backoff=True)
