@@ -52,9 +52,10 @@ OPEN_VALIDATION_TIMEOUT_S = 5.0  # how long a lane open waits for the source lea
 # controller updates asynchronously, so a topic just created can be unknown for a little while)
 TARGET_TOPIC_APPEAR_S = 5.0
 TARGET_TOPIC_RETRY_S = 0.2
-# a target topic a lane wrote must be missing from fresh metadata twice, this far apart, to count as deleted under
-# it (a halt that needs an operator): one broker's answer can lag the cluster (a broker that just started and has
-# not caught up on metadata answers UNKNOWN_TOPIC_OR_PARTITION), as the daemon confirms a source deletion
+# a target topic a lane wrote counts as deleted under it (a halt that needs an operator) only when, this long after
+# a Metadata answer did not know it, no broker of the target knows it: one broker's answer can lag the cluster (a
+# broker that just started and has not caught up on metadata answers UNKNOWN_TOPIC_OR_PARTITION); the daemon
+# confirms a source deletion with a second look too
 TARGET_DELETION_CONFIRM_S = 1.0
 # answers of "unknown" not confirmed by the look after them, before the unknown topic is raised as it is (retriable:
 # metadata that keeps contradicting itself is neither a deletion nor an answer)
@@ -62,16 +63,24 @@ TARGET_DELETION_LOOKS = 3
 
 
 def target_topic_gone(target: WireClient, topic: str) -> bool:
-    """After one Metadata answer said ``topic`` is unknown: whether fresh metadata still says so
-    ``TARGET_DELETION_CONFIRM_S`` later (a failed look-up is not a confirmation: False)."""
+    """After one Metadata answer said ``topic`` is unknown: whether, ``TARGET_DELETION_CONFIRM_S`` later, every
+    broker of the target that answers says so too, asked one by one (the first answer came from whichever broker
+    was least loaded, possibly one behind the others). A broker that cannot be reached has no say; when none
+    answers, or the broker list cannot be had, it is not a confirmation (False)."""
     time.sleep(TARGET_DELETION_CONFIRM_S)
     try:
-        target.topic_metadata(topic, refresh=True)
-    except Errors.UnknownTopicOrPartitionError:
-        return True
-    except Errors.KafkaError:
+        nodes = target.broker_ids()
+    except Exception:  # noqa: BLE001 - cannot tell: not a confirmation
         return False
-    return False
+    answered = 0
+    for node in nodes:
+        try:
+            if target.topic_known_by(node, topic) is not None:
+                return False        # a broker knows the topic: the first answer lagged
+        except Errors.KafkaError:
+            continue                # unreachable or not answering: no say
+        answered += 1
+    return answered > 0
 
 
 

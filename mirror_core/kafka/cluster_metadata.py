@@ -94,6 +94,34 @@ class ClusterMetadata:
             self._topic_answer[t.name] = self._metadata_answers
         return result
 
+    def broker_ids(self) -> list[int]:
+        """The brokers of the cluster as the last Metadata answer listed them."""
+        return sorted(broker.node_id for broker in self._manager.cluster.brokers()
+                      if isinstance(broker.node_id, int) and broker.node_id >= 0)
+
+    def topic_known_by(self, node_id: int, topic: str) -> str | None:
+        """Whether broker ``node_id`` itself knows ``topic`` now: its topic id ("" when it gives none), or None when
+        it answers that the topic does not exist. One broker's view, asked of that broker: the caches are not
+        updated from it (a broker behind on metadata must not overwrite the cluster's view). Raises kafka-python
+        errors for transport trouble."""
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)],
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+        response = self.send(node_id, request)
+        for t in response.topics:
+            if t.name != topic:
+                continue
+            if t.error_code == Errors.UnknownTopicOrPartitionError.errno:
+                return None
+            if t.error_code:
+                raise Errors.for_code(t.error_code)(topic)
+            topic_id = _topic_id_or_none(t.topic_id)
+            return str(topic_id) if topic_id else ""
+        return None
+
     def metadata_stamp(self) -> int:
         """A stamp of this client's metadata: the count of Metadata answers taken so far (a later answer has a
         larger stamp). Keep it when cached metadata stops being trusted; :meth:`topic_metadata_since` then
