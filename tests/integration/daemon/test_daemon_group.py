@@ -232,6 +232,12 @@ class OldDaemon:
                                          stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONPATH": str(checkout), "PYTHONUNBUFFERED": "1"})
 
+    metrics_port = None   # not asked for /readyz: wait_for's failure message shows its log only
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
 
