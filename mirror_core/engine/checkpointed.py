@@ -89,8 +89,8 @@ class CheckpointedCopier:
 
     def _target_topic_ids(self, pinned: dict[str, str]) -> dict[str, str | None]:
         """Each target topic's id now (None: the cluster gives none), asked fresh; ``pinned``: topic → the id a
-        checkpoint of it names. A topic the target no longer has (twice, :func:`target_topic_gone`) was deleted
-        under its lanes: :class:`TopicRecreatedError`."""
+        checkpoint of it names. A topic the target no longer has (no broker knows it, :func:`target_topic_gone`) was
+        deleted under its lanes: :class:`TopicRecreatedError`."""
         import kafka.errors as Errors
 
         out: dict[str, str | None] = {}

@@ -183,8 +183,8 @@ class LaneSession(LaneFence):
         """The target topic's id now (``since``: from a Metadata answer taken after that stamp of the target
         client, :func:`~mirror_core.kafka.fetcher.fresh_topic_metadata`; default: asked now). A topic the lane never
         wrote that metadata does not know is asked again for up to ``TARGET_TOPIC_APPEAR_S`` (just created: not
-        in the broker's metadata cache yet) before it is a :class:`ConfigError`; one it wrote is gone once a second
-        answer ``TARGET_DELETION_CONFIRM_S`` later agrees (:func:`target_topic_gone`)."""
+        in the broker's metadata cache yet) before it is a :class:`ConfigError`; one it wrote is gone once every
+        broker asked ``TARGET_DELETION_CONFIRM_S`` later agrees (:func:`target_topic_gone`)."""
         target = self.owner.target
         give_up_at = time.monotonic() + TARGET_TOPIC_APPEAR_S
         looks = 0
@@ -196,7 +196,7 @@ class LaneSession(LaneFence):
                 break
             except Errors.UnknownTopicOrPartitionError:
                 pinned = self.checkpoint.target_topic_id if getattr(self, "checkpoint", None) is not None else None
-                if pinned:  # the lane wrote there before: the topic was deleted under it, if a second look agrees
+                if pinned:  # the lane wrote there before: the topic was deleted under it, if the brokers agree
                     if target_topic_gone(target, self.target_topic):
                         raise TopicRecreatedError(target.cluster_name, self.target_topic, pinned, None) from None
                     looks += 1

@@ -48,6 +48,16 @@ def _topic_id_or_none(value) -> uuid.UUID | None:
         return None
     return value
 
+def _metadata_request(topics: Sequence[str]) -> MetadataRequest:
+    """Metadata for ``topics`` by name, never auto-creating them."""
+    return MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=t, topic_id=None) for t in topics],
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+
+
 class ClusterMetadata:
     """The metadata side of :class:`~mirror_core.kafka.wire_client.WireClient` (a mixin: it asks through the
     client's ``send`` and ``api_version``, and keeps its caches, ``_topics``, ``_topic_answer``,
@@ -56,12 +66,7 @@ class ClusterMetadata:
 
     def metadata(self, topics: list[str]) -> dict[str, TopicMetadata]:
         """Fetch metadata for ``topics`` (never auto-creates), update the leader cache and return it."""
-        request = MetadataRequest(
-            topics=[MetadataRequest.MetadataRequestTopic(name=t, topic_id=None) for t in topics],
-            allow_auto_topic_creation=False,
-            include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=False,
-        )
+        request = _metadata_request(topics)
         try:
             response = self.send(None, request)
         except (Errors.NodeNotReadyError, Errors.KafkaConnectionError):
@@ -104,13 +109,7 @@ class ClusterMetadata:
         it answers that the topic does not exist. One broker's view, asked of that broker: the caches are not
         updated from it (a broker behind on metadata must not overwrite the cluster's view). Raises kafka-python
         errors for transport trouble."""
-        request = MetadataRequest(
-            topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=None)],
-            allow_auto_topic_creation=False,
-            include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=False,
-        )
-        response = self.send(node_id, request)
+        response = self.send(node_id, _metadata_request([topic]))
         for t in response.topics:
             if t.name != topic:
                 continue
