@@ -115,6 +115,9 @@ class SharedProduce:
                 with self._lock:
                     task.finished = True
                     worker.task = None
+                    # not kept while this worker idles until its next task: a lane task holds its share of a fetch
+                    # round, a view into the whole fetch answer
+                    task = None
                     self._turn = None
                     self._hub_wake.notify()
 

@@ -101,3 +101,33 @@ def test_lanes_given_up_free_their_worker_so_new_lanes_spread_evenly():
         assert workers == {"e": freed, "f": freed}, f"new lanes {workers} went to the busier worker"
     finally:
         pool.close()
+
+
+@pytest.mark.timeout(10)
+def test_a_finished_task_and_its_data_are_not_held_by_its_worker():
+    """The pool holds nothing across calls: a worker waiting for its next task must not keep its last one (a
+    daemon's lane task carries the lane's share of a fetch round, a view into the whole fetch answer). Before the
+    fix each worker kept its last task until its next one came, so a daemon whose rounds rotate over the partitions
+    (one partition filling a link-sized round) kept one whole fetch answer alive per worker, rounds apart: 6 answers
+    of 16.8 MB instead of 2 (docs/performance.md, "Daemon memory")."""
+    import gc
+    import weakref
+
+    class Share(bytearray):   # a round's data, as a lane task carries it (bytearray itself has no weak references)
+        pass
+
+    pool = _pool(2, [])
+    try:
+        share = Share(1 << 20)
+        held = weakref.ref(share)
+
+        def copy(_clients, data=share):
+            return len(data)
+
+        outcomes = pool.run([("a", copy)])
+        assert outcomes[0].value == 1 << 20
+        del copy, share, outcomes
+        gc.collect()
+        assert held() is None, "the worker still holds its finished task's data"
+    finally:
+        pool.close()

@@ -307,3 +307,29 @@ def test_a_writer_of_several_partitions_never_resends_another_partitions_unanswe
     for partition in range(2):
         log = broker.log.get(("t", partition), [])
         assert log == list(range(len(log))), f"t-{partition} written out of order or twice: {log}"
+
+
+def test_a_finished_lane_task_and_its_data_are_not_held_by_its_idle_worker():
+    """Workers idle between a copy's rounds; one must not keep its last task (a lane's share of a fetch round, a
+    view into the whole fetch answer) while it waits. Before the fix each kept it until its next task."""
+    import gc
+    import weakref
+
+    class Share(bytearray):   # bytearray itself takes no weak references
+        pass
+
+    shared = SharedProduce()
+    try:
+        share = Share(1 << 20)
+        held = weakref.ref(share)
+
+        def lane(data=share):
+            return len(data)
+
+        done = shared.run([lane])
+        assert done == [(1 << 20, None)]
+        del lane, share, done
+        gc.collect()
+        assert held() is None, "the idle worker still holds its finished task's data"
+    finally:
+        shared.close()
