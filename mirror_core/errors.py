@@ -130,6 +130,26 @@ class TopicRecreatedError(MirrorError):
         )
 
 
+class TargetTopicUnsettledError(MirrorError):
+    """A Metadata answer said the target topic a lane wrote is unknown, but the brokers asked one by one did not all
+    confirm it is gone, look after look: neither a deletion (a halt) nor an answer. Retriable: nothing was written
+    after the look, and a retry resumes from the checkpoint."""
+
+    retriable = True
+    lane_reason = "unavailable"
+
+    def __init__(self, cluster: str, topic: str, looks: int):
+        self.cluster = cluster
+        self.topic = topic
+        self.looks = looks
+        super().__init__(
+            f"target topic {topic!r} on cluster {cluster!r}: Metadata said it is unknown {looks} times, but its "
+            "brokers, asked one by one, did not all confirm it is gone (one may be catching up on metadata, or "
+            "unreachable); not taken as deleted, nothing written after it: retry, the copy resumes from its "
+            "checkpoint"
+        )
+
+
 class SourceTruncatedError(MirrorError):
     """The source partition's log was truncated below the copy position (unclean leader election, a replaced
     broker) and may have regrown with other records: the target holds records the source no longer has.

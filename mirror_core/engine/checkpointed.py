@@ -35,7 +35,7 @@ from mirror_core.config.commit_policy import CommitPolicy
 from mirror_core.config.names import default_lane
 from mirror_core.engine.copier import CopyOptions, CopyResult, Progress
 from mirror_core.engine.lane_session import TARGET_DELETION_LOOKS, LaneSession, target_topic_gone
-from mirror_core.errors import ConfigError, TopicRecreatedError
+from mirror_core.errors import ConfigError, TargetTopicUnsettledError, TopicRecreatedError
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import CheckpointStore
@@ -90,7 +90,8 @@ class CheckpointedCopier:
     def _target_topic_ids(self, pinned: dict[str, str]) -> dict[str, str | None]:
         """Each target topic's id now (None: the cluster gives none), asked fresh; ``pinned``: topic → the id a
         checkpoint of it names. A topic the target no longer has (no broker knows it, :func:`target_topic_gone`) was
-        deleted under its lanes: :class:`TopicRecreatedError`."""
+        deleted under its lanes: :class:`TopicRecreatedError`; brokers that still disagree after
+        ``TARGET_DELETION_LOOKS`` looks: :class:`TargetTopicUnsettledError` (retriable)."""
         import kafka.errors as Errors
 
         out: dict[str, str | None] = {}
@@ -103,7 +104,7 @@ class CheckpointedCopier:
                     if target_topic_gone(self.target, topic):
                         raise TopicRecreatedError(self.target.cluster_name, topic, old_id, None) from None
                     if look == TARGET_DELETION_LOOKS:
-                        raise
+                        raise TargetTopicUnsettledError(self.target.cluster_name, topic, look) from None
             out[topic] = str(topic_id) if topic_id else None
         return out
 

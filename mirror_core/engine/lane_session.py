@@ -31,6 +31,7 @@ from mirror_core.errors import (
     OwnershipError,
     PartitionUnavailableError,
     SkipRefusedError,
+    TargetTopicUnsettledError,
     TopicRecreatedError,
 )
 from mirror_core.kafka.epochs import EpochEnd, validate_position
@@ -57,8 +58,8 @@ TARGET_TOPIC_RETRY_S = 0.2
 # broker that just started and has not caught up on metadata answers UNKNOWN_TOPIC_OR_PARTITION); the daemon
 # confirms a source deletion with a second look too
 TARGET_DELETION_CONFIRM_S = 1.0
-# answers of "unknown" not confirmed by the look after them, before the unknown topic is raised as it is (retriable:
-# metadata that keeps contradicting itself is neither a deletion nor an answer)
+# answers of "unknown" not confirmed by the look after them, before TargetTopicUnsettledError (retriable: metadata
+# that keeps contradicting itself is neither a deletion nor an answer)
 TARGET_DELETION_LOOKS = 3
 
 
@@ -184,7 +185,8 @@ class LaneSession(LaneFence):
         client, :func:`~mirror_core.kafka.fetcher.fresh_topic_metadata`; default: asked now). A topic the lane never
         wrote that metadata does not know is asked again for up to ``TARGET_TOPIC_APPEAR_S`` (just created: not
         in the broker's metadata cache yet) before it is a :class:`ConfigError`; one it wrote is gone once every
-        broker asked ``TARGET_DELETION_CONFIRM_S`` later agrees (:func:`target_topic_gone`)."""
+        broker asked ``TARGET_DELETION_CONFIRM_S`` later agrees (:func:`target_topic_gone`); brokers that still
+        disagree after ``TARGET_DELETION_LOOKS`` looks: :class:`TargetTopicUnsettledError` (retriable)."""
         target = self.owner.target
         give_up_at = time.monotonic() + TARGET_TOPIC_APPEAR_S
         looks = 0
@@ -201,7 +203,7 @@ class LaneSession(LaneFence):
                         raise TopicRecreatedError(target.cluster_name, self.target_topic, pinned, None) from None
                     looks += 1
                     if looks >= TARGET_DELETION_LOOKS:
-                        raise
+                        raise TargetTopicUnsettledError(target.cluster_name, self.target_topic, looks) from None
                     since = None
                     continue
                 if time.monotonic() >= give_up_at:

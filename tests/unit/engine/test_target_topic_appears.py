@@ -12,7 +12,8 @@ import kafka.errors as Errors
 import pytest
 
 import mirror_core.engine.lane_session as C
-from mirror_core.errors import ConfigError, TopicRecreatedError
+from mirror_core.errors import ConfigError, TargetTopicUnsettledError, TopicRecreatedError
+from mirror_core.model.lane_status import classify_failure
 
 
 class Target:
@@ -97,16 +98,31 @@ def test_unreachable_brokers_have_no_say_and_none_answering_confirms_nothing():
     with pytest.raises(TopicRecreatedError):      # broker 2 answered "unknown", broker 1 had no say
         C.LaneSession._current_target_topic_id(_session(target, NS(target_topic_id="abc")))
     target = Target(unknown=10**6, knows={1: Errors.KafkaConnectionError, 2: Errors.RequestTimedOutError})
-    with pytest.raises(Errors.UnknownTopicOrPartitionError):   # nobody confirmed: retriable, not a deletion
+    with pytest.raises(TargetTopicUnsettledError):   # nobody confirmed: retriable, not a deletion
         C.LaneSession._current_target_topic_id(_session(target, NS(target_topic_id="abc")))
 
 
 @pytest.mark.timeout(10)
-def test_metadata_that_keeps_contradicting_itself_is_a_retriable_unknown_topic_not_a_deletion():
+def test_metadata_that_keeps_contradicting_itself_is_a_retriable_error_naming_the_topic_not_a_deletion():
+    """Raised as a named error (before: the bare UnknownTopicOrPartitionError('dr.orders'), which `shoal copy`
+    printed as "Kafka error not handled more specifically"): retriable, a daemon lane's reason "unavailable"."""
     target = Flapping()
-    with pytest.raises(Errors.UnknownTopicOrPartitionError):
+    with pytest.raises(TargetTopicUnsettledError) as raised:
         C.LaneSession._current_target_topic_id(_session(target, NS(target_topic_id="abc")))
     assert target.asked == C.TARGET_DELETION_LOOKS
+    message = str(raised.value)
+    assert "target topic 'dr.orders' on cluster 'target'" in message and "retry" in message
+    assert classify_failure(raised.value) == (True, "unavailable")
+
+
+@pytest.mark.timeout(10)
+def test_a_copy_opening_its_lanes_names_a_topic_its_brokers_disagree_on():
+    from mirror_core.engine.checkpointed import CheckpointedCopier
+
+    copier = NS(target=Flapping())
+    with pytest.raises(TargetTopicUnsettledError, match="target topic 'dr.orders' on cluster 'target'"):
+        CheckpointedCopier._target_topic_ids(copier, {"dr.orders": "abc"})
+    assert copier.target.asked == C.TARGET_DELETION_LOOKS
 
 
 @pytest.mark.timeout(10)
