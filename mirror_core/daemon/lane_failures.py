@@ -128,7 +128,9 @@ class LaneFailures:
             event("lane_error", logging.WARNING, topic=state.topic, partition=state.partition, offset=position,
                   error=f"{type(exc).__name__}: {exc}", retry_in_s=round(state.retry_at - time.monotonic(), 1),
                   state=state.health.state, attempt=state.health.attempts,
-                  exc_info=not isinstance(exc, MirrorError | Errors.KafkaError))
+                  # the error itself, not True: this runs outside the except that caught it (True logged
+                  # "NoneType: None" instead of the traceback of an error nobody expected)
+                  exc_info=False if isinstance(exc, MirrorError | Errors.KafkaError) else exc)
         if not self._round_books:  # inside a round the round's end publishes (once, not once per failed lane);
             self._publish_due_states()  # elsewhere the lanes marked since (nothing per idle lane)
 

@@ -85,16 +85,15 @@ class _Worker:
             try:
                 if self.clients is None:  # made here, on the thread that uses them; if making them failed,
                     self.clients = self.make_clients()  # again with the next task (a task's failure keeps them)
-                outcome = TaskOutcome(value=task(self.clients))
+                outcomes[slot] = TaskOutcome(value=task(self.clients))
             except BaseException as exc:  # noqa: BLE001 - handed back to the caller, who classifies it
-                outcome = TaskOutcome(error=exc)
-            # nothing of this task stays with the worker while it waits for the next one: a lane task carries a
-            # view into a whole fetch answer, and a worker keeping its last task kept that answer alive until the
-            # lane's next share (one answer per worker, rounds apart, when rounds rotate over the partitions)
-            item = task = None
-            outcomes[slot] = outcome
-            outcome = outcomes = None
-            done.put(slot)
+                outcomes[slot] = TaskOutcome(error=exc)
+            finally:
+                # nothing of this task stays with the worker while it waits for the next one: a lane task carries
+                # a view into a whole fetch answer, and a worker keeping its last task kept that answer alive until
+                # the lane's next share (one answer per worker, rounds apart, when rounds rotate over partitions)
+                item = task = outcomes = None
+                done.put(slot)
         if self.clients is not None:
             self.clients.close()
 

@@ -172,6 +172,8 @@ class ConcurrentCopy:
                     log.info("dropping the fetch round in flight unread (%s)",
                              ", ".join(f"{lane.range.topic}-{lane.range.partition} at {at}" for lane, at in asked))
                 raise
+            # this round's answers are not kept while the next one is collected (a blocking read of a whole round)
+            outcomes = shares = None
             if pending is None and all(lane.done for lane in self.lanes):
                 break
         for lane in self.lanes:

@@ -379,7 +379,7 @@ class RangeCopier:
             # drop this response's views before the next fetch is taken: besides the prefetched answer, only answers
             # held by batches pending in place stay alive, and those are counted whole in pending_bytes: what is
             # held is the pending bytes plus this answer and the prefetched one (bounded by may_prefetch)
-            fetched = view = items = None
+            fetched = view = items = prepared = None
         if pending:
             self._flush(rng, pending, result, session)
         _advance_end(result, self._reachable_end(fetcher, rng), fetcher.last_epoch)

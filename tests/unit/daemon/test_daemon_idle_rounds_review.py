@@ -88,3 +88,23 @@ def test_a_lane_reacquired_long_after_it_was_given_up_while_retrying_writes_no_s
     daemon._write_health_records(clock["ms"])
     assert all("orders-6" not in writes for writes, _ in written[2:]), written[2:]
     assert _lane_states(daemon)["orders-6"] != STALLED
+
+
+@pytest.mark.timeout(10)
+def test_an_unexpected_lane_error_is_logged_with_its_own_traceback(daemon, caplog):
+    """A lane error nobody expected (not a Shoal or Kafka error: a bug) is logged with its traceback. ``_failed``
+    runs outside the ``except`` that caught it, so ``exc_info=True`` logged "NoneType: None" (found by review)."""
+    import logging
+
+    def buggy_copy():
+        raise ValueError("a bug in a lane's copy")
+
+    try:
+        buggy_copy()
+    except ValueError as caught:
+        error = caught
+    with caplog.at_level(logging.WARNING, logger="shoal.daemon"):
+        daemon._failed(daemon.lanes["orders-3"], error)
+    [record] = [r for r in caplog.records if "event=lane_error" in r.getMessage()]
+    assert record.exc_info is not None and record.exc_info[1] is error
+    assert "buggy_copy" in caplog.text
