@@ -3,8 +3,10 @@
 A lane is one target partition (DESIGN.md §3): its units run in order inside one task, exactly once through
 :class:`~mirror_core.engine.checkpointed.CheckpointedCopier` with the lane's transactional.id, so a retried, speculative
 or zombie task for the same lane is fenced by the broker. A unit whose checkpoint already reaches its end is
-reported ``skipped`` (a resumed plan skips finished work); a failing unit is reported ``failed`` with its error and
-the lane stops there (later units of the lane would break the lane's order).
+reported ``skipped`` (a resumed plan skips finished work); a unit failing with an error Shoal calls retriable (the
+target restarting, a leader moving, the lane's own earlier transaction not yet decided) reopens the lane from its
+checkpoint after a backoff, ``UNIT_RETRY_BACKOFF_S`` (:func:`copy_unit`); a failing unit is reported ``failed`` with
+its error and the lane stops there (later units of the lane would break the lane's order).
 
 The Spark driver runs a lane through :func:`drive_lane`: one Spark job per unit, in the lane's order, so each unit's
 ledger row is recorded the moment that unit ends, and a unit that ended stays ``ok`` whatever a later unit of the
@@ -16,6 +18,7 @@ No pyspark here: the same function runs inside Spark tasks, from the CLI, and in
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,6 +34,11 @@ from mirror_core.state.checkpoint import CheckpointStore
 from mirror_core.state.ledger import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, LedgerRow
 
 MIN_THROTTLED_CHUNK = 16 * 1024  # smallest throttled fetch/flush: below it, request overhead dominates
+# waits before a unit's retries after a retriable Shoal error (each reopens the lane: fenced, checkpoint read again);
+# the daemon retries such errors for ever with backoff, a backfill task gives up after these and reports the unit
+UNIT_RETRY_BACKOFF_S = (2.0, 5.0, 10.0)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,9 +91,9 @@ def run_lane(job: LaneJob) -> list[LedgerRow]:
             rng = PartitionRange(unit["topic"], unit["partition"], unit["start"], unit["end"], unit["target_topic"],
                                  unit["target_partition"])
             try:
-                result = copier.copy(rng, lane=unit["lane"])
+                result = copy_unit(copier, rng, unit["lane"])
             except MirrorError as exc:
-                rows.append(_row(job, unit, None, time.monotonic() - started, STATUS_FAILED, str(exc)))
+                rows.append(_row(job, unit, None, time.monotonic() - started, STATUS_FAILED, failure_text(exc)))
                 rows.extend(_row(job, later, None, 0.0, STATUS_FAILED,
                                  f"not attempted: unit {unit['unit_id']} of the same lane failed before it")
                             for later in job.units[index + 1:])
@@ -94,6 +102,30 @@ def run_lane(job: LaneJob) -> list[LedgerRow]:
             status = STATUS_SKIPPED if finished_before else STATUS_OK
             rows.append(_row(job, unit, result, time.monotonic() - started, status, None))
     return rows
+
+
+def copy_unit(copier, rng: PartitionRange, lane, *, backoff_s: Sequence[float] = UNIT_RETRY_BACKOFF_S,
+              sleep: Callable[[float], object] = time.sleep):
+    """``copier.copy(rng, lane=lane)``; a :class:`MirrorError` that says it is ``retriable`` is tried again after each
+    wait of ``backoff_s`` (each try opens the lane anew and resumes from its checkpoint, so nothing is copied twice
+    and nothing skipped), then raised with ``attempts`` set. Other errors are raised at once."""
+    for attempt, wait in enumerate((*backoff_s, None), start=1):
+        try:
+            return copier.copy(rng, lane=lane)
+        except MirrorError as exc:
+            exc.attempts = attempt
+            if wait is None or not exc.retriable:
+                raise
+            log.warning("backfill %s-%d [%s, %s): %s; retrying from the lane's checkpoint in %.0f s (attempt %d of %d)",
+                        rng.topic, rng.partition, rng.start, rng.end, exc, wait, attempt + 1, len(backoff_s) + 1)
+            sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def failure_text(exc: MirrorError) -> str:
+    """A failed unit's ledger text: the error, and how often it was tried when it was retried."""
+    attempts = getattr(exc, "attempts", 1)
+    return str(exc) if attempts <= 1 else f"{exc} (tried {attempts} times; each retry resumed from the checkpoint)"
 
 
 def lane_copy_options(job: LaneJob) -> CopyOptions:
