@@ -106,13 +106,16 @@ def run_lane(job: LaneJob) -> list[LedgerRow]:
 
 def copy_unit(copier, rng: PartitionRange, lane, *, backoff_s: Sequence[float] = UNIT_RETRY_BACKOFF_S,
               sleep: Callable[[float], object] = time.sleep):
-    """``copier.copy(rng, lane=lane)``; a :class:`MirrorError` that says it is ``retriable`` is tried again after each
-    wait of ``backoff_s`` (each try opens the lane anew and resumes from its checkpoint, so nothing is copied twice
-    and nothing skipped), then raised with ``attempts`` set. Other errors are raised at once."""
+    """``copier.copy(rng, lane=lane)``; an error that says it is ``retriable`` (a :class:`MirrorError`, or a Kafka
+    error as kafka-python classifies it: a leader move, a connection lost) is tried again after each wait of
+    ``backoff_s`` (each try opens the lane anew and resumes from its checkpoint, so nothing is copied twice and
+    nothing skipped), then raised with ``attempts`` set. Other errors are raised at once."""
+    import kafka.errors as Errors
+
     for attempt, wait in enumerate((*backoff_s, None), start=1):
         try:
             return copier.copy(rng, lane=lane)
-        except MirrorError as exc:
+        except (MirrorError, Errors.KafkaError) as exc:
             exc.attempts = attempt
             if wait is None or not exc.retriable:
                 raise
@@ -122,7 +125,7 @@ def copy_unit(copier, rng: PartitionRange, lane, *, backoff_s: Sequence[float] =
     raise AssertionError("unreachable")
 
 
-def failure_text(exc: MirrorError) -> str:
+def failure_text(exc: BaseException) -> str:
     """A failed unit's ledger text: the error, and how often it was tried when it was retried."""
     attempts = getattr(exc, "attempts", 1)
     return str(exc) if attempts <= 1 else f"{exc} (tried {attempts} times; each retry resumed from the checkpoint)"

@@ -90,3 +90,15 @@ def test_a_lane_whose_first_unit_meets_a_retriable_error_copies_all_its_units(mo
                     source=cluster, target=cluster, units=units)
     rows = B.run_lane(job)
     assert [(row.unit_id, row.status, row.error) for row in rows] == [("u0", STATUS_OK, None), ("u1", STATUS_OK, None)]
+
+
+def test_a_retriable_kafka_error_is_retried_too_and_a_fatal_one_is_not():
+    import kafka.errors as Errors
+
+    waits = []
+    copier = Copier(Errors.KafkaConnectionError("target restarting"), "copied")
+    assert copy_unit(copier, RNG, "lane-3", backoff_s=(1.0,), sleep=waits.append) == "copied" and waits == [1.0]
+    with pytest.raises(Errors.TopicAuthorizationFailedError):
+        copy_unit(Copier(Errors.TopicAuthorizationFailedError(), "never"), RNG, "lane-3", backoff_s=(1.0,),
+                  sleep=waits.append)
+    assert waits == [1.0]
