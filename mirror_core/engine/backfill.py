@@ -3,10 +3,10 @@
 A lane is one target partition (DESIGN.md §3): its units run in order inside one task, exactly once through
 :class:`~mirror_core.engine.checkpointed.CheckpointedCopier` with the lane's transactional.id, so a retried, speculative
 or zombie task for the same lane is fenced by the broker. A unit whose checkpoint already reaches its end is
-reported ``skipped`` (a resumed plan skips finished work); a unit failing with an error Shoal calls retriable (the
-target restarting, a leader moving, the lane's own earlier transaction not yet decided) reopens the lane from its
-checkpoint after a backoff, ``UNIT_RETRY_BACKOFF_S`` (:func:`copy_unit`); a failing unit is reported ``failed`` with
-its error and the lane stops there (later units of the lane would break the lane's order).
+reported ``skipped`` (a resumed plan skips finished work); a unit failing with an error Shoal or kafka-python calls
+retriable (the target restarting, a leader moving, the lane's own earlier transaction not yet decided) reopens the
+lane from its checkpoint after a backoff, ``UNIT_RETRY_BACKOFF_S`` (:func:`copy_unit`); a failing unit is reported
+``failed`` with its error and the lane stops there (later units of the lane would break the lane's order).
 
 The Spark driver runs a lane through :func:`drive_lane`: one Spark job per unit, in the lane's order, so each unit's
 ledger row is recorded the moment that unit ends, and a unit that ended stays ``ok`` whatever a later unit of the
@@ -34,7 +34,7 @@ from mirror_core.state.checkpoint import CheckpointStore
 from mirror_core.state.ledger import STATUS_FAILED, STATUS_OK, STATUS_SKIPPED, LedgerRow
 
 MIN_THROTTLED_CHUNK = 16 * 1024  # smallest throttled fetch/flush: below it, request overhead dominates
-# waits before a unit's retries after a retriable Shoal error (each reopens the lane: fenced, checkpoint read again);
+# waits before a unit's retries after a retriable error (each reopens the lane: fenced, checkpoint read again);
 # the daemon retries such errors for ever with backoff, a backfill task gives up after these and reports the unit
 UNIT_RETRY_BACKOFF_S = (2.0, 5.0, 10.0)
 
