@@ -10,11 +10,15 @@ section stays byte-identical, so a record at source offset ``b + d`` lands at ta
 
 from __future__ import annotations
 
+import struct
 from dataclasses import replace
+
+from crc32c import crc32c
 
 from mirror_core.codec.batch_codec import (
     ATTRIBUTES,
     ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
     DELETE_HORIZON_BIT,
     LOG_APPEND_TIME_BIT,
     NO_PRODUCER_EPOCH,
@@ -66,6 +70,23 @@ def stamp_producer_in_place(buf: bytearray, pos: int = 0, *, producer_id: int, p
     ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
     PRODUCER_FIELDS.pack_into(buf, pos + PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
     seal_crc(buf, pos, size)
+
+
+_CRC = struct.Struct(">I")
+
+
+def stamp_whole_batch(buf: bytearray | memoryview, *, producer_id: int, producer_epoch: int, base_sequence: int,
+                      transactional: bool) -> None:
+    """:func:`stamp_producer_in_place` of a buffer that is exactly one whole magic-2 batch, as every batch handed to
+    the writer is (checked once when it was given, ``writer._check_ready``): the same bytes, without finding and
+    checking the batch again on each (re)send; the one-record-batch copy stamps once per Produce request."""
+    if transactional and producer_id < 0:
+        raise ValueError("a transactional batch needs a producer id")
+    (attributes,) = ATTRIBUTES.unpack_from(buf, ATTRIBUTES_OFFSET)
+    ATTRIBUTES.pack_into(buf, ATTRIBUTES_OFFSET,
+                         attributes | TRANSACTIONAL_BIT if transactional else attributes & ~TRANSACTIONAL_BIT)
+    PRODUCER_FIELDS.pack_into(buf, PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
+    _CRC.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
 
 
 def rewrite_header_into(view: BatchView, out: bytearray, pos: int = 0, *, producer_id: int = NO_PRODUCER_ID,

@@ -39,8 +39,8 @@ def encode_produce_request(version: int, correlation_id: int, client_id: str | N
     included as given (not copied).
 
     The common request of a one-partition copy (one topic, one partition, a non-empty batch) takes
-    :func:`_encode_one_partition`, which reuses the bytes that do not change from request to request; both give the
-    same bytes (tested with hypothesis against kafka-python and against each other)."""
+    :func:`encode_one_partition_request`, which reuses the bytes that do not change from request to request; both
+    give the same bytes (tested with hypothesis against kafka-python and against each other)."""
     if not PRODUCE_VERSIONS[0] <= version <= PRODUCE_VERSIONS[1]:
         raise ValueError(f"ProduceRequest v{version} is not hand-encoded")
     if len(topic_data) == 1:
@@ -50,7 +50,7 @@ def encode_produce_request(version: int, correlation_id: int, client_id: str | N
             if records is not None:
                 n = memoryview(records).nbytes
                 if n:
-                    return _encode_one_partition(version, correlation_id, client_id, transactional_id, acks,
+                    return encode_one_partition_request(version, correlation_id, client_id, transactional_id, acks,
                                                  timeout_ms, topic, index, records, n)
     return _encode_produce_general(version, correlation_id, client_id, transactional_id=transactional_id,
                                    acks=acks, timeout_ms=timeout_ms, topic_data=topic_data)
@@ -81,7 +81,7 @@ def _produce_template(version: int, client_id: str | None, transactional_id: str
     return template
 
 
-def _encode_one_partition(version: int, correlation_id: int, client_id: str | None, transactional_id: str | None,
+def encode_one_partition_request(version: int, correlation_id: int, client_id: str | None, transactional_id: str | None,
                           acks: int, timeout_ms: int, topic: str, index: int, records, n: int) -> list:
     """:func:`encode_produce_request` of one topic with one partition and a non-empty ``records`` of ``n`` bytes:
     ``[header + fixed fields + partition + size, records, tail]`` (no tail part below v9, where it is empty)."""

@@ -55,6 +55,7 @@ from mirror_core.codec.produce_messages import (
     PRODUCE_FLEXIBLE,
     PRODUCE_VERSIONS,
     ProduceTopicData,
+    encode_one_partition_request,
     encode_produce_request,
 )
 from mirror_core.kafka import request_trace
@@ -189,6 +190,35 @@ class FastConnection(SaslLogin, ResponseFrames):
         return self.send(parts, PRODUCE_DECODERS[version], flexible_response=version >= PRODUCE_FLEXIBLE,
                          correlation_id=correlation_id, timeout_ms=request_timeout_ms,
                          nbytes=4 + I32.unpack_from(parts[0], 0)[0], defer=defer)
+
+    def produce_one(self, *, transactional_id: str | None, acks: int, timeout_ms: int, topic: str, partition: int,
+                    records: bytearray | memoryview, max_version: int, request_timeout_ms: int | None) -> Future:
+        """:meth:`produce` with ``defer=True`` of one batch to one partition (a one-partition write's request, one per
+        batch of a one-record-batch copy): the same bytes and the same bookkeeping in fewer steps. ``records`` is a
+        ``bytearray`` or a one-dimensional byte ``memoryview`` (the writer's batches), so its ``len`` is its size.
+        Anything but the plain case (no version negotiated yet, a re-authentication or a throttle due, the trace on,
+        an empty batch, a closed connection, the deferred buffers nearly full) takes :meth:`produce`."""
+        n = len(records)
+        version = self._versions.get((API_PRODUCE, PRODUCE_VERSIONS[0], min(max_version, PRODUCE_VERSIONS[1])))
+        reauth_at = self._reauth_at
+        if (version is None or not n or self.closed or self._throttled_until or request_trace.ACTIVE is not None
+                or len(self._unsent) + 3 > _DEFER_MAX_PARTS
+                or (reauth_at is not None and time.monotonic() >= reauth_at)):
+            return self.produce(transactional_id=transactional_id, acks=acks, timeout_ms=timeout_ms,
+                                topic_data=[(topic, [(partition, records)])], max_version=max_version,
+                                request_timeout_ms=request_timeout_ms, defer=True)
+        self._correlation_id = correlation_id = (self._correlation_id + 1) % 2**31
+        parts = encode_one_partition_request(version, correlation_id, self.client_id, transactional_id, acks,
+                                             timeout_ms, topic, partition, records, n)
+        future = _FastFuture()
+        future.conn = self
+        timeout_s = self.request_timeout_s if request_timeout_ms is None else request_timeout_ms / 1000
+        self._unsent += parts
+        self._unsent_timeout_s = timeout_s
+        self.bytes_sent += 4 + I32.unpack_from(parts[0], 0)[0]
+        self._in_flight.append((correlation_id, future, PRODUCE_DECODERS[version], version >= PRODUCE_FLEXIBLE,
+                                timeout_s))
+        return future
 
     def fetch_async(self, *, min_version: int, max_version: int, request_timeout_ms: int | None = None,
                     **fields) -> Future:
@@ -341,7 +371,8 @@ class FastConnection(SaslLogin, ResponseFrames):
         if trace is not None:
             began, ready = time.perf_counter(), self._answer_ready()
         try:
-            self._set_timeout(timeout_s)
+            if timeout_s != self._timeout_s:
+                self._set_timeout(timeout_s)
             frame = self._receive_frame()
             if trace is not None:
                 trace.answers.append((began, time.perf_counter(), id(self), correlation_id, ready))

@@ -218,7 +218,7 @@ class ProducePipeline(PipelineRetry):
         acknowledged, next_seq = writer._acknowledged, writer._next_seq
         sent, send_seq, inflight, node_load, stats = self.sent, self.send_seq, self.inflight, self.node_load, \
             self.stats
-        max_inflight_bytes, produce = self.max_inflight_bytes, conn.produce
+        max_inflight_bytes, produce = self.max_inflight_bytes, conn.produce_one
         count = sent[key]
         load = node_load[node]
         while count < len(queue) and load < MAX_IN_FLIGHT and (not count or tp in acknowledged):
@@ -235,9 +235,8 @@ class ProducePipeline(PipelineRetry):
             timeout_ms = writer.produce_timeout_ms
             try:
                 future = produce(transactional_id=writer.transactional_id if writer._in_txn else None,
-                                 acks=writer.acks, timeout_ms=timeout_ms,
-                                 topic_data=[(topic, [(partition, data)])], max_version=PRODUCE_MAX_VERSION,
-                                 request_timeout_ms=timeout_ms + 5_000, defer=True)
+                                 acks=writer.acks, timeout_ms=timeout_ms, topic=topic, partition=partition,
+                                 records=data, max_version=PRODUCE_MAX_VERSION, request_timeout_ms=timeout_ms + 5_000)
             except Errors.KafkaError as exc:
                 future = Future().failure(exc)
             inflight.append(_Request(node, {tp: p}, [key], size, future))
@@ -340,8 +339,9 @@ class ProducePipeline(PipelineRetry):
         future = request.future
         conn = getattr(future, "conn", None)
         if conn is not None:
-            conn.wait(future)
-            if not future.failed() and not self.failed:   # behind a failed batch: _complete's rule decides
+            if not future.is_done:
+                conn.wait(future)
+            if future.exception is None and not self.failed:   # behind a failed batch: _complete's rule decides
                 responses = future.value.responses
                 if len(responses) == 1 and responses[0].name == tp[0]:
                     parts = responses[0].partition_responses

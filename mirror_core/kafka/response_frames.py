@@ -74,6 +74,20 @@ class ResponseFrames:
         (a Fetch answer) gets its own ``bytearray``: what ``_rbuf`` holds of it is copied in, the rest is received
         straight into it. Never reads more than the socket has ready, so nothing waits for bytes no request asked
         for."""
+        start = self._rstart
+        have = self._rend - start
+        if have >= 4:   # the usual small answer, already whole in _rbuf (pipelined answers often are)
+            (size,) = I32.unpack_from(self._rbuf, start)
+            if 4 <= size <= have - 4:
+                start += 4
+                end = start + size
+                frame = self._rbuf[start:end]
+                if end == self._rend:
+                    self._rstart = self._rend = 0
+                else:
+                    self._rstart = end
+                self.bytes_received += 4 + size
+                return frame
         self._buffered(4)
         (size,) = I32.unpack_from(self._rbuf, self._rstart)
         if not 4 <= size <= _MAX_FRAME:

@@ -4,7 +4,7 @@ The batches arrive ready for the target (:func:`mirror_core.codec.batch_prepare.
 attributes and timestamps); the writer only owns the producer fields. Each batch gets our producerId /
 producerEpoch, the partition's next sequence number and the transactional bit (set only inside our transaction),
 stamped into the batch's own buffer with the CRC resealed
-(:func:`mirror_core.codec.batch_prepare.stamp_producer_in_place`).
+(:func:`mirror_core.codec.batch_prepare.stamp_whole_batch`).
 
 A batch is stamped once per producer identity and sequence, and every retry resends the identical bytes, so the
 broker's idempotence check turns a retry of a batch that did land into a duplicate acknowledgement, not a second copy.
@@ -27,7 +27,7 @@ import kafka.errors as Errors
 from kafka.protocol.producer import ProduceRequest
 
 from mirror_core.codec.batch_codec import LOG_OVERHEAD, V2_HEADER, parse_batch
-from mirror_core.codec.batch_prepare import stamp_producer_in_place
+from mirror_core.codec.batch_prepare import stamp_whole_batch
 from mirror_core.errors import (
     AmbiguousWriteError,
     BatchRejectedError,
@@ -179,8 +179,8 @@ class BatchWriter(TransactionalProducer):
     def _stamp(self, p: PendingBatch, sequence: int) -> None:
         stamp = (self.producer_id, self.producer_epoch, sequence, self._in_txn)
         if p.stamped_for != stamp:
-            stamp_producer_in_place(p.batch.data, producer_id=stamp[0], producer_epoch=stamp[1],
-                                    base_sequence=stamp[2], transactional=stamp[3])
+            stamp_whole_batch(p.batch.data, producer_id=stamp[0], producer_epoch=stamp[1], base_sequence=stamp[2],
+                              transactional=stamp[3])   # a whole batch: _check_ready saw it when it was given
             p.stamped_for = stamp
             p.ambiguous = False
             p.landed_at = -1

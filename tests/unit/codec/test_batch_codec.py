@@ -34,6 +34,7 @@ from mirror_core.codec.batch_prepare import (
     rewrite_header_in_place,
     rewrite_header_into,
     stamp_producer_in_place,
+    stamp_whole_batch,
 )
 from mirror_core.codec.records_digest import RecordsDigest, records_digest
 from mirror_core.errors import CorruptBatchError
@@ -254,6 +255,30 @@ def test_stamp_in_place_sets_producer_fields_and_keeps_everything_else(codec, wa
                  "base_timestamp", "max_timestamp", "records_count")
     assert [getattr(after, f) for f in unchanged] == [getattr(before, f) for f in unchanged]
     assert bytes(after.records_section) == bytes(before.records_section)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(codec=st.sampled_from(CODECS), was_txn=st.booleans(), txn=st.booleans(), bits=st.sampled_from([0, LAT, HORIZON]),
+       producer_id=st.integers(0, 2**63 - 1), epoch=st.integers(0, 2**15 - 1), sequence=st.integers(0, 2**31 - 1),
+       in_view=st.booleans())
+def test_stamp_whole_batch_gives_the_bytes_of_stamp_in_place(codec, was_txn, txn, bits, producer_id, epoch, sequence,
+                                                              in_view):
+    """The writer's stamp of a whole batch (no search for the batch) writes exactly what the general stamp writes,
+    into a bytearray or a writable view into a larger buffer (a batch re-stamped in its Fetch frame)."""
+    source = patch(build(codec=codec, base_offset=77, transactional=was_txn), set_bits=bits, leader_epoch=5)
+    expected = bytearray(source)
+    stamp_producer_in_place(expected, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+                            transactional=txn)
+    frame = bytearray(b"\xee" * 9 + source + b"\xee" * 5)
+    buf = memoryview(frame)[9:9 + len(source)] if in_view else bytearray(source)
+    stamp_whole_batch(buf, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence, transactional=txn)
+    assert bytes(buf) == bytes(expected)
+    assert bytes(frame[:9]) == b"\xee" * 9 and bytes(frame[-5:]) == b"\xee" * 5   # nothing outside the batch
+
+
+def test_stamp_whole_batch_refuses_a_transactional_batch_without_a_producer_id():
+    with pytest.raises(ValueError, match="producer id"):
+        stamp_whole_batch(bytearray(build()), producer_id=-1, producer_epoch=-1, base_sequence=-1, transactional=True)
 
 
 @codecs

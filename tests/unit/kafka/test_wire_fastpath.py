@@ -398,6 +398,41 @@ def test_deferred_requests_leave_before_a_wait_or_an_undeferred_request(listener
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("transactional_id", [None, "shoal-lane-7"])
+def test_produce_one_sends_the_bytes_of_a_deferred_produce(listener, transactional_id):
+    """The one-partition write's request (produce_one) is produce(defer=True)'s, byte for byte and in order: the
+    same correlation ids, held until a flush or a wait, past the iovec limit (where it falls back to produce), with
+    batches given as bytearrays and as views into a larger frame; answers resolve its futures in order."""
+    sizes = [1, 70, 3, 1200] * 80                               # 320 requests: past the 256-buffer deferral limit
+    frames = [bytearray(b"\xee" * 5 + bytes([i % 251]) * n + b"\xee" * 2) for i, n in enumerate(sizes)]
+    batches = [memoryview(f)[5:5 + n] if i % 2 else bytearray(f[5:5 + n])
+               for i, (f, n) in enumerate(zip(frames, sizes, strict=True))]
+
+    def requests(send):
+        broker = _Broker(listener)
+        broker.start()
+        conn = FastConnection(*listener.getsockname(), client_id="shoal", request_timeout_s=5)
+        conn.version(API_PRODUCE, 3, 11)
+        futures = [send(conn, batch) for batch in batches[:3]]
+        time.sleep(0.1)
+        assert broker.requests == [] and not any(f.is_done for f in futures)   # held, as deferred requests are
+        futures += [send(conn, batch) for batch in batches[3:]]
+        conn.wait(futures[-1])
+        assert _base_offsets(futures) == list(range(1, len(batches) + 1))
+        conn.close()
+        broker.join(5)
+        return broker.requests
+
+    general = requests(lambda conn, batch: conn.produce(
+        transactional_id=transactional_id, acks=-1, timeout_ms=1000, topic_data=[("t", [(0, batch)])],
+        max_version=11, request_timeout_ms=6000, defer=True))
+    one = requests(lambda conn, batch: conn.produce_one(
+        transactional_id=transactional_id, acks=-1, timeout_ms=1000, topic="t", partition=0, records=batch,
+        max_version=11, request_timeout_ms=6000))
+    assert len(one) == len(batches) and one == general
+
+
+@pytest.mark.timeout(30)
 def test_answered_takes_arrived_answers_without_waiting(listener):
     """answered() is True once a request's answer is in (reading it and the ones before it), and False at once,
     without blocking, while the broker has not answered."""
