@@ -11,13 +11,13 @@ section stays byte-identical, so a record at source offset ``b + d`` lands at ta
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
 
 from crc32c import crc32c
 
 from mirror_core.codec.batch_codec import (
     ATTRIBUTES,
     ATTRIBUTES_OFFSET,
+    CONTROL_BIT,
     CRC_OFFSET,
     DELETE_HORIZON_BIT,
     LOG_APPEND_TIME_BIT,
@@ -163,6 +163,30 @@ def rewrite_header(view: BatchView, *, producer_id: int = NO_PRODUCER_ID,
     return out
 
 
+def usual_shallow(view: BatchView, preserve_log_append_time: bool,
+                  exact_bounds: tuple[int | None, int | None] | None) -> bool:
+    """Whether ``view`` is the usual batch :func:`prepare_for_target` rewrites shallowly, decided in one test (a
+    magic-2 data batch with records, dense, no LogAppendTime to keep, inside the bounds). False also for some
+    shallow batches: the full decision then runs (so this never decides differently; tested)."""
+    attributes, count = view.attributes, view.records_count
+    if view.magic != 2 or attributes & CONTROL_BIT or count <= 0 or view.last_offset_delta + 1 != count:
+        return False
+    if preserve_log_append_time and attributes & LOG_APPEND_TIME_BIT:
+        return False
+    if exact_bounds is None:
+        return True
+    lo, hi = exact_bounds
+    return (lo is None or view.base_offset >= lo) and (hi is None or view.base_offset + count <= hi)
+
+
+def _shallow(view: BatchView, in_place: bool, stamp: dict) -> PreparedBatch:
+    """The shallow header rewrite of :func:`prepare_for_target` (in the fetched buffer when ``in_place`` allows)."""
+    rewrite = rewrite_header_in_place if in_place and not view.buffer.readonly else rewrite_header
+    data = rewrite(view, clear_log_append_time=True, **stamp)
+    return PreparedBatch(data, view.records_count, view.base_offset, view.next_offset,
+                         source_leader_epoch=view.partition_leader_epoch)
+
+
 def prepare_for_target(view: BatchView, *, preserve_log_append_time: bool = True,
                        producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
                        base_sequence: int = NO_SEQUENCE, transactional: bool = False,
@@ -186,6 +210,10 @@ def prepare_for_target(view: BatchView, *, preserve_log_append_time: bool = True
     """
     if check_crc:
         verify_crc(view)
+    stamp = {"producer_id": producer_id, "producer_epoch": producer_epoch, "base_sequence": base_sequence,
+             "transactional": transactional}
+    if usual_shallow(view, preserve_log_append_time, exact_bounds):   # one test for the usual batch
+        return _shallow(view, in_place, stamp)
     kind = view.classify()
     if kind is BatchKind.CONTROL or kind is BatchKind.EMPTY:
         return None
@@ -195,16 +223,10 @@ def prepare_for_target(view: BatchView, *, preserve_log_append_time: bool = True
     rewrite_timestamps = preserve_log_append_time and view.log_append_time
     needs_reencode = is_legacy or straddles or view.has_offset_holes or rewrite_timestamps
     if not needs_reencode:
-        rewrite = rewrite_header_in_place if in_place and not view.buffer.readonly else rewrite_header
-        data = rewrite(view, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-                       transactional=transactional, clear_log_append_time=True)
-        return PreparedBatch(data, view.records_count, view.base_offset, view.next_offset,
-                             source_leader_epoch=view.partition_leader_epoch)
+        return _shallow(view, in_place, stamp)
 
     from mirror_core.codec import batch_deep  # batch_deep builds on this module; only this path needs it
     # a legacy wrapper's offset field is its last offset, so its straddling is only known once decoded
     start, end = (lo, hi) if straddles or is_legacy else (None, None)
-    prepared = batch_deep.reencode(view, start=start, end=end, log_append_time_to_max=rewrite_timestamps,
-                                   producer_id=producer_id, producer_epoch=producer_epoch,
-                                   base_sequence=base_sequence, transactional=transactional)
-    return None if prepared is None else replace(prepared, source_leader_epoch=view.partition_leader_epoch)
+    prepared = batch_deep.reencode(view, start=start, end=end, log_append_time_to_max=rewrite_timestamps, **stamp)
+    return None if prepared is None else prepared._replace(source_leader_epoch=view.partition_leader_epoch)

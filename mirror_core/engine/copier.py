@@ -430,18 +430,20 @@ class RangeCopier:
             self._announce(session, pending[0])
             bases = self.writer.write([OutgoingBatch(rng.target_topic, rng.target_partition, p.data,
                                                      p.source_first_offset) for p in pending])
+        check_landing, cluster = session.check_landing, self.target.cluster_name
+        add_runs, add_digest = result.offset_runs.add_batch, session.digest.add
         for prepared, base in zip(pending, bases, strict=True):
-            base = session.check_landing(self.target.cluster_name, rng, prepared, base)
+            base = check_landing(cluster, rng, prepared, base)
             if result.first_target_offset is None:
                 result.first_target_offset = base
             result.next_target_offset = base + prepared.record_count
-            result.offset_runs.add_batch(base, prepared.offset_runs())
+            add_runs(base, prepared.offset_runs())
             result.records += prepared.record_count
             result.batches += 1
             result.bytes += len(prepared.data)
             result.deep_batches += prepared.deep
             _advance_end(result, prepared.source_next_offset, prepared.source_leader_epoch)
-            session.digest.add(memoryview(prepared.data)[RECORDS_SECTION:])
+            add_digest(memoryview(prepared.data)[RECORDS_SECTION:])
         if self.listener is not None:
             session.markers_allowed += self.listener.flushed(result, final=False)
 
@@ -464,17 +466,18 @@ class _Session:
     stream: WriteStream | None = None  # the write being given batch by batch (``pending`` of the copy loop)
 
     def check_landing(self, cluster: str, rng: PartitionRange, prepared: PreparedBatch, base: int) -> int:
-        where = f"cluster {cluster!r} {rng.target_topic}-{rng.target_partition}"
         if base < 0:  # the broker answered "duplicate" without an offset: it is where we expected it
             if self.expected is None:
-                raise MirrorError(f"{where}: first batch acknowledged without an offset")
+                raise MirrorError(f"cluster {cluster!r} {rng.target_topic}-{rng.target_partition}: first batch "
+                                  "acknowledged without an offset")
             base = self.expected
         elif self.expected is None and self.landing is not None:
             self.landing.first_landing(prepared, base)
         elif self.expected is not None and not self.expected <= base <= self.expected + self.markers_allowed:
             raise MirrorError(
-                f"{where}: the batch from source offset {prepared.source_first_offset} landed at {base}, expected "
-                f"{self.expected}; another writer is producing to this partition, so the offset map would be wrong")
+                f"cluster {cluster!r} {rng.target_topic}-{rng.target_partition}: the batch from source offset "
+                f"{prepared.source_first_offset} landed at {base}, expected {self.expected}; another writer is "
+                "producing to this partition, so the offset map would be wrong")
         self.expected = base + prepared.record_count
         self.markers_allowed = 0
         return base

@@ -21,6 +21,7 @@ from mirror_core.codec.batch_codec import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
     BatchKind,
+    BatchView,
     Codec,
     control_type,
     iter_batches,
@@ -35,6 +36,7 @@ from mirror_core.codec.batch_prepare import (
     rewrite_header_into,
     stamp_producer_in_place,
     stamp_whole_batch,
+    usual_shallow,
 )
 from mirror_core.codec.records_digest import RecordsDigest, records_digest
 from mirror_core.errors import CorruptBatchError
@@ -719,3 +721,21 @@ def test_records_digest_covers_every_records_byte_and_no_header_byte():
     for section in (a[61:], memoryview(b)[61:]):
         running.add(section)
     assert running.hexdigest() == reference
+
+
+@settings(max_examples=500, deadline=None)
+@given(magic=st.sampled_from([0, 1, 2, 2, 2]), attributes=st.integers(0, 0x7F), base=st.integers(0, 1000),
+       count=st.integers(-1, 4), last_delta=st.integers(0, 4), preserve=st.booleans(),
+       bounds=st.one_of(st.none(), st.tuples(st.one_of(st.none(), st.integers(0, 1005)),
+                                            st.one_of(st.none(), st.integers(0, 1010)))))
+def test_the_one_test_for_the_usual_batch_never_decides_otherwise_than_the_rules(magic, attributes, base, count,
+                                                                                 last_delta, preserve, bounds):
+    """prepare_for_target takes a batch for a plain header rewrite in one test (usual_shallow) before its full
+    decision: whenever that test says yes, the rules say the same (a data batch with records, dense, no
+    LogAppendTime to keep, not straddling a bound); and for a magic-2 data batch the rules call shallow, it says yes."""
+    view = BatchView(memoryview(bytearray(70)), base, 58, 0, magic, 0, attributes, last_delta, 0, 0, -1, -1, -1, count)
+    lo, hi = bounds if bounds is not None else (None, None)
+    straddles = (lo is not None and view.base_offset < lo) or (hi is not None and view.next_offset > hi)
+    rules_shallow = (view.classify() is BatchKind.DATA and not straddles and not view.has_offset_holes
+                     and not (preserve and view.log_append_time))
+    assert usual_shallow(view, preserve, bounds) == rules_shallow
