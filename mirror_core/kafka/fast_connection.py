@@ -325,8 +325,10 @@ class FastConnection(SaslLogin, ResponseFrames):
             return False
         # TLS: only what _rbuf holds
         asked = not (ask and self._timeout_s and isinstance(self._channel, PlainChannel))
+        rbuf = self._rbuf
         while self._in_flight:
-            if not self._frame_buffered():
+            have = self._rend - self._rstart   # _frame_buffered, inline (a few times per batch of a copy)
+            if have < 4 or have < 4 + I32.unpack_from(rbuf, self._rstart)[0]:
                 if asked:
                     return False
                 self._read_ready()   # one non-blocking read, only when the buffer has no whole answer

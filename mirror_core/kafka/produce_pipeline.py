@@ -52,11 +52,12 @@ KEEP_QUEUED = 3
 ONE_PARTITION_LOOP = True
 
 _MAX_SEQUENCE = 2**31 - 1
+_SEQUENCE_SPACE = _MAX_SEQUENCE + 1
 
 
 def next_sequence(sequence: int, records: int) -> int:
     """Kafka's sequence arithmetic: wraps to 0 after 2^31 - 1."""
-    return (sequence + records) % (_MAX_SEQUENCE + 1)
+    return (sequence + records) % _SEQUENCE_SPACE
 
 
 class PendingBatch:
@@ -229,7 +230,7 @@ class ProducePipeline(PipelineRetry):
                 break
             sequence = next_seq[tp] if not count else send_seq[key]
             writer._stamp(p, sequence)
-            send_seq[key] = next_sequence(sequence, p.records)
+            send_seq[key] = (sequence + p.records) % _SEQUENCE_SPACE   # next_sequence, inline
             count += 1
             sent[key] = count
             timeout_ms = writer.produce_timeout_ms
@@ -470,7 +471,7 @@ class ProducePipeline(PipelineRetry):
         self.sent[key] -= 1
         self.results[slot][p.index] = base_offset
         writer = self.writers[slot]
-        writer._next_seq[tp] = next_sequence(writer._next_seq[tp], p.records)
+        writer._next_seq[tp] = (writer._next_seq[tp] + p.records) % _SEQUENCE_SPACE   # next_sequence, inline
         writer._acknowledged.add(tp)
         if not queue:
             del self.unacked[key], self.sent[key]
