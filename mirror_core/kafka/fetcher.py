@@ -24,7 +24,14 @@ import kafka.errors as Errors
 from kafka.future import Future
 from kafka.protocol.consumer import FetchRequest, IsolationLevel
 
-from mirror_core.codec.batch_codec import CONTROL_ABORT, BatchView, control_type, walk_batches
+from mirror_core.codec.batch_codec import (
+    CONTROL_ABORT,
+    CONTROL_BIT,
+    TRANSACTIONAL_BIT,
+    BatchView,
+    control_type,
+    walk_batches,
+)
 from mirror_core.codec.fetch_messages import FetchPartitionSpec, FetchTopicSpec
 from mirror_core.errors import (
     CorruptBatchError,
@@ -62,19 +69,21 @@ def select_committed(batches: Iterable[BatchView], aborted: Iterable[AbortedTran
     pending = collections.deque(sorted(aborted or (), key=lambda txn: txn.first_offset))
     aborted_ids: set[int] = set()
     kept = []
-    for batch in batches:
-        if not batch.legacy and batch.producer_id >= 0:
-            last_offset = batch.next_offset - 1
-            while pending and pending[0].first_offset <= last_offset:
-                aborted_ids.add(pending.popleft().producer_id)
-            if batch.control:
-                if control_type(batch) == CONTROL_ABORT:
-                    aborted_ids.discard(batch.producer_id)
+    for batch in batches:   # BatchView's legacy / control / transactional / next_offset, read inline: per batch
+        if batch.magic >= 2:
+            attributes, producer_id = batch.attributes, batch.producer_id
+            if producer_id >= 0:
+                last_offset = batch.base_offset + batch.last_offset_delta
+                while pending and pending[0].first_offset <= last_offset:
+                    aborted_ids.add(pending.popleft().producer_id)
+                if attributes & CONTROL_BIT:
+                    if control_type(batch) == CONTROL_ABORT:
+                        aborted_ids.discard(producer_id)
+                    continue
+                if attributes & TRANSACTIONAL_BIT and producer_id in aborted_ids:
+                    continue
+            elif attributes & CONTROL_BIT:
                 continue
-            if batch.transactional and batch.producer_id in aborted_ids:
-                continue
-        elif batch.control:
-            continue
         kept.append(batch)
     return kept
 

@@ -9,10 +9,12 @@ from types import SimpleNamespace
 import crc32c
 import kafka.errors as Errors
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.protocol.producer import InitProducerIdRequest
 from kafka.record.default_records import DefaultRecordBatch
 
-from mirror_core.codec.batch_codec import parse_batch, walk_batches
+from mirror_core.codec.batch_codec import CONTROL_ABORT, control_type, parse_batch, walk_batches
 from mirror_core.config.cluster import kafka_python_kwargs
 from mirror_core.errors import AmbiguousWriteError, BatchRejectedError, ConfigError, CorruptBatchError, WriteOrderError
 from mirror_core.kafka.fetcher import AbortedTransaction, RawBatchFetcher, select_committed
@@ -169,6 +171,47 @@ def test_committed_batches_before_the_aborted_first_offset_are_kept():
         make_batch(3, control=0, producer_id=7),
     )
     assert offsets(select_committed(batches, [AbortedTransaction(7, 2)])) == [0]
+
+
+def _committed_by_the_rules(batches, aborted):
+    """The READ_COMMITTED rules written plainly with BatchView's properties (what select_committed reads inline)."""
+    pending = sorted(aborted, key=lambda txn: txn.first_offset)
+    aborted_ids, kept = set(), []
+    for batch in batches:
+        if not batch.legacy and batch.producer_id >= 0:
+            while pending and pending[0].first_offset <= batch.next_offset - 1:
+                aborted_ids.add(pending.pop(0).producer_id)
+            if batch.control:
+                if control_type(batch) == CONTROL_ABORT:
+                    aborted_ids.discard(batch.producer_id)
+                continue
+            if batch.transactional and batch.producer_id in aborted_ids:
+                continue
+        elif batch.control:
+            continue
+        kept.append(batch)
+    return kept
+
+
+_BATCH_SHAPES = st.tuples(st.integers(1, 3), st.sampled_from([-1, 7, 8]), st.booleans(), st.sampled_from([None, 0, 1]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes=st.lists(_BATCH_SHAPES, max_size=12),
+       aborted=st.lists(st.tuples(st.sampled_from([7, 8, 9]), st.integers(0, 30)), max_size=4))
+def test_select_committed_keeps_what_the_rules_keep(shapes, aborted):
+    """Any mix of plain, idempotent, transactional batches and markers against any aborted list: the batches kept
+    are exactly those the rules keep (select_committed reads the header fields inline, once per batch)."""
+    raw, offset = [], 0
+    for count, producer_id, transactional, control in shapes:
+        if control is not None and producer_id < 0:
+            producer_id = 7                                     # a marker belongs to a transactional producer
+        raw.append(make_batch(offset, count, producer_id=producer_id, transactional=transactional and producer_id >= 0,
+                              control=control))
+        offset += 1 if control is not None else count
+    batches = batches_of(*raw) if raw else []
+    txns = [AbortedTransaction(pid, first) for pid, first in aborted]
+    assert offsets(select_committed(batches, txns)) == offsets(_committed_by_the_rules(batches, txns))
 
 
 def test_two_aborted_transactions_of_one_producer_in_one_response():
