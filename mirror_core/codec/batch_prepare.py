@@ -4,8 +4,9 @@ Shoal copies record batches whole: the header is re-stamped for the target (base
 fields, transactional bit, attribute bits the target must not inherit) and its CRC resealed, while the records
 section stays byte-identical, so a record at source offset ``b + d`` lands at target ``b' + d``.
 :func:`prepare_for_target` decides, per batch, whether that is enough; the cases that must decode records are in
-:mod:`mirror_core.codec.batch_deep`. The writer stamps its producer fields last
-(:func:`stamp_producer_in_place`). The batch layout is in :mod:`mirror_core.codec.batch_codec`. Pure: no I/O.
+:mod:`mirror_core.codec.batch_deep`. The writer stamps its producer fields last (:func:`stamp_whole_batch`;
+:func:`stamp_producer_in_place` for a batch inside a larger buffer). The batch layout is in
+:mod:`mirror_core.codec.batch_codec`. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ from crc32c import crc32c
 from mirror_core.codec.batch_codec import (
     ATTRIBUTES,
     ATTRIBUTES_OFFSET,
+    BATCH_LENGTH_OFFSET,
     CONTROL_BIT,
     CRC_OFFSET,
     DELETE_HORIZON_BIT,
     LOG_APPEND_TIME_BIT,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     PRODUCER_FIELDS,
     PRODUCER_ID_OFFSET,
+    RECORDS_OFFSET,
     TRANSACTIONAL_BIT,
     V2_HEADER,
     BatchKind,
@@ -73,6 +78,7 @@ def stamp_producer_in_place(buf: bytearray, pos: int = 0, *, producer_id: int, p
 
 
 _CRC = struct.Struct(">I")
+BATCH_LENGTH = struct.Struct(">i")
 
 
 def stamp_whole_batch(buf: bytearray | memoryview, *, producer_id: int, producer_epoch: int, base_sequence: int,
@@ -82,6 +88,11 @@ def stamp_whole_batch(buf: bytearray | memoryview, *, producer_id: int, producer
     checking the batch again on each (re)send; the one-record-batch copy stamps once per Produce request."""
     if transactional and producer_id < 0:
         raise ValueError("a transactional batch needs a producer id")
+    # what _check_ready saw, checked again at the cost of one unpack: a buffer that is not exactly one v2 batch
+    # (a caller that skipped the check) is refused here rather than sealed whole and refused by the broker
+    if len(buf) < RECORDS_OFFSET or buf[MAGIC_OFFSET] != 2 or \
+            BATCH_LENGTH.unpack_from(buf, BATCH_LENGTH_OFFSET)[0] + LOG_OVERHEAD != len(buf):
+        raise ValueError(f"a {len(buf)}-byte buffer that is not exactly one magic-2 batch cannot be stamped whole")
     (attributes,) = ATTRIBUTES.unpack_from(buf, ATTRIBUTES_OFFSET)
     ATTRIBUTES.pack_into(buf, ATTRIBUTES_OFFSET,
                          attributes | TRANSACTIONAL_BIT if transactional else attributes & ~TRANSACTIONAL_BIT)

@@ -51,7 +51,7 @@ def encode_produce_request(version: int, correlation_id: int, client_id: str | N
                 n = memoryview(records).nbytes
                 if n:
                     return encode_one_partition_request(version, correlation_id, client_id, transactional_id, acks,
-                                                 timeout_ms, topic, index, records, n)
+                                                        timeout_ms, topic, index, records, n)
     return _encode_produce_general(version, correlation_id, client_id, transactional_id=transactional_id,
                                    acks=acks, timeout_ms=timeout_ms, topic_data=topic_data)
 
@@ -81,8 +81,9 @@ def _produce_template(version: int, client_id: str | None, transactional_id: str
     return template
 
 
-def encode_one_partition_request(version: int, correlation_id: int, client_id: str | None, transactional_id: str | None,
-                          acks: int, timeout_ms: int, topic: str, index: int, records, n: int) -> list:
+def encode_one_partition_request(version: int, correlation_id: int, client_id: str | None,
+                                 transactional_id: str | None, acks: int, timeout_ms: int, topic: str, index: int,
+                                 records, n: int) -> list:
     """:func:`encode_produce_request` of one topic with one partition and a non-empty ``records`` of ``n`` bytes:
     ``[header + fixed fields + partition + size, records, tail]`` (no tail part below v9, where it is empty)."""
     header_tail, body, tail, flexible = _produce_template(version, client_id, transactional_id, acks, timeout_ms,

@@ -278,6 +278,22 @@ def test_stamp_whole_batch_gives_the_bytes_of_stamp_in_place(codec, was_txn, txn
     assert bytes(frame[:9]) == b"\xee" * 9 and bytes(frame[-5:]) == b"\xee" * 5   # nothing outside the batch
 
 
+@pytest.mark.parametrize("buf", [
+    pytest.param(lambda: build() + build(base_offset=6), id="two batches"),
+    pytest.param(lambda: build()[:-1], id="cut short"),
+    pytest.param(lambda: bytes(40), id="shorter than a header"),
+    pytest.param(lambda: patch(build(), magic=1), id="magic 1"),
+])
+def test_stamp_whole_batch_refuses_a_buffer_that_is_not_exactly_one_v2_batch(buf):
+    """A caller that skipped the writer's check gets a clear error, not a batch sealed whole and refused by the
+    broker as corrupt."""
+    data = bytearray(buf())
+    before = bytes(data)
+    with pytest.raises(ValueError, match="not exactly one magic-2 batch"):
+        stamp_whole_batch(data, producer_id=5, producer_epoch=0, base_sequence=0, transactional=False)
+    assert bytes(data) == before
+
+
 def test_stamp_whole_batch_refuses_a_transactional_batch_without_a_producer_id():
     with pytest.raises(ValueError, match="producer id"):
         stamp_whole_batch(bytearray(build()), producer_id=-1, producer_epoch=-1, base_sequence=-1, transactional=True)
