@@ -453,8 +453,10 @@ class CoordinatorUnavailableError(MirrorError):
         self.producer = producer
         self.error = error
         self.waited_s = waited_s
-        super().__init__(f"{request} for {producer} on cluster {cluster!r}: no transaction coordinator answered in "
-                         f"{waited_s:.0f} s ({error}); check the target's __transaction_state topic and "
+        # a retry window already spent (the transaction's writes used it) gives one try: "in 0 s" would read as a bug
+        waited = f"in {waited_s:.0f} s" if waited_s >= 1 else "within what was left of the transaction's retry window"
+        super().__init__(f"{request} for {producer} on cluster {cluster!r}: no transaction coordinator answered "
+                         f"{waited} ({error}); check the target's __transaction_state topic and "
                          "transaction.state.log.replication.factor / min.isr against its brokers")
 
 

@@ -8,7 +8,12 @@ from __future__ import annotations
 import pytest
 
 from mirror_core.engine.backfill import copy_unit, failure_text
-from mirror_core.errors import DataLossError, PartitionUnavailableError, TargetTopicUnsettledError
+from mirror_core.errors import (
+    CoordinatorUnavailableError,
+    DataLossError,
+    PartitionUnavailableError,
+    TargetTopicUnsettledError,
+)
 from mirror_core.model.ranges import PartitionRange
 
 RNG = PartitionRange("orders", 3, 100, 200, "dr.orders", 3)
@@ -102,3 +107,15 @@ def test_a_retriable_kafka_error_is_retried_too_and_a_fatal_one_is_not():
         copy_unit(Copier(Errors.TopicAuthorizationFailedError(), "never"), RNG, "lane-3", backoff_s=(1.0,),
                   sleep=waits.append)
     assert waits == [1.0]
+
+
+def test_coordinator_unavailable_says_how_long_it_waited_or_that_the_window_was_spent():
+    """A target outage inside a transaction can spend the transaction's retry window on the writes; the coordinator
+    call then gets one try, and its error says so instead of "answered in 0 s" (seen in
+    tests/faults/test_backfill_target_outage.py)."""
+    waited = CoordinatorUnavailableError("dst", "shoal.p.lane-0", "EndTxn", "KafkaConnectionError", 12.4)
+    spent = CoordinatorUnavailableError("dst", "shoal.p.lane-0", "AddPartitionsToTxn", "KafkaConnectionError", 0.0)
+    assert "no transaction coordinator answered in 12 s (KafkaConnectionError)" in str(waited)
+    assert "in 0 s" not in str(spent)
+    assert "answered within what was left of the transaction's retry window (KafkaConnectionError)" in str(spent)
+    assert spent.retriable and "cluster 'dst'" in str(spent)
