@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import struct
 
-from crc32c import crc32c
-
 from mirror_core.codec.batch_codec import (
     ATTRIBUTES,
     ATTRIBUTES_OFFSET,
     BATCH_LENGTH_OFFSET,
     CONTROL_BIT,
-    CRC_OFFSET,
     DELETE_HORIZON_BIT,
     LOG_APPEND_TIME_BIT,
     LOG_OVERHEAD,
@@ -70,14 +67,20 @@ def stamp_producer_in_place(buf: bytearray, pos: int = 0, *, producer_id: int, p
     size, magic = found
     if magic != 2:
         raise ValueError(f"cannot stamp producer fields into a magic-{magic} batch")
+    _write_producer_fields(buf, pos, size, producer_id, producer_epoch, base_sequence, transactional)
+
+
+def _write_producer_fields(buf, pos: int, size: int, producer_id: int, producer_epoch: int, base_sequence: int,
+                           transactional: bool) -> None:
+    """The stamp itself, of the checked v2 batch ``buf[pos:pos + size]``: the transactional bit (every other
+    attribute bit kept), producerId, producerEpoch, baseSequence, and the CRC resealed."""
     (attributes,) = ATTRIBUTES.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
-    attributes = target_attributes(attributes, transactional=transactional, clear_delete_horizon=False)
-    ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+    ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET,
+                         attributes | TRANSACTIONAL_BIT if transactional else attributes & ~TRANSACTIONAL_BIT)
     PRODUCER_FIELDS.pack_into(buf, pos + PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
     seal_crc(buf, pos, size)
 
 
-_CRC = struct.Struct(">I")
 BATCH_LENGTH = struct.Struct(">i")
 
 
@@ -93,11 +96,7 @@ def stamp_whole_batch(buf: bytearray | memoryview, *, producer_id: int, producer
     if len(buf) < RECORDS_OFFSET or buf[MAGIC_OFFSET] != 2 or \
             BATCH_LENGTH.unpack_from(buf, BATCH_LENGTH_OFFSET)[0] + LOG_OVERHEAD != len(buf):
         raise ValueError(f"a {len(buf)}-byte buffer that is not exactly one magic-2 batch cannot be stamped whole")
-    (attributes,) = ATTRIBUTES.unpack_from(buf, ATTRIBUTES_OFFSET)
-    ATTRIBUTES.pack_into(buf, ATTRIBUTES_OFFSET,
-                         attributes | TRANSACTIONAL_BIT if transactional else attributes & ~TRANSACTIONAL_BIT)
-    PRODUCER_FIELDS.pack_into(buf, PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
-    _CRC.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    _write_producer_fields(buf, 0, len(buf), producer_id, producer_epoch, base_sequence, transactional)
 
 
 def rewrite_header_into(view: BatchView, out: bytearray, pos: int = 0, *, producer_id: int = NO_PRODUCER_ID,
