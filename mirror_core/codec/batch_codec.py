@@ -244,6 +244,60 @@ def walk_batches(buf: bytes | bytearray | memoryview) -> tuple[list[BatchView], 
     return views, len(mv) - pos
 
 
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+
+
+def walk_v2_data(buf: bytes | bytearray | memoryview, start: int,
+                 end: int | None) -> tuple[list[BatchView], int, BatchView | None, bool, int, int] | None:
+    """A fetch answer of magic-2 batches in one pass (the usual answer): ``(data, data_bytes, last, past, walked,
+    tail)``.
+
+    ``data``: the batches that are not control batches, begin below ``end`` (None: no end) and end after
+    ``start``, in order, and their bytes together; ``last``: the last batch that begins below ``end``, control or
+    not (None: none);
+    ``past``: a whole batch beginning at or after ``end`` was found (no view is built from there on);
+    ``walked``: the whole batches found; ``tail``: the bytes of a last batch cut off.
+    What :func:`walk_batches` finds, filtered the way a reader of the range filters it, without building a view
+    of anything past ``end``. None when any batch is not magic 2, its length is below the v2 minimum, or a batch
+    begins below the end of the one before it: the caller then takes the general walk, which raises for what is
+    corrupt. Batches come in offset order without overlapping, so ``data``'s last batch ends furthest."""
+    mv = _byte_view(buf)
+    n = len(mv)
+    new, header, head = tuple.__new__, V2_HEADER.unpack_from, _OFFSET_AND_LENGTH.unpack_from
+    data: list[BatchView] = []
+    data_bytes = 0
+    last = None
+    past = False
+    walked = pos = 0
+    reached = -1   # the next offset after the last batch read (batches of a log never overlap)
+    while n - pos > MAGIC_OFFSET:
+        if mv[pos + MAGIC_OFFSET] != 2:
+            return None
+        base, length = head(mv, pos)
+        size = length + LOG_OVERHEAD
+        if size < RECORDS_OFFSET:
+            return None
+        if size > n - pos:
+            break
+        walked += 1
+        if base < reached:
+            return None   # overlapping or going backwards: not a log's answer, the general walk decides
+        fields = header(mv, pos)
+        # fields 5 and 6: attributes, lastOffsetDelta (V2_HEADER's order, BatchView's)
+        if fields[6] < 0:
+            return None   # a negative lastOffsetDelta: the general walk decides
+        reached = base + fields[6] + 1
+        if past or (end is not None and base >= end):
+            past = True   # stepped over, never kept: it begins at or after the end and after every batch before
+        else:
+            last = new(BatchView, (mv[pos:pos + size], *fields))
+            if not fields[5] & CONTROL_BIT and reached > start:
+                data.append(last)
+                data_bytes += size
+        pos += size
+    return data, data_bytes, last, past, walked, n - pos
+
+
 def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[BatchView]:
     """Complete batches in ``buf``, lazily; a truncated tail ends the iteration (see :func:`walk_batches`)."""
     mv = _byte_view(buf)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import xxhash
 
-from mirror_core.codec.batch_codec import BatchView
+from mirror_core.codec.batch_codec import RECORDS_OFFSET, BatchView
 
 
 class RecordsDigest:
@@ -32,6 +32,14 @@ class RecordsDigest:
     def add(self, section: bytes | bytearray | memoryview) -> None:
         self._hash.update(len(section).to_bytes(4, "big"))
         self._hash.update(section)
+
+    def add_batches(self, batches: Iterable[bytes | bytearray | memoryview]) -> None:
+        """:meth:`add` of the records section of each whole v2 batch in ``batches``, in order."""
+        update = self._hash.update
+        for data in batches:
+            section = memoryview(data)[RECORDS_OFFSET:]
+            update(len(section).to_bytes(4, "big"))
+            update(section)
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from mirror_core.engine.copier import CopyOptions, CopyResult, FetchedOnce, RangeCopier, StallWatch
 from mirror_core.errors import PartitionUnavailableError
 from mirror_core.kafka.broker_fetch import PartitionOutcome, PendingRound, RoundStats, deal_to_connections, send_round
-from mirror_core.kafka.fetcher import RawBatchFetcher
+from mirror_core.kafka.fetcher import RawBatchFetcher, kept_bytes_of
 from mirror_core.kafka.shared_produce import SharedProduce
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.offset_runs import OffsetRuns
@@ -243,7 +243,7 @@ class ConcurrentCopy:
         lane.stall.moved()
         pace = None
         if self.throttle is not None and fetched.batches:
-            size = sum(view.size for view in fetched.batches)
+            size = kept_bytes_of(fetched)
             pace = lambda: self.throttle.consume(size)  # noqa: E731 - called once, by the writer
         share = lane.writer.copy_share(start, end, FetchedOnce(fetched, start), lane.first, pace)
         lane.first = False
@@ -275,7 +275,7 @@ def connections_for_link(*, window_bytes: int | None, rtt_s: float | None, link_
 
 
 def _round_bytes(outcomes: Sequence[PartitionOutcome]) -> int:
-    return sum(view.size for outcome in outcomes if outcome.result is not None for view in outcome.result.batches)
+    return sum(kept_bytes_of(outcome.result) for outcome in outcomes if outcome.result is not None)
 
 
 def round_shape(by_leader: dict[int, list[tuple[str, int]]], connections: int) -> tuple[int, int]:

@@ -50,7 +50,7 @@ from mirror_core.codec.kafka_primitives import I64
 from mirror_core.codec.records_digest import RecordsDigest
 from mirror_core.config.coalescing import checked_coalesce_bytes
 from mirror_core.errors import ConfigError, MirrorError, ProducerFencedError
-from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher
+from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher, kept_bytes_of
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, WriteStream
 from mirror_core.model.offset_runs import OffsetRuns
@@ -59,7 +59,6 @@ from mirror_core.model.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
-RECORDS_SECTION = 61  # RecordBatch v2 header size: the digest covers what follows it
 # A concurrent copy's fetch round never asks for more than this by default, whatever its partition count (memory):
 # the copy holds about two rounds plus one round's prepared batches (see mirror_core.engine.concurrent_copy)
 DEFAULT_ROUND_MAX_BYTES = 64 * 1024 * 1024
@@ -311,7 +310,7 @@ class RangeCopier:
         last_position = fetcher.position
         while not fetcher.done:
             fetched = fetcher.fetch()
-            kept_bytes = sum(view.size for view in fetched.batches)
+            kept_bytes = kept_bytes_of(fetched)
             answer_bytes = answer_size(fetched, kept_bytes)
             if prefetch is not None and may_prefetch(
                     held_bytes=pending_bytes + answer_bytes,
@@ -408,6 +407,9 @@ class RangeCopier:
             session.stream = stream
         session.stream.add(OutgoingBatch(rng.target_topic, rng.target_partition, prepared.data,
                                          prepared.source_first_offset))
+        # digested as it is given, in the order written (a copy that fails after this returns no digest): the
+        # flush's bookkeeping, done while the target waits for the next round, is then that much shorter
+        session.digest.add_batches((prepared.data,))
         return True
 
     @staticmethod
@@ -420,7 +422,8 @@ class RangeCopier:
     def _flush(self, rng: PartitionRange, pending: list[PreparedBatch], result: CopyResult,
                session: _Session) -> None:
         stream, session.stream = session.stream, None
-        if stream is not None and len(stream) == len(pending):
+        streamed = stream is not None and len(stream) == len(pending)
+        if streamed:   # every pending batch was given to the stream, and digested then (_stream)
             bases = stream.finish()
         else:
             if stream is not None:  # cannot happen: every pending batch went to the stream or none did
@@ -430,22 +433,67 @@ class RangeCopier:
             self._announce(session, pending[0])
             bases = self.writer.write([OutgoingBatch(rng.target_topic, rng.target_partition, p.data,
                                                      p.source_first_offset) for p in pending])
-        check_landing, cluster = session.check_landing, self.target.cluster_name
-        add_runs, add_digest = result.offset_runs.add_batch, session.digest.add
-        for prepared, base in zip(pending, bases, strict=True):
-            base = check_landing(cluster, rng, prepared, base)
-            if result.first_target_offset is None:
-                result.first_target_offset = base
-            result.next_target_offset = base + prepared.record_count
-            add_runs(base, prepared.offset_runs())
-            result.records += prepared.record_count
-            result.batches += 1
-            result.bytes += len(prepared.data)
-            result.deep_batches += prepared.deep
-            _advance_end(result, prepared.source_next_offset, prepared.source_leader_epoch)
-            add_digest(memoryview(prepared.data)[RECORDS_SECTION:])
+        self._account(rng, pending, bases, result, session, digested=streamed)
         if self.listener is not None:
             session.markers_allowed += self.listener.flushed(result, final=False)
+
+
+    def _account(self, rng: PartitionRange, pending: list[PreparedBatch], bases: list[int], result: CopyResult,
+                 session: _Session, *, digested: bool = False) -> None:
+        """Book a flush's acknowledged batches, in order: the landing check of each (:meth:`_Session.check_landing`),
+        the offset map, the counts, the source end and (unless ``digested``: done as they were streamed) the
+        digest. The batch landing where the one before it ended
+        (every batch of a flush but the first, as a rule) is checked inline, and batches landing one after another
+        at one shift enter the offset map as one span (what adding them one by one makes of them: the same runs);
+        the rest take the general steps. On one partition of small batches this runs while the target waits for
+        the next round, so it is kept to a few steps per batch."""
+        check_landing, cluster = session.check_landing, self.target.cluster_name
+        runs = result.offset_runs
+        expected, allowed = session.expected, session.markers_allowed
+        source_end, source_end_epoch = result.source_end, result.source_end_epoch
+        records = size = deep = 0
+        # batches landing right after the one before, at its shift: the map's last run grows by ``grown`` records
+        # from source ``span_end - grown`` (added at once, after the span), so each adds no run of its own
+        shift = span_end = None
+        grown = 0
+        for prepared, base in zip(pending, bases, strict=True):
+            count = prepared.record_count
+            if expected is None or base != expected or allowed:   # _Session.check_landing's general rules
+                session.expected = expected
+                base = check_landing(cluster, rng, prepared, base)
+                allowed = 0   # check_landing allows markers before the flush's first batch only
+            expected = base + count
+            source = prepared.source_first_offset
+            if span_end == source and base - source == shift and count > 0 and prepared.source_offsets is None:
+                span_end += count
+                grown += count
+            else:   # added as add_batch adds it (checked against the map: an error names this batch's run)
+                if grown:
+                    runs.add_batch(span_end - grown + shift, ((span_end - grown, 0, grown),))
+                    grown = 0
+                runs.add_batch(base, prepared.offset_runs())
+                shift, span_end = (base - source, source + count) if prepared.source_offsets is None else (None, None)
+            if result.first_target_offset is None:
+                result.first_target_offset = base
+            records += count
+            size += len(prepared.data)
+            deep += prepared.deep
+            offset = prepared.source_next_offset   # _advance_end, inline
+            if offset > source_end or (offset == source_end and source_end_epoch is None):
+                epoch = prepared.source_leader_epoch
+                source_end, source_end_epoch = offset, (epoch if epoch >= 0 else None)
+        if grown:
+            runs.add_batch(span_end - grown + shift, ((span_end - grown, 0, grown),))
+        if not digested:
+            session.digest.add_batches(prepared.data for prepared in pending)
+        if pending:   # (markers_allowed is 0 already: a flush's first batch takes the general rules when it was not)
+            session.expected = expected
+            result.next_target_offset = expected
+        result.records += records
+        result.batches += len(pending)
+        result.bytes += size
+        result.deep_batches += deep
+        result.source_end, result.source_end_epoch = source_end, source_end_epoch
 
 
 def _advance_end(result: CopyResult, offset: int, epoch: int) -> None:

@@ -31,6 +31,7 @@ from mirror_core.codec.batch_codec import (
     BatchView,
     control_type,
     walk_batches,
+    walk_v2_data,
 )
 from mirror_core.codec.fetch_messages import FetchPartitionSpec, FetchTopicSpec
 from mirror_core.errors import (
@@ -131,6 +132,15 @@ class FetchResult:
     # kept batches plus what was dropped (aborted transactions, markers, a cut-off last batch, batches past the
     # range end). None: unknown (the copier then measures the buffers the views are over)
     frame_bytes: int | None = None
+    # the bytes of ``batches`` together (their views' sizes), when the fetcher counted them on its walk; None:
+    # not counted (sum the views' sizes: :func:`kept_bytes_of`)
+    kept_bytes: int | None = None
+
+
+def kept_bytes_of(result: FetchResult) -> int:
+    """The bytes of ``result``'s batches together: counted by the fetcher's walk, else summed."""
+    counted = result.kept_bytes
+    return counted if counted is not None else sum(view.size for view in result.batches)
 
 
 class RawBatchFetcher:
@@ -363,6 +373,13 @@ class RawBatchFetcher:
 
     def _accept(self, data) -> FetchResult:
         section = memoryview(data.records or b"")
+        if not self.every_batch and not data.aborted_transactions:
+            plain = self._accept_plain(data, section)
+            if plain is not None:
+                return plain
+        return self._accept_general(data, section)
+
+    def _accept_general(self, data, section: memoryview) -> FetchResult:
         batches, tail = walk_batches(section)
         if not batches and tail:
             raise FetchError(self.client.cluster_name, self.topic, self.partition, self.position,
@@ -382,6 +399,26 @@ class RawBatchFetcher:
         kept = [b for b in committed if start < b.next_offset <= reached]
         return FetchResult(kept, self.position, data.high_watermark, data.last_stable_offset,
                            data.log_start_offset, self.last_epoch, frame_bytes=section.nbytes)
+
+    def _accept_plain(self, data, section: memoryview) -> FetchResult | None:
+        """:meth:`_accept`'s general rules for the usual answer (magic-2 batches only, no aborted transaction listed,
+        so every data batch is committed), from one pass over it (:func:`walk_v2_data`): the same position, epoch
+        and batches (tested against the general rules). None: not the usual answer, take the general rules."""
+        walked = walk_v2_data(section, self.position, self.end)
+        if walked is None:
+            return None
+        kept, kept_bytes, last, past, count, tail = walked
+        if not count and tail:
+            return None   # the general rules name the batch larger than max_bytes
+        start = self.position
+        reached = last.next_offset if last is not None else start
+        if past:  # the response went past the end: every offset before it was seen
+            reached = max(reached, self.end)
+        if last is not None and last.next_offset > start:
+            self.last_epoch = max(last.partition_leader_epoch, -1)
+        self.position = max(start, reached)
+        return FetchResult(kept, self.position, data.high_watermark, data.last_stable_offset,
+                           data.log_start_offset, self.last_epoch, frame_bytes=section.nbytes, kept_bytes=kept_bytes)
 
     def _raise_diverged(self, epoch: int, end_offset: int) -> None:
         """The leader says our last fetched epoch ends at ``end_offset`` on its log (``epoch``: the largest one it

@@ -179,3 +179,50 @@ def test_answers_half_kept_are_written_in_place_and_counted_whole():
     assert result.records == 24 * 5 and result.source_end == fetcher.end
     assert writer.in_place >= writer.batches // 2, "half-kept answers should still be written without copies"
     assert peak <= opts.budget_bytes, f"peak {peak / 2**20:.1f} MiB > budget {opts.budget_bytes / 2**20:.1f} MiB"
+
+
+class _StreamingWriter(_RecordingWriter):
+    """:class:`_RecordingWriter` that also takes a write batch by batch (``BatchWriter.stream``'s shape)."""
+
+    def stream(self):
+        writer = self
+
+        class _Stream:
+            def __init__(self):
+                self.given = []
+
+            def __len__(self):
+                return len(self.given)
+
+            def add(self, batch):
+                self.given.append(batch)
+
+            def finish(self):
+                return writer.write(self.given)
+
+            def settle(self):
+                return None
+
+            def drop(self):
+                pass
+
+        return _Stream()
+
+
+@pytest.mark.parametrize("window_batches", [1, 3.5, 100])
+def test_a_streamed_copy_digests_what_it_wrote_as_a_listed_write_does(window_batches):
+    """The digest of a streamed write is taken as each batch is given (not at the flush): the same digest, over
+    the same records in the same order, whatever the flushes."""
+    digests = []
+    for writer in (_RecordingWriter(), _StreamingWriter()):
+        frame = _frame(10)
+        pristine = bytes(frame)
+        views, _ = walk_batches(frame)
+        result = FetchResult(views, views[-1].next_offset, views[-1].next_offset, views[-1].next_offset, 0)
+        copier = RangeCopier(_Cluster(), _Cluster(), writer,
+                             CopyOptions(max_inflight_bytes=int(views[0].size * window_batches)))
+        copied = copier.copy(PartitionRange("src", 0, 100, views[-1].next_offset, "dst", 0),
+                             fetcher=FetchedOnce(result, 100))
+        assert copied.records == 200 and len(writer.written) == 10
+        digests.append(copied.records_digest)
+    assert digests[0] == digests[1] == records_digest(walk_batches(pristine)[0])

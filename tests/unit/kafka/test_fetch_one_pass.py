@@ -1,0 +1,124 @@
+"""The one-pass walk of the usual fetch answer (:func:`walk_v2_data`, ``RawBatchFetcher._accept_plain``) against the
+general rules it stands in for (``_accept_general``: :func:`walk_batches`, :func:`select_committed`,
+:func:`batches_reaching_below`): over generated answers — control and transactional batches, gaps, a range end
+anywhere, a cut-off tail, and the unusual ones (legacy or unknown magic, overlapping or backward offsets, a negative
+lastOffsetDelta) — the fast path gives the same batches, position and epoch, or steps aside. Pure."""
+
+from __future__ import annotations
+
+import struct
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from mirror_core.errors import MirrorError
+from mirror_core.kafka.fetcher import RawBatchFetcher, kept_bytes_of
+from tests.unit.kafka.test_kafka_wire_pure import make_batch
+
+pytestmark = pytest.mark.unit
+
+
+class _Client:
+    cluster_name = "source"
+
+
+def _batch(base: int, count: int, *, epoch: int, control: bool, transactional: bool, delta: int | None,
+           magic: int) -> bytes:
+    raw = bytearray(make_batch(base, count, producer_id=7 if transactional or control else -1,
+                               transactional=transactional, control=1 if control else None))
+    struct.pack_into(">i", raw, 12, epoch)
+    if delta is not None:
+        struct.pack_into(">i", raw, 23, delta)
+    raw[16] = magic
+    return bytes(raw)
+
+
+batch_specs = st.lists(st.fixed_dictionaries({
+    "gap": st.sampled_from([0, 0, 0, 1, 4]),
+    "count": st.integers(1, 3),
+    "epoch": st.integers(-2, 3),   # -2: what no broker sends, the rules still read as unknown
+    "control": st.booleans(),
+    "transactional": st.booleans(),
+}), min_size=0, max_size=8)
+
+oddities = st.sampled_from([None] * 6 + ["legacy", "magic3", "overlap", "negative-delta", "short"])
+
+
+def _answer(specs, first: int, oddity, odd_at: int, tail: int):
+    parts, base = [], first
+    for i, spec in enumerate(specs):
+        base += spec["gap"]
+        odd = oddity if i == odd_at % max(1, len(specs)) else None
+        at = base - 2 if odd == "overlap" and i else base
+        raw = _batch(at, spec["count"], epoch=spec["epoch"], control=spec["control"],
+                     transactional=spec["transactional"], delta=-2 if odd == "negative-delta" else None,
+                     magic={"legacy": 1, "magic3": 3}.get(odd, 2))
+        if odd == "short":
+            raw = raw[:8] + struct.pack(">i", 20) + raw[12:]
+        parts.append(raw)
+        base = at + (1 if spec["control"] else spec["count"])
+    if tail:
+        cut = _batch(base, 2, epoch=0, control=False, transactional=False, delta=None, magic=2)
+        parts.append(cut[:min(tail, len(cut) - 1)])
+    return b"".join(parts)
+
+
+def _outcome(fetcher, accept, data, section):
+    try:
+        result = accept(fetcher, data, section)
+    except MirrorError as exc:  # CorruptBatchError, FetchError: the general rules' refusals
+        return ("raised", type(exc).__name__)
+    if result is None:
+        return None
+    return ([(b.base_offset, bytes(b.buffer), b[1:]) for b in result.batches], result.next_offset,
+            result.last_epoch, result.frame_bytes, fetcher.position, fetcher.last_epoch, kept_bytes_of(result))
+
+
+_PLAIN = {"gap": 0, "epoch": 1, "control": False, "transactional": False}
+
+
+@settings(max_examples=800, deadline=None)
+@given(batch_specs, st.integers(0, 50), oddities, st.integers(0, 7), st.sampled_from([0, 0, 5, 30, 200]),
+       st.integers(-3, 40), st.one_of(st.none(), st.integers(0, 12), st.integers(0, 60)), st.integers(-1, 2))
+# a batch beginning exactly at the end; an answer going backwards (a batch inside the one before it)
+@example([{**_PLAIN, "count": 3}, {**_PLAIN, "count": 2}], 10, None, 0, 0, 0, 3, -1)
+@example([{**_PLAIN, "count": 3}, {**_PLAIN, "count": 1}], 10, "overlap", 1, 0, 0, None, -1)
+def test_the_one_pass_walk_takes_what_the_general_rules_take(specs, first, oddity, odd_at, tail, position_delta, end,
+                                                              epoch_before):
+    records = _answer(specs, first, oddity, odd_at, tail)
+    position = max(0, first + position_delta)
+    if end is not None:
+        end = position + end
+    data = SimpleNamespace(records=records, aborted_transactions=None, high_watermark=999, last_stable_offset=999,
+                           log_start_offset=0)
+
+    def fetcher():
+        return RawBatchFetcher(_Client(), "t", 0, position, end, last_epoch=epoch_before)
+
+    plain_fetcher, general_fetcher = fetcher(), fetcher()
+    section = memoryview(records)
+    plain = _outcome(plain_fetcher, RawBatchFetcher._accept_plain, data, section)
+    general = _outcome(general_fetcher, RawBatchFetcher._accept_general, data, section)
+    if plain is None:
+        # stepping aside is allowed only for an answer that is not the usual one
+        usual = oddity is None and not (tail and not specs)
+        assert not usual, (specs, first, tail, position, end)
+        return
+    assert plain[0] != "raised"
+    assert plain == general
+    # the bytes the walk counted are the kept views' sizes together (what the copier's memory budget reads)
+    assert plain[-1] == sum(len(raw) for _, raw, _ in plain[0])
+    assert plain_fetcher.position == general_fetcher.position
+
+
+def test_the_fetcher_takes_the_one_pass_walk_only_for_an_answer_without_aborted_transactions():
+    records = make_batch(10, 2) + make_batch(12, 1, producer_id=7, transactional=True) + make_batch(13, 1)
+    aborted = [SimpleNamespace(producer_id=7, first_offset=12)]
+    for listed, expected in ((None, [10, 12, 13]), (aborted, [10, 13])):
+        data = SimpleNamespace(records=records, aborted_transactions=listed, high_watermark=14,
+                               last_stable_offset=14, log_start_offset=0, error_code=0)
+        fetcher = RawBatchFetcher(_Client(), "t", 0, 10, 20)
+        result = fetcher._accept(data)
+        assert [b.base_offset for b in result.batches] == expected and fetcher.position == 14
