@@ -258,9 +258,11 @@ def walk_v2_data(buf: bytes | bytearray | memoryview, start: int,
     ``past``: a whole batch beginning at or after ``end`` was found (no view is built from there on);
     ``walked``: the whole batches found; ``tail``: the bytes of a last batch cut off.
     What :func:`walk_batches` finds, filtered the way a reader of the range filters it, without building a view
-    of anything past ``end``. None when any batch is not magic 2, its length is below the v2 minimum, or a batch
-    begins below the end of the one before it: the caller then takes the general walk, which raises for what is
-    corrupt. Batches come in offset order without overlapping, so ``data``'s last batch ends furthest."""
+    of anything past ``end``. A control batch below ``end`` is dropped only once its CRC and (with a producer id)
+    its marker type are read: :class:`CorruptBatchError` otherwise, as the general rules raise. None when any batch
+    is not magic 2, its length is below the v2 minimum, a batch begins below the end of the one before it, or a
+    control batch lies past ``end``: the caller then takes the general walk, which raises for what is corrupt.
+    Batches come in offset order without overlapping, so ``data``'s last batch ends furthest."""
     mv = _byte_view(buf)
     n = len(mv)
     new, header, head = tuple.__new__, V2_HEADER.unpack_from, _OFFSET_AND_LENGTH.unpack_from
@@ -288,10 +290,18 @@ def walk_v2_data(buf: bytes | bytearray | memoryview, start: int,
             return None   # a negative lastOffsetDelta: the general walk decides
         reached = base + fields[6] + 1
         if past or (end is not None and base >= end):
+            if fields[5] & CONTROL_BIT:
+                return None   # a marker past the end: the general walk checks it (select_committed)
             past = True   # stepped over, never kept: it begins at or after the end and after every batch before
         else:
             last = new(BatchView, (mv[pos:pos + size], *fields))
-            if not fields[5] & CONTROL_BIT and reached > start:
+            if fields[5] & CONTROL_BIT:
+                # dropped unread, so checked as select_committed checks it: a data batch whose control bit
+                # flipped must halt the copy (CorruptBatchError), not vanish as a marker would
+                verify_crc(last)
+                if fields[9] >= 0:   # producerId: the general rules read the marker's type
+                    control_type(last)
+            elif reached > start:
                 data.append(last)
                 data_bytes += size
         pos += size

@@ -8,8 +8,11 @@ returns the aborted batches themselves, so the client drops them the way the Jav
 
 Batches are walked and read by :mod:`mirror_core.codec.batch_codec`, the only module that knows their byte layout, and
 handed on as zero-copy views (:class:`~mirror_core.codec.batch_codec.BatchView`) over the response buffer; a legacy
-(magic 0/1) entry's offset is the last offset it holds. CRCs are checked when a batch is prepared for the target
-(:func:`~mirror_core.codec.batch_prepare.prepare_for_target`), not here.
+(magic 0/1) entry's offset is the last offset it holds. A kept batch's CRC is checked when it is prepared for the
+target (:func:`~mirror_core.codec.batch_prepare.prepare_for_target`); a batch dropped unread (a marker, aborted data)
+has its CRC checked here, before it is dropped, so a data batch whose control or transactional bit flipped on the
+source halts the copy (:class:`CorruptBatchError`) instead of vanishing from it (the Java consumer checks every
+batch's CRC, ``check.crcs``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from mirror_core.codec.batch_codec import (
     TRANSACTIONAL_BIT,
     BatchView,
     control_type,
+    verify_crc,
     walk_batches,
     walk_v2_data,
 )
@@ -73,6 +77,10 @@ def select_committed(batches: Iterable[BatchView], aborted: Iterable[AbortedTran
     for batch in batches:   # BatchView's legacy / control / transactional / next_offset, read inline: per batch
         if batch.magic >= 2:
             attributes, producer_id = batch.attributes, batch.producer_id
+            if attributes & CONTROL_BIT:
+                # dropped unread, so checked here (a kept batch is checked when it is prepared): a data batch whose
+                # control bit flipped on the source's disk must halt the copy, not vanish as a marker would
+                verify_crc(batch)
             if producer_id >= 0:
                 last_offset = batch.base_offset + batch.last_offset_delta
                 while pending and pending[0].first_offset <= last_offset:
@@ -82,6 +90,7 @@ def select_committed(batches: Iterable[BatchView], aborted: Iterable[AbortedTran
                         aborted_ids.discard(producer_id)
                     continue
                 if attributes & TRANSACTIONAL_BIT and producer_id in aborted_ids:
+                    verify_crc(batch)   # aborted data, dropped unread: its bytes checked first, as a marker's
                     continue
             elif attributes & CONTROL_BIT:
                 continue

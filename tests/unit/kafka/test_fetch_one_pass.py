@@ -43,7 +43,10 @@ batch_specs = st.lists(st.fixed_dictionaries({
     "transactional": st.booleans(),
 }), min_size=0, max_size=8)
 
-oddities = st.sampled_from([None] * 6 + ["legacy", "magic3", "overlap", "negative-delta", "short"])
+# "flipped-control": a data batch whose control bit flipped on the source's disk (its CRC no longer matches); the
+# rest step the fast path aside
+oddities = st.sampled_from([None] * 6 + ["legacy", "magic3", "overlap", "negative-delta", "short", "flipped-control",
+                                         "flipped-control"])
 
 
 def _answer(specs, first: int, oddity, odd_at: int, tail: int):
@@ -57,6 +60,8 @@ def _answer(specs, first: int, oddity, odd_at: int, tail: int):
                      magic={"legacy": 1, "magic3": 3}.get(odd, 2))
         if odd == "short":
             raw = raw[:8] + struct.pack(">i", 20) + raw[12:]
+        if odd == "flipped-control":
+            raw = raw[:22] + bytes([raw[22] | 0x20]) + raw[23:]   # attributes' low byte; the CRC left as it was
         parts.append(raw)
         base = at + (1 if spec["control"] else spec["count"])
     if tail:
@@ -69,7 +74,7 @@ def _outcome(fetcher, accept, data, section):
     try:
         result = accept(fetcher, data, section)
     except MirrorError as exc:  # CorruptBatchError, FetchError: the general rules' refusals
-        return ("raised", type(exc).__name__)
+        return ("raised", type(exc).__name__, str(exc))
     if result is None:
         return None
     return ([(b.base_offset, bytes(b.buffer), b[1:]) for b in result.batches], result.next_offset,
@@ -103,13 +108,14 @@ def test_the_one_pass_walk_takes_what_the_general_rules_take(specs, first, oddit
     general = _outcome(general_fetcher, RawBatchFetcher._accept_general, data, section)
     if plain is None:
         # stepping aside is allowed only for an answer that is not the usual one
-        usual = oddity is None and not (tail and not specs)
-        assert not usual, (specs, first, tail, position, end)
+        # (or a control batch past the end, which the general walk checks)
+        usual = oddity in (None, "flipped-control") and not (tail and not specs)
+        marker_past_end = end is not None and (oddity == "flipped-control" or any(s["control"] for s in specs))
+        assert not usual or marker_past_end, (specs, first, tail, position, end)
         return
-    assert plain[0] != "raised"
-    assert plain == general
-    # the bytes the walk counted are the kept views' sizes together (what the copier's memory budget reads)
-    assert plain[-1] == sum(len(raw) for _, raw, _ in plain[0])
+    assert plain == general   # the same batches, position and epoch, or the same refusal (a corrupt marker)
+    if plain[0] != "raised":   # the bytes the walk counted are the kept views' sizes (the memory budget's figure)
+        assert plain[-1] == sum(len(raw) for _, raw, _ in plain[0])
     assert plain_fetcher.position == general_fetcher.position
 
 
@@ -122,3 +128,24 @@ def test_the_fetcher_takes_the_one_pass_walk_only_for_an_answer_without_aborted_
         fetcher = RawBatchFetcher(_Client(), "t", 0, 10, 20)
         result = fetcher._accept(data)
         assert [b.base_offset for b in result.batches] == expected and fetcher.position == 14
+
+
+def test_a_marker_or_aborted_batch_whose_bytes_changed_halts_the_fetch_instead_of_vanishing():
+    """Batches dropped unread (a marker, aborted data) are checked first: one whose bytes no longer match its CRC —
+    a data batch whose control or transactional bit flipped on the source's disk — is a CorruptBatchError naming
+    its offset, on both walks, never a batch quietly left out of the copy."""
+    from mirror_core.errors import CorruptBatchError
+
+    flipped = bytearray(make_batch(12, 3, producer_id=7))
+    flipped[22] |= 0x20          # the control bit, CRC left as it was
+    aborted = bytearray(make_batch(12, 3, producer_id=7, transactional=True))
+    aborted[30] ^= 0x01          # a header byte under the CRC (lastOffsetDelta's neighbour: the base timestamp)
+    cases = [(bytes(flipped), None), (bytes(aborted), [SimpleNamespace(producer_id=7, first_offset=12)])]
+    for corrupt, listed in cases:
+        records = make_batch(10, 2) + corrupt + make_batch(15, 1)
+        data = SimpleNamespace(records=records, aborted_transactions=listed, high_watermark=16, last_stable_offset=16,
+                               log_start_offset=0, error_code=0)
+        fetcher = RawBatchFetcher(_Client(), "t", 0, 10, 20)
+        with pytest.raises(CorruptBatchError, match="offset 12"):
+            fetcher._accept(data)
+        assert fetcher.position == 10   # nothing moved past it
