@@ -90,6 +90,7 @@ CONTROL_KEY = struct.Struct(">hh")  # version, type
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
+CONTROL_EMPTY = -1  # a control batch the log cleaner kept as a bare header (no record): it marks nothing
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -258,11 +259,11 @@ def walk_v2_data(buf: bytes | bytearray | memoryview, start: int,
     ``past``: a whole batch beginning at or after ``end`` was found (no view is built from there on);
     ``walked``: the whole batches found; ``tail``: the bytes of a last batch cut off.
     What :func:`walk_batches` finds, filtered the way a reader of the range filters it, without building a view
-    of anything past ``end``. A control batch below ``end`` is dropped only once its CRC and (with a producer id)
-    its marker type are read: :class:`CorruptBatchError` otherwise, as the general rules raise. None when any batch
-    is not magic 2, its length is below the v2 minimum, a batch begins below the end of the one before it, or a
-    control batch lies past ``end``: the caller then takes the general walk, which raises for what is corrupt.
-    Batches come in offset order without overlapping, so ``data``'s last batch ends furthest."""
+    of anything past ``end``. A control batch below ``end`` is dropped only once its CRC is checked
+    (:class:`CorruptBatchError` otherwise, as the general rules raise); its marker type is not needed here (no
+    aborted transaction is listed). None when any batch is not magic 2, its length is below the v2 minimum or a
+    batch begins below the end of the one before it: the caller then takes the general walk, which raises for what
+    is corrupt. Batches come in offset order without overlapping, so ``data``'s last batch ends furthest."""
     mv = _byte_view(buf)
     n = len(mv)
     new, header, head = tuple.__new__, V2_HEADER.unpack_from, _OFFSET_AND_LENGTH.unpack_from
@@ -290,8 +291,6 @@ def walk_v2_data(buf: bytes | bytearray | memoryview, start: int,
             return None   # a negative lastOffsetDelta: the general walk decides
         reached = base + fields[6] + 1
         if past or (end is not None and base >= end):
-            if fields[5] & CONTROL_BIT:
-                return None   # a marker past the end: the general walk checks it (select_committed)
             past = True   # stepped over, never kept: it begins at or after the end and after every batch before
         else:
             last = new(BatchView, (mv[pos:pos + size], *fields))
@@ -299,8 +298,6 @@ def walk_v2_data(buf: bytes | bytearray | memoryview, start: int,
                 # dropped unread, so checked as select_committed checks it: a data batch whose control bit
                 # flipped must halt the copy (CorruptBatchError), not vanish as a marker would
                 verify_crc(last)
-                if fields[9] >= 0:   # producerId: the general rules read the marker's type
-                    control_type(last)
             elif reached > start:
                 data.append(last)
                 data_bytes += size
@@ -370,9 +367,13 @@ def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
 
 def control_type(view: BatchView) -> int:
     """The marker type of a control batch (:data:`CONTROL_ABORT`, :data:`CONTROL_COMMIT`, or a newer one),
-    read from its first record's key; :class:`CorruptBatchError` naming the offset if it cannot be read."""
+    read from its first record's key; :data:`CONTROL_EMPTY` for a marker the log cleaner kept without its record
+    (``DefaultRecordBatch.writeEmptyHeader``: the Java consumer reads it as no abort); :class:`CorruptBatchError`
+    naming the offset if it cannot be read."""
     if not view.control:
         raise ValueError(f"the batch at offset {view.base_offset} is not a control batch")
+    if view.records_count == 0 and view.size == RECORDS_OFFSET:
+        return CONTROL_EMPTY
     if view.compressed:
         raise CorruptBatchError(view.base_offset, f"control batch compressed with {view.codec.name}")
     records = view.records_section

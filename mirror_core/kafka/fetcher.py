@@ -98,6 +98,18 @@ def select_committed(batches: Iterable[BatchView], aborted: Iterable[AbortedTran
     return kept
 
 
+def ensure_in_order(batches: Sequence[BatchView]) -> None:
+    """:class:`CorruptBatchError` for a magic-2 batch that begins below the end of the batch before it. A log's
+    batches never overlap, and baseOffset lies outside the CRC: a bit flipped there would otherwise move a batch
+    past the range end or out of the kept span (its records skipped), or put it at the wrong offsets in the map."""
+    reached = None
+    for batch in batches:
+        if batch.magic >= 2 and reached is not None and batch.base_offset < reached:
+            raise CorruptBatchError(batch.base_offset, f"batch begins below the end ({reached}) of the batch "
+                                    "before it (baseOffset is not covered by the CRC)")
+        reached = batch.next_offset
+
+
 def batches_reaching_below(batches: Sequence[BatchView], position: int, end: int) -> list[BatchView]:
     """The leading ``batches`` (fetched from ``position``, in order) that may hold offsets below ``end``.
 
@@ -393,12 +405,15 @@ class RawBatchFetcher:
         if not batches and tail:
             raise FetchError(self.client.cluster_name, self.topic, self.partition, self.position,
                              f"a batch larger than max_bytes={self.max_bytes} could not be fetched whole")
-        aborted = [AbortedTransaction(t.producer_id, t.first_offset) for t in (data.aborted_transactions or ())]
-        committed = batches if self.every_batch else select_committed(batches, aborted)
+        ensure_in_order(batches)
         start = self.position
         # Advance only over batches inside the range: a batch starting at or after ``end`` belongs to the next
         # range, and moving past it would make that range start too late (silent loss of the batches between).
         ours = batches if self.end is None else batches_reaching_below(batches, start, self.end)
+        # judged (markers read, dropped batches checked) only up to the end: what lies past it is the next range's,
+        # read again and judged by that range (a batch past the end is never kept here)
+        aborted = [AbortedTransaction(t.producer_id, t.first_offset) for t in (data.aborted_transactions or ())]
+        committed = ours if self.every_batch else select_committed(ours, aborted)
         reached = ours[-1].next_offset if ours else self.position
         if len(ours) < len(batches):  # the response went past the end: every offset before it was seen
             reached = max(reached, self.end)
