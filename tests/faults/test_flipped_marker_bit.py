@@ -35,17 +35,17 @@ def disk_source(session_sandbox, tmp_path_factory):
         yield cluster
 
 
-def _flip_control_bit(cluster, topic: str, base_offset: int) -> None:
-    """Set the control bit of the stored batch at ``base_offset`` in the partition's segment file, CRC unchanged."""
+def _flip_bit(cluster, topic: str, base_offset: int, at: int, bit: int) -> None:
+    """Set ``bit`` of byte ``at`` of the stored batch at ``base_offset`` in the partition's segment file (its CRC
+    left as it was)."""
     segment = cluster.broker.data_dir / f"{topic}-0" / "00000000000000000000.log"
     with open(segment, "r+b") as f:
         data = f.read()
         position = 0
         for view in walk_batches(data)[0]:
             if view.base_offset == base_offset:
-                attributes_low_byte = position + 22   # attributes: bytes 21-22 of the batch, big-endian
-                f.seek(attributes_low_byte)
-                f.write(bytes([data[attributes_low_byte] | 0x20]))
+                f.seek(position + at)
+                f.write(bytes([data[position + at] | bit]))
                 f.flush()
                 os.fsync(f.fileno())
                 return
@@ -53,19 +53,24 @@ def _flip_control_bit(cluster, topic: str, base_offset: int) -> None:
     raise AssertionError(f"no batch at offset {base_offset} in {segment}")
 
 
-def test_a_batch_whose_control_bit_flipped_on_the_source_halts_the_copy_instead_of_vanishing(
-        disk_source, target_cluster, unique_name):
-    topic = unique_name("flipped")
+def _flip_control_bit(cluster, topic: str, base_offset: int) -> None:
+    _flip_bit(cluster, topic, base_offset, 22, 0x20)   # attributes: bytes 21-22 of the batch, big-endian
+
+
+def _copy_three_batches(disk_source, target_cluster, topic: str, flip) -> tuple:
+    """Three batches of an idempotent producer (offsets 0, 5, 10; keys of 11 bytes), ``flip`` applied to the
+    segment, then ``shoal copy``'s engine at-least-once over [0, 15) with a commit per batch. Returns (the error it
+    raised or None, the checkpoint, the records on the target)."""
     target_topic = f"dr.{topic}"
     pipeline = f"p.{topic}"
     disk_source.create_topic(topic)
     target_cluster.create_topic(target_topic)
-    for first in (0, BATCH, 2 * BATCH):   # an idempotent producer (a producer id on every batch), keys of 11 bytes
+    for first in (0, BATCH, 2 * BATCH):
         disk_source.produce(topic, [(b"order-%05d" % i, b"v%d" % i) for i in range(first, first + BATCH)],
                             partition=0, **{"linger.ms": 0})
-    _flip_control_bit(disk_source, topic, BATCH)
-
+    flip()
     options = CopyOptions()
+    error = None
     with WireClient.for_cluster(disk_source.config) as source, WireClient.for_cluster(target_cluster.config) as target:
         store = CheckpointStore(target_cluster.config, target)
         store.ensure_topic()
@@ -74,14 +79,39 @@ def test_a_batch_whose_control_bit_flipped_on_the_source_halts_the_copy_instead_
         ranges = [PartitionRange(topic, 0, 0, 3 * BATCH, target_topic, 0)]
         writers = [lane_share_writer(session, rng) for session, rng in zip(copier.open_lanes(ranges), ranges,
                                                                                strict=True)]
-        with pytest.raises(CorruptBatchError) as caught:
+        try:
             ConcurrentCopy(source, options, writers, ranges).run()
+        except CorruptBatchError as exc:
+            error = exc
         checkpoint = store.read(pipeline, topic, 0)
+    return error, checkpoint, target_cluster.read_all(target_topic, timeout_s=10)
 
-    message = str(caught.value)
+
+def test_a_batch_whose_control_bit_flipped_on_the_source_halts_the_copy_instead_of_vanishing(
+        disk_source, target_cluster, unique_name):
+    topic = unique_name("flipped")
+    error, checkpoint, landed = _copy_three_batches(disk_source, target_cluster, topic,
+                                                    lambda: _flip_control_bit(disk_source, topic, BATCH))
+    assert error is not None, f"the copy finished: {len(landed)} records landed, checkpoint {checkpoint}"
+    message = str(error)
     assert "'flipped-bit-source'" in message and f"{topic}-0:" in message, message   # cluster, topic-partition
     assert "offset 5" in message and "CRC" in message, message
     # nothing at or past the flipped batch was committed, and the target holds at most what came before it
     assert checkpoint is None or checkpoint.position <= BATCH, checkpoint
-    landed = target_cluster.read_all(target_topic, timeout_s=10)
+    assert [r.key for r in landed] == [b"order-%05d" % i for i in range(len(landed))] and len(landed) <= BATCH
+
+
+def test_a_batch_moved_past_the_range_end_by_a_flipped_base_offset_halts_the_copy(
+        disk_source, target_cluster, unique_name):
+    """baseOffset is outside the CRC. Bit 4 of the middle batch's base offset set: it reads as offsets 21..25,
+    past the range's end (15), and the copy used to take the answer as "went past the end": the first batch
+    copied, the position moved to 15, offsets 5..14 skipped without an error. The last batch now begins below
+    the end of the one before it: a corrupt answer, refused."""
+    topic = unique_name("moved")
+    error, checkpoint, landed = _copy_three_batches(
+        disk_source, target_cluster, topic, lambda: _flip_bit(disk_source, topic, BATCH, 7, 0x10))
+    assert error is not None, f"the copy finished: {len(landed)} records landed, checkpoint {checkpoint}"
+    message = str(error)
+    assert "'flipped-bit-source'" in message and f"{topic}-0:" in message and "offset 10" in message, message
+    assert checkpoint is None or checkpoint.position <= BATCH, checkpoint
     assert [r.key for r in landed] == [b"order-%05d" % i for i in range(len(landed))] and len(landed) <= BATCH
