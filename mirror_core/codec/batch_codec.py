@@ -260,10 +260,12 @@ def walk_v2_data(buf: bytes | bytearray | memoryview, start: int,
     ``walked``: the whole batches found; ``tail``: the bytes of a last batch cut off.
     What :func:`walk_batches` finds, filtered the way a reader of the range filters it, without building a view
     of anything past ``end``. A control batch below ``end`` is dropped only once its CRC is checked
-    (:class:`CorruptBatchError` otherwise, as the general rules raise); its marker type is not needed here (no
-    aborted transaction is listed). None when any batch is not magic 2, its length is below the v2 minimum or a
-    batch begins below the end of the one before it: the caller then takes the general walk, which raises for what
-    is corrupt. Batches come in offset order without overlapping, so ``data``'s last batch ends furthest."""
+    (:class:`CorruptBatchError` otherwise, as the general rules raise); its marker type is not read here (no
+    aborted transaction is listed, so it decides nothing), where the general rules read it and refuse a marker
+    whose record cannot be read: a broker writes none such, so the two differ only on bytes no broker wrote.
+    None when any batch is not magic 2, its length is below the v2 minimum or a batch begins below the end of the
+    one before it: the caller then takes the general walk, which raises for what is corrupt. Batches come in
+    offset order without overlapping, so ``data``'s last batch ends furthest."""
     mv = _byte_view(buf)
     n = len(mv)
     new, header, head = tuple.__new__, V2_HEADER.unpack_from, _OFFSET_AND_LENGTH.unpack_from

@@ -411,7 +411,8 @@ class RawBatchFetcher:
         # range, and moving past it would make that range start too late (silent loss of the batches between).
         ours = batches if self.end is None else batches_reaching_below(batches, start, self.end)
         # judged (markers read, dropped batches checked) only up to the end: what lies past it is the next range's,
-        # read again and judged by that range (a batch past the end is never kept here)
+        # read again and judged by that range (a batch past the end is never kept here). The order of the whole
+        # answer is checked above all the same: a batch moved past the end by a flipped baseOffset shows there
         aborted = [AbortedTransaction(t.producer_id, t.first_offset) for t in (data.aborted_transactions or ())]
         committed = ours if self.every_batch else select_committed(ours, aborted)
         reached = ours[-1].next_offset if ours else self.position
