@@ -437,16 +437,15 @@ class RangeCopier:
         if self.listener is not None:
             session.markers_allowed += self.listener.flushed(result, final=False)
 
-
     def _account(self, rng: PartitionRange, pending: list[PreparedBatch], bases: list[int], result: CopyResult,
                  session: _Session, *, digested: bool = False) -> None:
         """Book a flush's acknowledged batches, in order: the landing check of each (:meth:`_Session.check_landing`),
         the offset map, the counts, the source end and (unless ``digested``: done as they were streamed) the
-        digest. The batch landing where the one before it ended
-        (every batch of a flush but the first, as a rule) is checked inline, and batches landing one after another
-        at one shift enter the offset map as one span (what adding them one by one makes of them: the same runs);
-        the rest take the general steps. On one partition of small batches this runs while the target waits for
-        the next round, so it is kept to a few steps per batch."""
+        digest. The batch landing where the one before it ended (every batch of a flush but the first, as a rule)
+        is checked inline, and batches landing one after another at one shift enter the offset map as one span
+        (what adding them one by one makes of them: the same runs); the rest take the general steps. On one
+        partition of small batches this runs while the target waits for the next round, so it is kept to a few
+        steps per batch."""
         check_landing, cluster = session.check_landing, self.target.cluster_name
         runs = result.offset_runs
         expected, allowed = session.expected, session.markers_allowed
