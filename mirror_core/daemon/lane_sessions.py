@@ -129,7 +129,8 @@ class LaneSessions:
         fetcher = RawBatchFetcher(
             self.source, state.topic, state.partition, position, None,
             max_bytes=self._fetch_sizes[1], max_wait_ms=self.config.poll_interval_ms,
-            topic_id=session.source_topic_id, last_epoch=epoch)
+            topic_id=session.source_topic_id, last_epoch=epoch,
+            check_crcs=False)   # a copy: prepare_for_target checks each batch it writes
         return session, fetcher
 
     def _open_ready(self) -> list[tuple[LaneState, int]]:

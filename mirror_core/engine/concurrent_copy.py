@@ -128,7 +128,7 @@ class ConcurrentCopy:
             epoch = writer.resume_epoch if writer.resume_at is not None and start == writer.resume_at else None
             fetcher = RawBatchFetcher(source, rng.topic, rng.partition, start, rng.end,
                                       max_bytes=options.fetch_max_bytes, max_wait_ms=max_wait_ms, last_epoch=epoch,
-                                      topic_id=writer.topic_id)
+                                      topic_id=writer.topic_id, check_crcs=False)   # checked when prepared
             self.lanes.append(_Lane(rng, writer, fetcher, CopyResult(rng, source_start=start, source_end=start),
                                     stall=StallWatch(options.stall_timeout_s)))
         # modes none / at-least-once: the lanes' writes of a round go out together, one request per target broker

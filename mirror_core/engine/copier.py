@@ -269,7 +269,8 @@ class RangeCopier:
             return self._finish(result, session, started, progress)
         if fetcher is None:
             fetcher = RawBatchFetcher(self.source, rng.topic, rng.partition, rng.start, rng.end,
-                                      max_bytes=opts.fetch_max_bytes, last_epoch=start_epoch, topic_id=topic_id)
+                                      max_bytes=opts.fetch_max_bytes, last_epoch=start_epoch, topic_id=topic_id,
+                                      check_crcs=False)   # prepare_for_target checks each batch
         bounds = (rng.start, rng.end) if opts.exact_bounds else (rng.start, None) if resume else None
         try:
             return self._copy_from(rng, result, session, fetcher, bounds, started, progress)

@@ -64,6 +64,12 @@ class AbortedTransaction:
     first_offset: int
 
 
+def _verify_all(batches: Iterable[BatchView]) -> None:
+    """:func:`verify_crc` of each batch, in order (the first mismatch raises, naming its offset)."""
+    for batch in batches:
+        verify_crc(batch)
+
+
 def select_committed(batches: Iterable[BatchView], aborted: Iterable[AbortedTransaction] | None) -> list[BatchView]:
     """The data batches a READ_COMMITTED consumer would read, in order (Java consumer semantics).
 
@@ -180,7 +186,7 @@ class RawBatchFetcher:
                  max_bytes: int = 8 * 1024 * 1024, max_wait_ms: int = 500,
                  isolation: IsolationLevel = IsolationLevel.READ_COMMITTED, retry_timeout_s: float = 120.0,
                  topic_id: uuid.UUID | str | None = None, every_batch: bool = False, last_epoch: int | None = None,
-                 fetch_session: bool = False):
+                 fetch_session: bool = False, check_crcs: bool = True):
         if end is not None and end < start:
             raise ValueError(f"empty range [{start}, {end})")
         self.client = client
@@ -194,6 +200,12 @@ class RawBatchFetcher:
         self.isolation = IsolationLevel(isolation)
         self.retry_timeout_s = retry_timeout_s
         self.every_batch = every_batch  # yield control markers and aborted batches too (raw log readers)
+        # every batch handed to the caller has its CRC checked first (the Java consumer's ``check.crcs``): a reader
+        # that decodes records (checkpoints, timestamps, the landing check's target records) must not act on bytes
+        # that changed on a disk. False only for a copy, which checks every batch it writes when it prepares it
+        # (``prepare_for_target``; the copied bytes are the broker's to check again). Batches dropped unread
+        # (markers, aborted data) are checked either way (:func:`select_committed`, :func:`walk_v2_data`).
+        self.check_crcs = check_crcs
         # pinned at the first lookup, or by the caller (the id a checkpoint was written under): a different id
         # later means the topic was recreated
         self._topic_id = uuid.UUID(str(topic_id)) if topic_id is not None else None
@@ -418,10 +430,12 @@ class RawBatchFetcher:
         reached = ours[-1].next_offset if ours else self.position
         if len(ours) < len(batches):  # the response went past the end: every offset before it was seen
             reached = max(reached, self.end)
+        kept = [b for b in committed if start < b.next_offset <= reached]
+        if self.check_crcs:
+            _verify_all(kept)   # before the position moves: a corrupt batch is never passed
         if ours and ours[-1].next_offset > self.position:
             self.last_epoch = max(ours[-1].partition_leader_epoch, -1)  # legacy entries carry none: unknown
         self.position = max(self.position, reached)
-        kept = [b for b in committed if start < b.next_offset <= reached]
         return FetchResult(kept, self.position, data.high_watermark, data.last_stable_offset,
                            data.log_start_offset, self.last_epoch, frame_bytes=section.nbytes)
 
@@ -435,6 +449,8 @@ class RawBatchFetcher:
         kept, kept_bytes, last, past, count, tail = walked
         if not count and tail:
             return None   # the general rules name the batch larger than max_bytes
+        if self.check_crcs:
+            _verify_all(kept)   # before the position moves, as in the general rules
         start = self.position
         reached = last.next_offset if last is not None else start
         if past:  # the response went past the end: every offset before it was seen
