@@ -68,7 +68,13 @@ class CorruptBatchError(MirrorError):
 
     def _sentence(self) -> str:
         where = _where(self.cluster, self.topic, self.partition)
-        return f"corrupt record batch at offset {self.base_offset}{where}: {self.reason}"
+        sentence = f"corrupt record batch at offset {self.base_offset}{where}: {self.reason}"
+        if self.cluster is None:
+            return sentence
+        # what a broker serves comes from its leader's log segment: bytes that changed there (a disk, a segment
+        # copied by hand) stay until an intact replica serves the partition
+        return (f"{sentence}. Nothing at or past it was used. The leader's copy of the log is damaged: have an intact "
+                "replica serve the partition (elect it leader, or reassign the damaged one) and run again")
 
     def located(self, cluster: str, topic: str, partition: int) -> CorruptBatchError:
         """The same error with the partition it was found in (the pure codec does not know it)."""
