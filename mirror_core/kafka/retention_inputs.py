@@ -28,9 +28,9 @@ from dataclasses import dataclass
 import kafka.errors as Errors
 from kafka.protocol.consumer import FetchRequest, IsolationLevel
 
-from mirror_core.codec.batch_codec import walk_batches
+from mirror_core.codec.batch_codec import verify_crc, walk_batches
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.errors import ConfigError, FetchError, MirrorError, PartitionUnavailableError
+from mirror_core.errors import ConfigError, CorruptBatchError, FetchError, MirrorError, PartitionUnavailableError
 from mirror_core.kafka.admin import ClusterAdmin
 from mirror_core.kafka.list_offsets import list_offsets, lookup_offsets, newest_timestamps
 from mirror_core.kafka.retries import Backoff, is_retriable
@@ -292,6 +292,11 @@ def _probe_once(client: WireClient, topic: str, partition: int, offset: int, max
     batches = [b for b in batches if b.next_offset > offset]
     if not batches:
         return PositionProbe(None, None, 0, False)
+    try:   # the timestamps decide deadlines: a maxTimestamp changed on the disk must not push one out of sight
+        for batch in batches:
+            verify_crc(batch)
+    except CorruptBatchError as exc:
+        raise exc.located(client.cluster_name, topic, partition) from None
     stamps = [b.max_timestamp for b in batches if b.max_timestamp >= 0]
     reached_end = tail == 0 and len(records) < max_bytes and batches[-1].next_offset < data.high_watermark
     return PositionProbe(position_ts=batches[0].max_timestamp if batches[0].max_timestamp >= 0 else None,

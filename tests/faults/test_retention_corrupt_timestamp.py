@@ -1,0 +1,81 @@
+"""A batch whose max timestamp changed on the source's disk must not tell the retention verdict that data about to
+be deleted is safe.
+
+The verdict's time deadline comes from the timestamps of the batches at the mirror position (a Fetch probe:
+``retention_inputs.probe_position``). The probe read them without checking the batch's CRC, so one flipped high bit
+of ``maxTimestamp`` (stored on the broker's disk; the broker deletes by the largest timestamp it computed when the
+batch was appended, which the flip does not change) put the deadline centuries away: ``SAFE`` for records the
+broker deletes within minutes — the warning Shoal promises before retention deletes what was not copied, silently
+gone. The probe now checks every batch it reads, so the assessment fails naming the cluster, topic, partition and
+offset instead.
+
+The source is a private broker, so its log segment can be edited in place (the broker serves fetches from the
+segment file through the page cache)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+import pytest
+
+from mirror_core.codec.batch_codec import walk_batches
+from mirror_core.errors import CorruptBatchError
+from mirror_core.model.retention import Status
+from mirror_core.model.retention_policy import RetentionPolicy
+from mirror_core.services.deadlines import assess_positions
+from tests.kafka_helpers import private_broker
+
+RETENTION_MS = 3_600_000          # one hour
+AGE_MS = RETENTION_MS - 600_000   # the records are 50 minutes old: the broker deletes them in ~10 minutes
+MAX_TIMESTAMP_AT = 35             # maxTimestamp: bytes 35-42 of a v2 batch, under the CRC
+
+
+@pytest.fixture(scope="module")
+def disk_source(session_sandbox, tmp_path_factory):
+    session_sandbox.ensure("target")
+    with private_broker("corrupt-timestamp-source", tmp_path_factory) as cluster:
+        yield cluster
+
+
+def _raise_max_timestamp(cluster, topic: str, base_offset: int) -> int:
+    """Set bit 44 of the stored maxTimestamp of the batch at ``base_offset`` (+~557 years; CRC left as it was);
+    returns the new value."""
+    segment = cluster.broker.data_dir / f"{topic}-0" / "00000000000000000000.log"
+    with open(segment, "r+b") as f:
+        data = f.read()
+        position = 0
+        for view in walk_batches(data)[0]:
+            if view.base_offset == base_offset:
+                at = position + MAX_TIMESTAMP_AT
+                (old,) = struct.unpack_from(">q", data, at)
+                f.seek(at)
+                f.write(struct.pack(">q", old | (1 << 44)))
+                f.flush()
+                os.fsync(f.fileno())
+                return old | (1 << 44)
+            position += view.size
+    raise AssertionError(f"no batch at offset {base_offset} in {segment}")
+
+
+def test_a_flipped_max_timestamp_does_not_make_data_about_to_be_deleted_look_safe(disk_source, target_cluster,
+                                                                                   unique_name):
+    topic = unique_name("old")
+    disk_source.create_topic(topic, config={"retention.ms": str(RETENTION_MS)})
+    stamp = int(time.time() * 1000) - AGE_MS
+    for first in (0, 5):
+        disk_source.produce(topic, [(b"k%d" % i, b"v%d" % i, None, stamp) for i in range(first, first + 5)],
+                            partition=0, **{"linger.ms": 0})
+    policy = RetentionPolicy(throughput_bytes_per_s=1e6)   # no round-trip probe of a target: the verdict alone
+
+    before = assess_positions(disk_source.config, {topic: [0]}, {(topic, 0): 0}, policy).statuses
+    assert [s.status for s in before] != [Status.SAFE], before   # the test's premise: ten minutes left is a risk
+
+    _raise_max_timestamp(disk_source, topic, 0)
+    with pytest.raises(CorruptBatchError) as raised:
+        after = assess_positions(disk_source.config, {topic: [0]}, {(topic, 0): 0}, policy).statuses
+        pytest.fail(f"assessed from the corrupt timestamp: {after}")
+    message = str(raised.value)
+    assert "'corrupt-timestamp-source'" in message and f"{topic}-0:" in message and "offset 0" in message, message
+    assert "CRC" in message, message
