@@ -99,14 +99,19 @@ class RetentionWatch:
             for topic, partition in sorted(behind):
                 topics.setdefault(topic, []).append(partition)
             # a topic or partition no longer on the source (deleted: the daemon halts or retires its lanes once the
-            # deletion is confirmed) is left out and named, the others are still assessed
-            skipped: list[tuple[str, int | None]] = []
+            # deletion is confirmed), or one whose probe failed (a corrupt batch at its position, its leader
+            # unavailable), is left out and named, the others are still assessed
+            skipped: list = []
             statuses = assess_positions(self.source, topics, behind, self.policy, target=self.target,
                                         oldest=self._oldest, skipped=skipped).statuses
-            for topic, partition in skipped:
-                log.warning("event=retention_skipped topic=%s partition=%s reason=%s", topic,
-                            "all" if partition is None else partition,
-                            "not_on_source" if partition is None else "partition_not_on_source")
+            for s in skipped:
+                if s.error is None:
+                    log.warning("event=retention_skipped topic=%s partition=%s reason=%s", s.topic,
+                                "all" if s.partition is None else s.partition, s.reason)
+                else:   # its verdict cannot be reached: said each assessment, counted as a retention error
+                    self.metrics.errors.labels("retention").inc()
+                    log.error("event=retention_skipped topic=%s partition=%s reason=%s error=%s", s.topic,
+                              s.partition, s.reason, s.error)
         self._show(caught, statuses)
         self.assessments += 1
         for s in statuses:

@@ -62,17 +62,30 @@ class PositionProbe:
     first_base_offset: int | None = None  # base offset of the batch holding ``offset`` (below it: mid-batch)
 
 
+@dataclass(frozen=True)
+class SkippedPartition:
+    """A partition (or a whole topic: ``partition`` None) a watch over many lanes left out of an assessment, and why:
+    ``reason`` is ``not_on_source``, ``partition_not_on_source``, or the lane reason of the error its probe raised
+    (``corrupt_batch``, ``unavailable``, ...), whose message is ``error``."""
+
+    topic: str
+    partition: int | None
+    reason: str
+    error: str | None = None
+
+
 def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | None],
                   positions: Mapping[tuple[str, int], int] | None = None, *, probe_bytes: int = DEFAULT_PROBE_BYTES,
                   sample_s: float = 0.0, clock: Callable[[], float] = time.time,
                   sleep: Callable[[float], None] = time.sleep,
                   oldest: OldestTimestamps | None = None,
-                  skipped: list[tuple[str, int | None]] | None = None) -> RetentionInputs:
+                  skipped: list[SkippedPartition] | None = None) -> RetentionInputs:
     """Snapshots of ``topics`` (topic → partitions, None for all) on ``cluster`` at the given mirror positions.
 
-    A topic or partition the cluster does not have is a ConfigError naming it — unless ``skipped`` is given (a
-    watch over many lanes, e.g. the daemon's: one deleted topic must not blind it to every other lane): then it is
-    left out and appended there as (topic, partition; None for the whole topic).
+    A topic or partition the cluster does not have is a ConfigError naming it, and a partition whose probe fails
+    (a corrupt batch at the position, its leader unavailable for the probe's retries) raises that error — unless
+    ``skipped`` is given (a watch over many lanes, e.g. the daemon's: one deleted topic or one damaged partition
+    must not blind it to every other lane): then it is left out and appended there (:class:`SkippedPartition`).
 
     Log starts, log ends and newest timestamps are asked with one ListOffsets per leader for all partitions (a
     failed partition is retried on its own, as before); what is left per partition is the Fetch probe at the
@@ -92,7 +105,7 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
             except ConfigError:
                 if skipped is None:
                     raise
-                skipped.append((topic, None))
+                skipped.append(SkippedPartition(topic, None, "not_on_source"))
                 continue
             topic_ids[topic] = getattr(meta, "topic_id", None)
             chosen[topic] = sorted(meta.partitions) if parts is None else list(parts)
@@ -100,7 +113,7 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
                 if p not in meta.partitions:
                     if skipped is None:
                         raise ConfigError(f"topic {topic!r} on cluster {cluster.name!r} has no partition {p}")
-                    skipped.append((topic, p))
+                    skipped.append(SkippedPartition(topic, p, "partition_not_on_source"))
                     continue
                 leaders[(topic, p)] = meta.partitions[p].leader
         configs = {topic: TopicRetention.from_configs(admin.topic_configs(topic)) for topic in chosen}
@@ -117,9 +130,15 @@ def gather_inputs(cluster: ClusterConfig, topics: Mapping[str, Sequence[int] | N
         oldest.keep_only(leaders, configs, topic_ids)
         snapshots = []
         for (topic, p) in leaders:
-            snapshots.append(_snapshot(client, cluster.name, topic, p, positions.get((topic, p)), sizes,
-                                       probe_bytes, ends0, t0, clock, log_start=starts[(topic, p)],
-                                       log_end=ends[(topic, p)], newest_ts=newest.get((topic, p)), oldest=oldest))
+            try:
+                snapshots.append(_snapshot(client, cluster.name, topic, p, positions.get((topic, p)), sizes,
+                                           probe_bytes, ends0, t0, clock, log_start=starts[(topic, p)],
+                                           log_end=ends[(topic, p)], newest_ts=newest.get((topic, p)),
+                                           oldest=oldest))
+            except (CorruptBatchError, FetchError, PartitionUnavailableError) as exc:   # this partition's own
+                if skipped is None:
+                    raise
+                skipped.append(SkippedPartition(topic, p, exc.lane_reason, str(exc)))
     return RetentionInputs(cluster.name, configs, snapshots, check_interval_ms)
 
 

@@ -12,7 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mirror_core.config.cluster import ClusterConfig
-from mirror_core.kafka.retention_inputs import OldestTimestamps, RetentionInputs, copy_round_trip, gather_inputs
+from mirror_core.kafka.retention_inputs import (
+    OldestTimestamps,
+    RetentionInputs,
+    SkippedPartition,
+    copy_round_trip,
+    gather_inputs,
+)
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ def assess_positions(source: ClusterConfig, topics: Mapping[str, Sequence[int] |
                      positions: Mapping[tuple[str, int], int] | None, policy=None, *,
                      target: ClusterConfig | None = None, throttle_bytes_per_s: float | None = None,
                      link_bytes_per_s: float | None = None, oldest: OldestTimestamps | None = None,
-                     skipped: list[tuple[str, int | None]] | None = None) -> Assessment:
+                     skipped: list[SkippedPartition] | None = None) -> Assessment:
     """The retention verdict every component shares: inputs gathered at ``positions``, copy capacity from
     ``policy`` (the round trip the copy sees, :func:`copy_round_trip`; a throttle shared by the partitions that
     still have data to copy; ``link_bytes_per_s``: the copy's declared link rate, whose sized fetches the estimate
