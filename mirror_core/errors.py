@@ -71,10 +71,15 @@ class CorruptBatchError(MirrorError):
         sentence = f"corrupt record batch at offset {self.base_offset}{where}: {self.reason}"
         if self.cluster is None:
             return sentence
-        # what a broker serves comes from its leader's log segment: bytes that changed there (a disk, a segment
-        # copied by hand) stay until an intact replica serves the partition
-        return (f"{sentence}. Nothing at or past it was used. The leader's copy of the log is damaged: have an intact "
-                "replica serve the partition (elect it leader, or reassign the damaged one) and run again")
+        if "CRC" in self.reason:
+            # what a broker serves comes from its leader's log segment: bytes that changed there (a disk, a segment
+            # copied by hand) stay until an intact replica serves the partition
+            advice = ("If it happens again, the bytes on the partition leader's disk changed: have an intact replica "
+                      "serve the partition (elect it leader, or reassign the damaged one), then run again (a daemon "
+                      "lane: shoal lanes resume)")
+        else:   # bytes that pass their CRC but are no valid log: every replica may hold them alike
+            advice = "Inspect the partition's log segment (kafka-dump-log) before resuming"
+        return f"{sentence}. Nothing at or past it was used. {advice}"
 
     def located(self, cluster: str, topic: str, partition: int) -> CorruptBatchError:
         """The same error with the partition it was found in (the pure codec does not know it)."""

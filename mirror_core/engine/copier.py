@@ -49,7 +49,7 @@ from mirror_core.codec.batch_prepare import prepare_for_target
 from mirror_core.codec.kafka_primitives import I64
 from mirror_core.codec.records_digest import RecordsDigest
 from mirror_core.config.coalescing import checked_coalesce_bytes
-from mirror_core.errors import ConfigError, MirrorError, ProducerFencedError
+from mirror_core.errors import ConfigError, CorruptBatchError, MirrorError, ProducerFencedError
 from mirror_core.kafka.fetcher import FetchResult, RawBatchFetcher, kept_bytes_of
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.kafka.writer import BatchWriter, OutgoingBatch, WriteStream
@@ -295,6 +295,9 @@ class RangeCopier:
                     if fence is not None:   # e.g. the transaction timed out meanwhile: the copy's own error stands
                         log.warning("cluster %r %s-%d: %s (while the copy failed: %s)", self.target.cluster_name,
                                     rng.target_topic, rng.target_partition, fence, exc)
+            if isinstance(exc, CorruptBatchError) and exc.cluster is None:
+                # a source batch its preparation (or coalescing) refused: the codec does not know where it was
+                raise exc.located(self.source.cluster_name, rng.topic, rng.partition) from None
             raise
 
     def _copy_loop(self, rng: PartitionRange, result: CopyResult, session: _Session, fetcher: BatchSource,

@@ -29,7 +29,8 @@ def read_committed(cluster: ClusterConfig, topic: str, *, timeout_s: float = 60.
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(cluster.confluent(**{"group.id": f"shoal-verify-{uuid.uuid4().hex[:8]}",
-                                             "enable.auto.commit": False, "isolation.level": "read_committed"}))
+                                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                                             "check.crcs": True}))   # a damaged batch is an error, not a diff
     try:
         md = consumer.list_topics(topic, timeout=10)
         if md.topics[topic].error is not None:
@@ -91,7 +92,8 @@ def iter_range(cluster: ClusterConfig, topic: str, partition: int, start: int, e
     if end <= start:
         return
     consumer = Consumer(cluster.confluent(**{"group.id": f"shoal-verify-{uuid.uuid4().hex[:8]}",
-                                             "enable.auto.commit": False, "isolation.level": "read_committed"}))
+                                             "enable.auto.commit": False, "isolation.level": "read_committed",
+                                             "check.crcs": True}))   # a damaged batch is an error, not a diff
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + idle_timeout_s

@@ -171,7 +171,8 @@ def _first_timestamps(cluster: ClusterConfig, topic: str, starts: Mapping[int, i
         return []
     consumer = Consumer(cluster.confluent(**{
         "group.id": f"shoal-preflight-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-        "enable.partition.eof": True, "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}))
+        "enable.partition.eof": True, "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest",
+        "check.crcs": True}))   # the timestamps decide deadlines: never from a damaged batch
     try:
         consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
         pending, found = set(starts), []

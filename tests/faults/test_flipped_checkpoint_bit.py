@@ -71,7 +71,9 @@ def test_a_checkpoint_whose_bytes_changed_on_disk_halts_the_lane_instead_of_movi
     ranges = {end: PartitionRange(topic, 0, 0, end, target_topic, 0) for end in (2 * BATCH, 3 * BATCH)}
 
     def copier(source, target):
-        store = CheckpointStore(disk_target.config, target)   # a fresh store: nothing cached from the first run
+        # a fresh store (nothing cached from the first run) on a checkpoint topic of this test's own: a damaged
+        # batch stops every read of its checkpoint partition, whichever lane it belonged to
+        store = CheckpointStore(disk_target.config, target, topic=f"{topic}.checkpoints")
         store.ensure_topic()
         return store, CheckpointedCopier(source, target, store, pipeline=pipeline, mode=DeliveryMode(mode),
                                          policy=CommitPolicy(commit_bytes=1 << 20))

@@ -88,6 +88,25 @@ def test_an_answer_without_a_flush_inside_is_written_without_copies():
     assert all(isinstance(b, memoryview) and b.obj is frame for _, b in writer.written)
 
 
+@pytest.mark.parametrize("coalesce_bytes", [0, 64 * 1024], ids=["shallow", "coalescing"])
+def test_a_kept_batch_whose_bytes_changed_halts_the_copy_naming_where_it_is(coalesce_bytes):
+    """A copy's fetcher leaves the CRC to the preparation (``check_crcs=False``): its refusal names the cluster,
+    topic, partition and offset as the fetcher's would (DESIGN §3.2), and nothing at or past the batch is written."""
+    from mirror_core.errors import CorruptBatchError
+
+    frame = _frame(10, records=1)
+    views, _ = walk_batches(frame)
+    frame[views[4].size * 4 + views[4].size - 1] ^= 0x01   # the 5th batch's last byte (offset 104), CRC left as it was
+    views, _ = walk_batches(frame)
+    result = FetchResult(views, views[-1].next_offset, views[-1].next_offset, views[-1].next_offset, 0)
+    writer = _RecordingWriter()
+    copier = RangeCopier(_Cluster(), _Cluster(), writer, CopyOptions(coalesce_bytes=coalesce_bytes))
+    with pytest.raises(CorruptBatchError) as raised:
+        copier.copy(PartitionRange("src", 0, 100, views[-1].next_offset, "dst", 0), fetcher=FetchedOnce(result, 100))
+    assert "offset 104 in cluster 'unit' src-0:" in str(raised.value) and "CRC" in str(raised.value)
+    assert len(writer.written) <= 4   # at most the batches before it
+
+
 # ---- memory: what pending in-place batches keep alive is counted (DESIGN §3.8; review of issue 14) ----------------
 
 ABORTING_PRODUCER = 42
