@@ -30,6 +30,7 @@ from kafka.protocol.consumer import FetchRequest, IsolationLevel
 from mirror_core.codec.batch_codec import (
     CONTROL_ABORT,
     CONTROL_BIT,
+    MAGIC_OFFSET,
     TRANSACTIONAL_BIT,
     BatchView,
     control_type,
@@ -206,6 +207,11 @@ class RawBatchFetcher:
         # (``prepare_for_target``; the copied bytes are the broker's to check again). Batches dropped unread
         # (markers, aborted data) are checked either way (:func:`select_committed`, :func:`walk_v2_data`).
         self.check_crcs = check_crcs
+        # (base offset, next offset) of the magic-2 batch whose end the position was last moved to by an answer
+        # (None: the position came from the caller, a range end, or a legacy entry). The next answer's first batch
+        # holds ``position``; in a log, batches never overlap, so it cannot begin below the end of that batch
+        # unless a baseOffset (outside the CRC) was damaged, in it or in the batch read before
+        self._ended_batch: tuple[int, int] | None = None
         # pinned at the first lookup, or by the caller (the id a checkpoint was written under): a different id
         # later means the topic was recreated
         self._topic_id = uuid.UUID(str(topic_id)) if topic_id is not None else None
@@ -406,6 +412,15 @@ class RawBatchFetcher:
 
     def _accept(self, data) -> FetchResult:
         section = memoryview(data.records or b"")
+        ended = self._ended_batch
+        if ended is not None and section.nbytes > MAGIC_OFFSET and section[MAGIC_OFFSET] == 2:
+            first = int.from_bytes(section[:8], "big", signed=True)
+            if first < ended[1]:
+                raise CorruptBatchError(first, f"the answer's first batch begins below offset {ended[1]}, where the "
+                                        f"batch read before it (as [{ended[0]}, {ended[1]})) ended: a baseOffset is "
+                                        "damaged in one of the two (it is not covered by the CRC); offsets before "
+                                        f"{ended[1]} may have been copied to the wrong place or skipped: compare the "
+                                        "source and the target (shoal verify) before resuming")
         if not self.every_batch and not data.aborted_transactions:
             plain = self._accept_plain(data, section)
             if plain is not None:
@@ -435,6 +450,10 @@ class RawBatchFetcher:
             _verify_all(kept)   # before the position moves: a corrupt batch is never passed
         if ours and ours[-1].next_offset > self.position:
             self.last_epoch = max(ours[-1].partition_leader_epoch, -1)  # legacy entries carry none: unknown
+        if reached > self.position:
+            last = ours[-1] if ours else None
+            self._ended_batch = (last.base_offset, reached) if last is not None and last.magic >= 2 \
+                and last.next_offset == reached else None
         self.position = max(self.position, reached)
         return FetchResult(kept, self.position, data.high_watermark, data.last_stable_offset,
                            data.log_start_offset, self.last_epoch, frame_bytes=section.nbytes)
@@ -457,6 +476,9 @@ class RawBatchFetcher:
             reached = max(reached, self.end)
         if last is not None and last.next_offset > start:
             self.last_epoch = max(last.partition_leader_epoch, -1)
+        if reached > start:   # every batch here is magic 2
+            self._ended_batch = (last.base_offset, reached) if last is not None and last.next_offset == reached \
+                else None
         self.position = max(start, reached)
         return FetchResult(kept, self.position, data.high_watermark, data.last_stable_offset,
                            data.log_start_offset, self.last_epoch, frame_bytes=section.nbytes, kept_bytes=kept_bytes)

@@ -115,3 +115,43 @@ def test_a_batch_moved_past_the_range_end_by_a_flipped_base_offset_halts_the_cop
     assert "'flipped-bit-source'" in message and f"{topic}-0:" in message and "offset 10" in message, message
     assert checkpoint is None or checkpoint.position <= BATCH, checkpoint
     assert [r.key for r in landed] == [b"order-%05d" % i for i in range(len(landed))] and len(landed) <= BATCH
+
+
+def test_an_answers_last_batch_moved_up_by_a_flipped_base_offset_halts_at_the_next_answer(
+        disk_source, target_cluster, unique_name):
+    """The last batch of an answer has no batch after it in that answer to be checked against. Bit 4 of the
+    second batch's base offset set: [5, 10) reads as [21, 26), the answer ends there (fetches of two batches), the
+    position moves to 26 and offsets 10..20 were skipped without an error. The next answer, from 26, begins with
+    the batch holding 26 — [25, 30), below 26 — which no log can hold after a batch ending at 26: the copy halts
+    naming it (what was committed before the halt is told to be compared with the source)."""
+    topic = unique_name("moved-last")
+    target_topic, pipeline = f"dr.{topic}", f"p.{topic}"
+    disk_source.create_topic(topic)
+    target_cluster.create_topic(target_topic)
+    for first in range(0, 8 * BATCH, BATCH):
+        disk_source.produce(topic, [(b"order-%05d" % i, b"v%d" % i) for i in range(first, first + BATCH)],
+                            partition=0, **{"linger.ms": 0})
+    segment = disk_source.broker.data_dir / f"{topic}-0" / "00000000000000000000.log"
+    size = walk_batches(segment.read_bytes())[0][0].size
+    _flip_bit(disk_source, topic, BATCH, 7, 0x10)
+    options = CopyOptions(fetch_max_bytes=2 * size + size // 2)   # two whole batches and a cut-off third
+    error = None
+    with WireClient.for_cluster(disk_source.config) as source, WireClient.for_cluster(target_cluster.config) as target:
+        store = CheckpointStore(target_cluster.config, target)
+        store.ensure_topic()
+        copier = CheckpointedCopier(source, target, store, pipeline=pipeline, mode=DeliveryMode("at-least-once"),
+                                    options=options, policy=CommitPolicy(commit_bytes=1))
+        ranges = [PartitionRange(topic, 0, 0, 8 * BATCH, target_topic, 0)]
+        writers = [lane_share_writer(session, rng) for session, rng in zip(copier.open_lanes(ranges), ranges,
+                                                                               strict=True)]
+        try:
+            ConcurrentCopy(source, options, writers, ranges).run()
+        except CorruptBatchError as exc:
+            error = exc
+        checkpoint = store.read(pipeline, topic, 0)
+    landed = target_cluster.read_all(target_topic, timeout_s=10)
+    assert error is not None, f"the copy finished: {len(landed)} records landed, checkpoint {checkpoint}"
+    message = str(error)
+    assert "'flipped-bit-source'" in message and f"{topic}-0:" in message, message
+    assert "offset 25" in message and "below offset 26" in message and "shoal verify" in message, message
+    assert checkpoint is None or checkpoint.position <= 26, checkpoint   # nothing past the damaged batch's claim

@@ -6,6 +6,7 @@ batch it writes when it prepares it. Pure."""
 
 from __future__ import annotations
 
+import struct
 from types import SimpleNamespace
 
 import pytest
@@ -76,3 +77,48 @@ def test_intact_batches_pass_the_check_on_every_walk():
         data = _answer(make_batch(10, 2), make_batch(12, 3, producer_id=7), make_batch(15, 1), aborted=aborted)
         fetcher = RawBatchFetcher(_Client(), "shoal-checkpoints", 0, 10, 20, **kwargs)
         assert [b.base_offset for b in fetcher._accept(data).batches] == [10, 12, 15] and fetcher.position == 16
+
+
+# ---- baseOffset lies outside the CRC: across answers ----------------------------------------------------------------
+
+def _moved(base: int, count: int, to: int) -> bytes:
+    raw = bytearray(make_batch(base, count))
+    struct.pack_into(">q", raw, 0, to)   # the CRC still matches: baseOffset is not under it
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_an_answer_beginning_below_where_the_batch_before_it_ended_halts_the_fetch(walk):
+    """The previous answer's last batch [10, 15) read as [26, 31) (bit 4 of its base offset): the position moved to
+    31 and offsets 15..30 would be skipped for good. The next answer, from 31, begins with the batch holding 31
+    ([30, 35)), below 31: in a log, batches never overlap, so one of the two baseOffsets is damaged."""
+    kwargs, aborted = WALKS[walk]
+    fetcher = RawBatchFetcher(_Client(), "orders", 0, 0, None, check_crcs=False, **kwargs)
+    fetcher._accept(_answer(make_batch(0, 10), _moved(10, 5, 26), aborted=aborted))
+    assert fetcher.position == 31
+    with pytest.raises(CorruptBatchError, match=r"offset 30.*below offset 31.*as \[26, 31\)"):
+        fetcher._accept(_answer(make_batch(30, 5), aborted=aborted))
+    assert fetcher.position == 31
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_answers_that_continue_at_or_past_the_batch_end_pass(walk):
+    """A compaction gap (the next batch begins past the position) and the usual continuation pass; so does a first
+    answer whose batch straddles a position the caller chose (a resume inside a batch)."""
+    kwargs, aborted = WALKS[walk]
+    fetcher = RawBatchFetcher(_Client(), "orders", 0, 12, None, **kwargs)
+    fetcher._accept(_answer(make_batch(10, 5), aborted=aborted))            # straddles 12: the caller's position
+    fetcher._accept(_answer(make_batch(15, 5), aborted=aborted))            # continues at 15
+    fetcher._accept(_answer(make_batch(40, 2), aborted=aborted))            # a gap: compacted away
+    assert fetcher.position == 42
+
+
+def test_a_range_end_inside_a_batch_is_not_a_batch_end():
+    """A position moved to a range end (the answer went past it) is not where a batch ended: the next range's
+    fetcher is another one, and this one's next answer may hold the straddling batch again."""
+    fetcher = RawBatchFetcher(_Client(), "orders", 0, 0, 12, check_crcs=False)
+    fetcher._accept(_answer(make_batch(0, 10), make_batch(10, 5), make_batch(15, 5)))
+    assert fetcher.position == 15 and fetcher._ended_batch == (10, 15)
+    fetcher = RawBatchFetcher(_Client(), "orders", 0, 0, 10, check_crcs=False)
+    fetcher._accept(_answer(make_batch(0, 8), make_batch(12, 3)))    # a gap, then a batch past the end
+    assert fetcher.position == 10 and fetcher._ended_batch is None
