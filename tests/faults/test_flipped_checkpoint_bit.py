@@ -11,8 +11,6 @@ fetches from the segment file (through the page cache), so the flipped bit is wh
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from mirror_core.config.commit_policy import CommitPolicy
@@ -21,6 +19,7 @@ from mirror_core.errors import CorruptBatchError
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import CheckpointStore
+from tests.faults.disk_edits import overwrite
 from tests.kafka_helpers import private_broker
 
 BATCH = 10   # records per produced batch
@@ -48,13 +47,7 @@ def _flip_position_digit(cluster, checkpoint_topic: str, pipeline: str, position
                 found = (segment, int(directory.name.rsplit("-", 1)[1]), at + len(needle) - 2)
     assert found is not None, f"no checkpoint of {pipeline} at {position} in {checkpoint_topic}"
     segment, partition, digit = found
-    with open(segment, "r+b") as f:
-        f.seek(digit)
-        old = f.read(1)
-        f.seek(digit)
-        f.write(bytes([old[0] ^ 0x01]))
-        f.flush()
-        os.fsync(f.fileno())
+    overwrite(segment, digit, bytes([segment.read_bytes()[digit] ^ 0x01]))
     return partition, digit
 
 

@@ -10,8 +10,6 @@ segment file (through the page cache), so the flipped bit is what a reader gets.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from mirror_core.codec.batch_codec import walk_batches
@@ -23,6 +21,7 @@ from mirror_core.errors import CorruptBatchError
 from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.ranges import PartitionRange
 from mirror_core.state.checkpoint import CheckpointStore
+from tests.faults.disk_edits import edit_stored_batch, first_segment
 from tests.kafka_helpers import private_broker
 
 BATCH = 5   # records per produced batch: batches at offsets 0, 5 and 10
@@ -38,19 +37,7 @@ def disk_source(session_sandbox, tmp_path_factory):
 def _flip_bit(cluster, topic: str, base_offset: int, at: int, bit: int) -> None:
     """Set ``bit`` of byte ``at`` of the stored batch at ``base_offset`` in the partition's segment file (its CRC
     left as it was)."""
-    segment = cluster.broker.data_dir / f"{topic}-0" / "00000000000000000000.log"
-    with open(segment, "r+b") as f:
-        data = f.read()
-        position = 0
-        for view in walk_batches(data)[0]:
-            if view.base_offset == base_offset:
-                f.seek(position + at)
-                f.write(bytes([data[position + at] | bit]))
-                f.flush()
-                os.fsync(f.fileno())
-                return
-            position += view.size
-    raise AssertionError(f"no batch at offset {base_offset} in {segment}")
+    edit_stored_batch(cluster, topic, base_offset, at, 1, lambda old: bytes([old[0] | bit]))
 
 
 def _flip_control_bit(cluster, topic: str, base_offset: int) -> None:
@@ -61,22 +48,32 @@ def _copy_three_batches(disk_source, target_cluster, topic: str, flip) -> tuple:
     """Three batches of an idempotent producer (offsets 0, 5, 10; keys of 11 bytes), ``flip`` applied to the
     segment, then ``shoal copy``'s engine at-least-once over [0, 15) with a commit per batch. Returns (the error it
     raised or None, the checkpoint, the records on the target)."""
+    return _copy_batches(disk_source, target_cluster, topic, flip, batches=3)
+
+
+def _copy_batches(disk_source, target_cluster, topic: str, flip, *, batches: int, fetch_batches: float | None = None
+                  ) -> tuple:
+    """``batches`` batches of an idempotent producer (offsets 0, 5, 10, ...), ``flip`` applied to the segment, then
+    ``shoal copy``'s engine at-least-once over all of them with a commit per batch (``fetch_batches``: fetches of
+    that many batches' bytes; default 4 MiB). Returns (the error it raised or None, the checkpoint, the records on
+    the target)."""
     target_topic = f"dr.{topic}"
     pipeline = f"p.{topic}"
     disk_source.create_topic(topic)
     target_cluster.create_topic(target_topic)
-    for first in (0, BATCH, 2 * BATCH):
+    for first in range(0, batches * BATCH, BATCH):
         disk_source.produce(topic, [(b"order-%05d" % i, b"v%d" % i) for i in range(first, first + BATCH)],
                             partition=0, **{"linger.ms": 0})
+    size = walk_batches(first_segment(disk_source, topic).read_bytes())[0][0].size
     flip()
-    options = CopyOptions()
+    options = CopyOptions() if fetch_batches is None else CopyOptions(fetch_max_bytes=int(fetch_batches * size))
     error = None
     with WireClient.for_cluster(disk_source.config) as source, WireClient.for_cluster(target_cluster.config) as target:
         store = CheckpointStore(target_cluster.config, target)
         store.ensure_topic()
         copier = CheckpointedCopier(source, target, store, pipeline=pipeline, mode=DeliveryMode("at-least-once"),
                                     options=options, policy=CommitPolicy(commit_bytes=1))   # a commit per batch
-        ranges = [PartitionRange(topic, 0, 0, 3 * BATCH, target_topic, 0)]
+        ranges = [PartitionRange(topic, 0, 0, batches * BATCH, target_topic, 0)]
         writers = [lane_share_writer(session, rng) for session, rng in zip(copier.open_lanes(ranges), ranges,
                                                                                strict=True)]
         try:
@@ -125,31 +122,9 @@ def test_an_answers_last_batch_moved_up_by_a_flipped_base_offset_halts_at_the_ne
     the batch holding 26 — [25, 30), below 26 — which no log can hold after a batch ending at 26: the copy halts
     naming it (what was committed before the halt is told to be compared with the source)."""
     topic = unique_name("moved-last")
-    target_topic, pipeline = f"dr.{topic}", f"p.{topic}"
-    disk_source.create_topic(topic)
-    target_cluster.create_topic(target_topic)
-    for first in range(0, 8 * BATCH, BATCH):
-        disk_source.produce(topic, [(b"order-%05d" % i, b"v%d" % i) for i in range(first, first + BATCH)],
-                            partition=0, **{"linger.ms": 0})
-    segment = disk_source.broker.data_dir / f"{topic}-0" / "00000000000000000000.log"
-    size = walk_batches(segment.read_bytes())[0][0].size
-    _flip_bit(disk_source, topic, BATCH, 7, 0x10)
-    options = CopyOptions(fetch_max_bytes=2 * size + size // 2)   # two whole batches and a cut-off third
-    error = None
-    with WireClient.for_cluster(disk_source.config) as source, WireClient.for_cluster(target_cluster.config) as target:
-        store = CheckpointStore(target_cluster.config, target)
-        store.ensure_topic()
-        copier = CheckpointedCopier(source, target, store, pipeline=pipeline, mode=DeliveryMode("at-least-once"),
-                                    options=options, policy=CommitPolicy(commit_bytes=1))
-        ranges = [PartitionRange(topic, 0, 0, 8 * BATCH, target_topic, 0)]
-        writers = [lane_share_writer(session, rng) for session, rng in zip(copier.open_lanes(ranges), ranges,
-                                                                               strict=True)]
-        try:
-            ConcurrentCopy(source, options, writers, ranges).run()
-        except CorruptBatchError as exc:
-            error = exc
-        checkpoint = store.read(pipeline, topic, 0)
-    landed = target_cluster.read_all(target_topic, timeout_s=10)
+    error, checkpoint, landed = _copy_batches(disk_source, target_cluster, topic,
+                                              lambda: _flip_bit(disk_source, topic, BATCH, 7, 0x10), batches=8,
+                                              fetch_batches=2.5)   # two whole batches and a cut-off third
     assert error is not None, f"the copy finished: {len(landed)} records landed, checkpoint {checkpoint}"
     message = str(error)
     assert "'flipped-bit-source'" in message and f"{topic}-0:" in message, message

@@ -16,13 +16,11 @@ segment file through the page cache)."""
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import time
 
 import pytest
 
-from mirror_core.codec.batch_codec import walk_batches
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.daemon.metrics import DaemonMetrics
 from mirror_core.daemon.retention_watch import RetentionWatch
@@ -30,6 +28,7 @@ from mirror_core.errors import CorruptBatchError
 from mirror_core.model.retention import Status
 from mirror_core.model.retention_policy import RetentionPolicy
 from mirror_core.services.deadlines import assess_positions
+from tests.faults.disk_edits import edit_stored_batch
 from tests.kafka_helpers import private_broker
 
 RETENTION_MS = 3_600_000          # one hour
@@ -44,24 +43,10 @@ def disk_source(session_sandbox, tmp_path_factory):
         yield cluster
 
 
-def _raise_max_timestamp(cluster, topic: str, base_offset: int, partition: int = 0) -> int:
-    """Set bit 44 of the stored maxTimestamp of the batch at ``base_offset`` (+~557 years; CRC left as it was);
-    returns the new value."""
-    segment = cluster.broker.data_dir / f"{topic}-{partition}" / "00000000000000000000.log"
-    with open(segment, "r+b") as f:
-        data = f.read()
-        position = 0
-        for view in walk_batches(data)[0]:
-            if view.base_offset == base_offset:
-                at = position + MAX_TIMESTAMP_AT
-                (old,) = struct.unpack_from(">q", data, at)
-                f.seek(at)
-                f.write(struct.pack(">q", old | (1 << 44)))
-                f.flush()
-                os.fsync(f.fileno())
-                return old | (1 << 44)
-            position += view.size
-    raise AssertionError(f"no batch at offset {base_offset} in {segment}")
+def _raise_max_timestamp(cluster, topic: str, base_offset: int, partition: int = 0) -> None:
+    """Set bit 44 of the stored maxTimestamp of the batch at ``base_offset`` (+~557 years; CRC left as it was)."""
+    edit_stored_batch(cluster, topic, base_offset, MAX_TIMESTAMP_AT, 8,
+                      lambda old: struct.pack(">q", struct.unpack(">q", old)[0] | (1 << 44)), partition)
 
 
 def _old_records(cluster, topic: str, partitions: int = 1) -> None:
