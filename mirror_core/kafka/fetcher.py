@@ -418,9 +418,10 @@ class RawBatchFetcher:
             if first < ended[1]:
                 raise CorruptBatchError(first, f"the answer's first batch begins below offset {ended[1]}, where the "
                                         f"batch read before it (as [{ended[0]}, {ended[1]})) ended: a baseOffset is "
-                                        "damaged in one of the two (it is not covered by the CRC); offsets before "
-                                        f"{ended[1]} may have been copied to the wrong place or skipped: compare the "
-                                        "source and the target (shoal verify) before resuming")
+                                        "damaged in one of the two (it is not covered by the CRC), or the log was "
+                                        "rewritten under the position (a leader without the epoch check, Kafka < 2.7); "
+                                        f"offsets before {ended[1]} may have been copied to the wrong place or "
+                                        "skipped: compare the source and the target (shoal verify) before resuming")
         if not self.every_batch and not data.aborted_transactions:
             plain = self._accept_plain(data, section)
             if plain is not None:
