@@ -124,13 +124,19 @@ def _outgoing(topic: str, view) -> OutgoingBatch:
     return OutgoingBatch(topic, 0, prepare_for_target(view).data, source_offset=view.base_offset)
 
 
+# states of a transaction the coordinator has not finished aborting: in PrepareAbort (and PrepareEpochFence) its
+# epoch is bumped but the abort markers may not be on the data partitions yet, and until a partition has its marker
+# it still takes the old epoch's writes
+NOT_YET_ABORTED = ("Ongoing", "PrepareAbort", "PrepareEpochFence")
+
+
 def _wait_aborted_by_coordinator(client: WireClient, transactional_id: str) -> None:
-    """Until the coordinator (asked with DescribeTransactions, not through the writer) no longer holds the
-    transaction open: it aborted it on its timeout."""
+    """Until the coordinator (asked with DescribeTransactions, not through the writer) has aborted the transaction
+    on its timeout, markers written (CompleteAbort)."""
     coordinator = client.find_coordinator(transactional_id)
     deadline = time.monotonic() + COORDINATOR_ABORT_S + 5
     while client.send(coordinator, DescribeTransactionsRequest(transactional_ids=[transactional_id])) \
-            .transaction_states[0].transaction_state == "Ongoing":
+            .transaction_states[0].transaction_state in NOT_YET_ABORTED:
         assert time.monotonic() < deadline, "the coordinator never aborted the timed-out transaction"
         time.sleep(0.5)
 
