@@ -38,6 +38,7 @@ from mirror_core.kafka.wire_client import WireClient
 from mirror_core.model.retention import DEFAULT_CHECK_INTERVAL_MS, PartitionSnapshot, TopicRetention
 
 DEFAULT_PROBE_BYTES = 1024 * 1024
+PROBE_BOUNDS_ATTEMPTS = 3   # probes of one partition whose offset left the log between ListOffsets and the Fetch
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class PositionProbe:
     reached_segment_end: bool      # stopped short of max_bytes before the high watermark: the segment ended
     next_offset: int | None = None  # the offset after the last returned batch
     first_base_offset: int | None = None  # base offset of the batch holding ``offset`` (below it: mid-batch)
+    out_of_range: bool = False     # OFFSET_OUT_OF_RANGE: ``offset`` left the log (deleted) since its bounds were read
 
 
 @dataclass(frozen=True)
@@ -178,8 +180,20 @@ def _snapshot(client: WireClient, cluster: str, topic: str, p: int, position: in
               t0: float, clock: Callable[[], float], *, log_start: int, log_end: int, newest_ts: int | None,
               oldest: OldestTimestamps) -> PartitionSnapshot:
     position = log_start if position is None else position
-    effective = min(max(position, log_start), log_end)
-    probe = probe_position(client, topic, p, effective, probe_bytes) if effective < log_end else None
+    for _ in range(PROBE_BOUNDS_ATTEMPTS):
+        effective = min(max(position, log_start), log_end)
+        probe = probe_position(client, topic, p, effective, probe_bytes) if effective < log_end else None
+        if probe is None or not probe.out_of_range:
+            break
+        # Retention or DeleteRecords moved the log start past ``effective`` after ListOffsets read it: a probe
+        # without timestamps would be a verdict without a deadline (SAFE for data just deleted), so read the
+        # bounds again — the verdict then sees the new log start (LOST if it passed the position).
+        log_start = list_offsets(client, topic, p, "earliest")
+        log_end = list_offsets(client, topic, p, "latest")
+    else:
+        raise FetchError(cluster, topic, p, effective,
+                         f"OffsetOutOfRange at {effective} though the log is [{log_start}, {log_end}) "
+                         f"({PROBE_BOUNDS_ATTEMPTS} reads of the bounds)")
     now = clock()
     size = sizes.get((topic, p))
     if size is None:   # the leader did not report it (e.g. not authorized): extrapolate from the probe
@@ -303,7 +317,7 @@ def _probe_once(client: WireClient, topic: str, partition: int, offset: int, max
     data = response.responses[0].partitions[0]
     error = Errors.for_code(data.error_code)
     if error is Errors.OffsetOutOfRangeError:
-        return PositionProbe(None, None, 0, False)   # deleted meanwhile: the caller sees it in the log start
+        return PositionProbe(None, None, 0, False, out_of_range=True)   # deleted meanwhile: read the bounds again
     if error is not Errors.NoError:
         raise error()
     records = data.records or b""

@@ -68,16 +68,19 @@ def test_paused_mirror_goes_safe_at_risk_lost_on_time(source_cluster, unique_nam
     history = []
     producer = TickingProducer(source_cluster, topic)
     producer.send(10)                                     # offsets 0..9, one batch, the oldest unmirrored data
+
+    def sample() -> Status:
+        inputs = gather_inputs(source_cluster.config, {topic: [0]}, {(topic, 0): 0})
+        (verdict,) = assess_partitions(inputs.snapshots, inputs.topics, copy, at_risk_below_s=AT_RISK_BELOW_S,
+                                       check_interval_ms=inputs.check_interval_ms)
+        history.append((time.time(), verdict, inputs.check_interval_ms))
+        return verdict.status
+
     first_ts = producer.stamps[0]
+    sample()                                              # before the ticks: the probe sees the first batch alone
     with producer:
         deadline = time.monotonic() + 45
-        while time.monotonic() < deadline:
-            inputs = gather_inputs(source_cluster.config, {topic: [0]}, {(topic, 0): 0})
-            (verdict,) = assess_partitions(inputs.snapshots, inputs.topics, copy, at_risk_below_s=AT_RISK_BELOW_S,
-                                           check_interval_ms=inputs.check_interval_ms)
-            history.append((time.time(), verdict, inputs.check_interval_ms))
-            if verdict.status is Status.LOST:
-                break
+        while time.monotonic() < deadline and sample() is not Status.LOST:
             time.sleep(0.2)
     trace = [(round(at - first_ts / 1000, 2), v.status.value, round(v.time_to_loss_s, 2), v.log_start,
               v.deletion_window_s and tuple(round(x, 2) for x in v.deletion_window_s)) for at, v, _ in history]
