@@ -4,13 +4,22 @@ A lane is eligible when its checkpoint belongs to the daemon (handed off by a ba
 of a new partition) or when it has none yet (a new partition, mirrored from its beginning); a lane a backfill still
 owns is left alone until it is handed off. A lane halted or retired — here, or by any daemon in its checkpoint — is
 not eligible until an operator resumes it (``shoal lanes resume``), which is followed here too.
+
+A lane whose checkpoint is stored in a partition of the checkpoint topic that cannot be read (a damaged batch:
+:attr:`~mirror_core.state.checkpoint_cache.CheckpointTopicReader.damaged`) is halted here, in this process only (a
+halt written there could not be read back): nothing about it can be known — its position, its owner, an operator's
+halt — while every other lane goes on. It resumes by itself once the partition reads again (an intact replica serves
+it), from the checkpoint read then.
 """
 
 from __future__ import annotations
 
+import logging
+
 from mirror_core.config.names import DAEMON_OWNER, default_lane
 from mirror_core.daemon.events import event
 from mirror_core.daemon.lane_state import LaneState
+from mirror_core.state.checkpoint import checkpoint_key, checkpoint_partition
 
 
 class Eligibility:
@@ -24,15 +33,24 @@ class Eligibility:
         on can have changed: the checkpoint topic's content (a handoff, a newer owner, a halt or resume written by
         anyone, CheckpointStore.content_version), the lanes known, a lane halted here; otherwise the last answer
         stands (a group round every few seconds must not decode 2,000 unchanged checkpoints)."""
-        self.store.refresh()
+        self.store.refresh(skip_damaged=True)   # one damaged partition must not blind the round to every lane
         key = (self.store.content_version(), len(self.lanes), self._halts)
         if self._eligible_seen is not None and self._eligible_seen[0] == key:
             return list(self._eligible_seen[1])
         checkpoints = self.store.read_all(self.config.pipeline, whole_maps=False, refresh=False)
         self._adopt_stopped_lanes(checkpoints)
         out = []
+        damaged = dict(self.store.damaged)
         for lane, state in self.lanes.items():
+            if damaged:
+                stored_in = checkpoint_partition(checkpoint_key(self.config.pipeline, state.topic, state.partition),
+                                                 self.store.partitions)
+                if stored_in in damaged:
+                    self._checkpoint_unreadable(state, stored_in, damaged[stored_in])
+                    continue
             cp = checkpoints.get((self.config.pipeline, state.topic, state.partition))
+            if state.checkpoint_unreadable:
+                self._checkpoint_readable(state, cp)
             self._follow_persisted_state(state, cp)
             if state.health.stopped:
                 continue
@@ -46,6 +64,35 @@ class Eligibility:
         # from these same checkpoints, so the lane count is taken after the walk.
         self._eligible_seen = ((key[0], len(self.lanes), self._halts), out)
         return list(out)
+
+    def _checkpoint_unreadable(self, state: LaneState, stored_in: int, error: BaseException) -> None:
+        """Halt a lane whose checkpoint partition cannot be read (once per episode; not persisted), still watched
+        by the retention watch at the best position known (it resumes by itself, maybe hours later). A lane
+        already stopped (halted or retired for another reason) stays as it is: only this halt is lifted by
+        :meth:`_checkpoint_readable`."""
+        if state.checkpoint_unreadable or state.health.stopped:
+            return
+        state.checkpoint_unreadable = True
+        self._halt(state, f"its checkpoint cannot be read: partition {stored_in} of checkpoint topic "
+                          f"{self.store.topic!r} is damaged ({error}). The lane resumes by itself once that partition "
+                          "reads again (have an intact replica serve it)", "corrupt_batch", persist=False)
+        self._place_failed_lane(state, None)
+
+    def _checkpoint_readable(self, state: LaneState, cp) -> None:
+        """A lane halted by :meth:`_checkpoint_unreadable` whose partition reads again: resumed — unless the
+        checkpoint read now holds a halt of its own (written before the damage), which then stops it instead
+        (:meth:`_follow_persisted_state`)."""
+        state.checkpoint_unreadable = False
+        if state.halt_stored or not state.health.stopped or (cp is not None and cp.lane_state is not None):
+            return
+        state.health.resumed()
+        self._health_dirty.add(state.lane)
+        self.status.halted.pop(state.lane, None)
+        state.failures = state.fetch_failures = 0
+        state.retry_at = 0.0
+        self.openings.touch(state.lane)
+        event("lane_resumed", logging.WARNING, topic=state.topic, partition=state.partition, lane=state.lane,
+              note="its checkpoint partition reads again")
 
     def _adopt_stopped_lanes(self, checkpoints) -> None:
         """Lanes halted or retired in checkpoints whose source topic is no longer listed (deleted) still show."""

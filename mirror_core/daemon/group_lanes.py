@@ -24,7 +24,8 @@ from mirror_core.daemon.membership import GroupMembership
 from mirror_core.engine.lane_session import LaneSession
 from mirror_core.errors import MirrorError
 from mirror_core.model.lane_status import RETRYING, STALLED
-from mirror_core.state.leases import lease_based_daemon_seen, now_ms
+from mirror_core.state.checkpoint import checkpoint_partition
+from mirror_core.state.leases import lease_based_daemon_seen, lease_key, now_ms
 
 GROUP_UNJOINED_SESSIONS = 3  # subscribed this many session timeouts without an assignment: the group did not form
 DEFAULT_GROUP_SESSION_MS = 45_000  # the session timeout when the pipeline sets none (both protocols' default)
@@ -195,8 +196,18 @@ class GroupLanes:
         pipeline, me, now = self.config.pipeline, self.worker_id, now_ms()
         eligible = self._eligible()
         assigned = self.membership.assigned()
-        records, members = self.leases.read_with_members(pipeline)
+        records, members = self.leases.read_with_members(pipeline, skip_damaged=True)
         blocked = {lane: lease.holder for lane, lease in records.items() if lease.blocks_group_daemon(me, now)}
+        old_daemon = lease_based_daemon_seen(records, members, me, now)
+        damaged = self.store.damaged if self.store is not None else {}
+        if damaged and (old_daemon is not None or self.compat.writing):
+            # a lease-based daemon runs beside us (an upgrade): its lease records in a damaged partition of the
+            # checkpoint topic cannot be read, so the lanes whose record lives there are kept off as if leased
+            unread = f"unknown (the lease record's partition of {self.store.topic!r} cannot be read)"
+            for lane in self.lanes:
+                if checkpoint_partition(lease_key(pipeline, lane), self.store.partitions) in damaged:
+                    blocked.setdefault(lane, unread)
+            old_daemon = old_daemon or unread   # and our compat records go on: its heartbeat may be hidden there
         fenced = self._fenced_out(self.membership.generation)
         # what decides the held set, as of the last time it was applied: unchanged (an idle daemon's usual group
         # round), nothing to apply — compared in C (list, frozenset, dict and set equality), no walk of the lanes
@@ -204,7 +215,7 @@ class GroupLanes:
         if seen != self._group_seen:
             self._hold_wanted(eligible, assigned, blocked, fenced, records)
             self._group_seen = (eligible, assigned, blocked, fenced, self._held_version)
-        self.compat.write(self.leases, me, self.held, lease_based_daemon_seen(records, members, me, now), now)
+        self.compat.write(self.leases, me, self.held, old_daemon, now)
         self._write_health_records(now)
 
     def _hold_wanted(self, eligible: list[str], assigned, blocked: dict[str, str], fenced: set[str], records) -> None:

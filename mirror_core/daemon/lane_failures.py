@@ -134,10 +134,10 @@ class LaneFailures:
         if not self._round_books:  # inside a round the round's end publishes (once, not once per failed lane);
             self._publish_due_states()  # elsewhere the lanes marked since (nothing per idle lane)
 
-    def _halt(self, state: LaneState, exc: BaseException, reason: str, *, stopped: str = HALTED,
-              range_end: int | None = None) -> None:
+    def _halt(self, state: LaneState, exc: BaseException | str, reason: str, *, stopped: str = HALTED,
+              range_end: int | None = None, persist: bool = True) -> None:
         """Stop the lane until an operator acts: state persisted with the checkpoint (so a restart does not
-        reopen it), shown in metrics, /readyz and the log."""
+        reopen it; ``persist=False``: in this process only), shown in metrics, /readyz and the log."""
         self.metrics.errors.labels(reason).inc()
         position = _first_known(state.session.position if state.session is not None else None,
                                 getattr(exc, "expected_offset", None), getattr(exc, "position", None), state.start)
@@ -150,7 +150,7 @@ class LaneFailures:
         self.openings.touch(state.lane)  # a halted lane stays out of the round (looked at: stopped, not opened)
         self.status.halted[state.lane] = str(exc)
         self._drop(state.lane, reason)
-        saved = self._persist(state, persisted)
+        saved = self._persist(state, persisted) if persist else False
         state.halt_stored = saved  # not stored: the halt holds in this process only, and no checkpoint resumes it
         event("lane_halted" if stopped == HALTED else "lane_retired", logging.ERROR if stopped == HALTED
               else logging.WARNING, topic=state.topic, partition=state.partition, lane=state.lane, reason=reason,

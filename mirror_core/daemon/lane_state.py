@@ -59,6 +59,9 @@ class LaneState:
     # the lane's halt is stored in its checkpoint (we wrote it, or read it there): from then on a checkpoint of the
     # lane without a halt can only be the operator's resume (no clock is compared: machines' clocks differ)
     halt_stored: bool = False
+    # halted because the checkpoint topic partition holding its checkpoint cannot be read (a damaged batch): in this
+    # process only, and lifted when that partition reads again (mirror_core.daemon.eligibility)
+    checkpoint_unreadable: bool = False
     # bumped whenever the lane is dropped: work a worker began before (an open, a fence renewal, a copy) finds a
     # different number when it returns, and its result (a session, a fetcher, an error) is not this lane's any more
     generation: int = 0

@@ -238,12 +238,13 @@ class CheckpointStore(CheckpointTopicReader):
         below the tail's start) — for readers that need positions, owners and lane states (the daemon's lease
         round, status pages), so they neither pay for assembling every lane's map nor fail for all lanes when one
         lane's segment chain is broken (that lane's own open still assembles it and reports the error).
-        ``refresh=False``: from the cache as it is (the caller refreshed)."""
+        ``refresh=False``: from the cache as it is (the caller refreshed; partitions it found damaged are left
+        out, see :attr:`damaged`)."""
         out: dict[tuple[str, str, int], Checkpoint] = {}
         with self._lock:
             if refresh:
                 self.refresh()
-            for partition in range(self.partitions):
+            for partition in self.readable_partitions():
                 entries = self._caches[partition].entries
                 for key, (_offset, value) in list(entries.items()):
                     ident = self._idents.get(key, False)

@@ -26,6 +26,7 @@ from mirror_core.codec.batch_deep import decode_record_tail, read_records
 from mirror_core.config.cluster import ClusterConfig
 from mirror_core.errors import (
     CheckpointReadStalledError,
+    CorruptBatchError,
     DataLossError,
     MirrorError,
     PartitionUnavailableError,
@@ -103,7 +104,14 @@ class CheckpointTopicReader:
     """The read side of a :class:`~mirror_core.state.checkpoint.CheckpointStore`: the partition caches of its topic
     and their refresh (see the store's docstring for what a read returns). ``records_read`` counts the records
     fetched and decoded; ``cache_resets`` the partition caches dropped and re-read. The cache is guarded by
-    ``_lock``."""
+    ``_lock``.
+
+    ``damaged``: partition → the :class:`CorruptBatchError` its last refresh stopped at. A damaged batch stops
+    every read of its partition (no value stored there can be trusted past it), but only a refresh with
+    ``skip_damaged`` goes on without it: a reader of the whole topic that must not be blinded to every lane by one
+    partition (the daemon's group round), which then asks ``damaged`` which lanes it cannot know. Whole-topic
+    reads of the cache (:meth:`latest_items`, ``read_all``) leave damaged partitions out; a partition leaves
+    ``damaged`` when a refresh reads it whole again (the replica restored)."""
 
     def __init__(self, cluster: ClusterConfig, client: WireClient, topic: str, partitions: int,
                  settle_timeout_s: float):
@@ -118,6 +126,7 @@ class CheckpointTopicReader:
         self._topic_id: uuid.UUID | None = None  # the topic id every partition cache belongs to
         self._caches: dict[int, _PartitionCache] = {}
         self._segments: dict[bytes, tuple[bytes, OffsetMap]] = {}  # map segment key -> (value, decoded)
+        self.damaged: dict[int, CorruptBatchError] = {}
 
     def content_version(self) -> tuple:
         """A value that changes whenever what the cache holds may have changed — records read into a partition,
@@ -125,7 +134,7 @@ class CheckpointTopicReader:
         :meth:`refresh` first to see the topic as it is now). Readers that derive something from every record
         (the daemon's group round) recompute it only when this changed."""
         with self._lock:
-            return (self._topic_id, self.cache_resets,
+            return (self._topic_id, self.cache_resets, tuple(sorted(self.damaged)),
                     tuple((p, c.log_start, c.next_offset) for p, c in sorted(self._caches.items())))
 
     def latest(self, partition: int) -> dict[bytes, bytes]:
@@ -138,12 +147,17 @@ class CheckpointTopicReader:
     def latest_items(self, *, refresh: bool = True) -> list[tuple[bytes, bytes]]:
         """(key, last committed value) of every live key in every partition, all partitions refreshed first
         (``refresh=False``: as the cache holds them — the caller refreshed); per partition in the order the keys
-        were last written."""
+        were last written; partitions in :attr:`damaged` left out."""
         with self._lock:
             if refresh:
                 self.refresh()
-            return [(key, value) for partition in range(self.partitions)
+            return [(key, value) for partition in self.readable_partitions()
                     for key, (_offset, value) in self._caches[partition].entries.items()]
+
+    def readable_partitions(self) -> list[int]:
+        """The partitions whose cache a whole-topic read may use: all but those in :attr:`damaged`."""
+        with self._lock:
+            return [partition for partition in range(self.partitions) if partition not in self.damaged]
 
     def records(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) of one partition as a reader of the compacted topic sees it: the last committed value of
@@ -160,7 +174,8 @@ class CheckpointTopicReader:
             self._topic_id = None
             self._segments.clear()
 
-    def refresh(self, partitions: Iterable[int] | None = None, *, settle: bool = True) -> None:
+    def refresh(self, partitions: Iterable[int] | None = None, *, settle: bool = True,
+                skip_damaged: bool = False) -> None:
         """Bring the cache of ``partitions`` (default: all) up to the current last stable offsets.
 
         Settling: the broker acknowledges a transaction's commit before it has written the commit markers, and
@@ -174,6 +189,9 @@ class CheckpointTopicReader:
         The topic id is checked before (a recreated topic drops every partition cache) and again after the
         fetches; if it changed in between, what was read may belong to the new topic, so everything is dropped
         and read again.
+
+        A partition whose read stops at a damaged batch (:class:`CorruptBatchError`) is recorded in
+        :attr:`damaged`; the error is raised unless ``skip_damaged``, which reads the other partitions on.
         """
         wanted = sorted(set(range(self.partitions) if partitions is None else partitions))
         for partition in wanted:
@@ -188,7 +206,19 @@ class CheckpointTopicReader:
                 earliest = self._offsets(wanted, "earliest")
                 try:
                     for partition in wanted:
-                        self._refresh_partition(partition, earliest[partition], stable[partition])
+                        try:
+                            self._refresh_partition(partition, earliest[partition], stable[partition])
+                        except CorruptBatchError as exc:
+                            if partition not in self.damaged:
+                                log.error("checkpoint topic %s-%d on %s cannot be read: %s", self.topic, partition,
+                                          self.cluster.name, exc)
+                            self.damaged[partition] = exc
+                            if not skip_damaged:
+                                raise
+                            continue
+                        if self.damaged.pop(partition, None) is not None:
+                            log.warning("checkpoint topic %s-%d on %s reads again", self.topic, partition,
+                                        self.cluster.name)
                 except TopicRecreatedError:  # a fetcher saw the id change under it: start over
                     self.invalidate()
                     continue

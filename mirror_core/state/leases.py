@@ -78,15 +78,16 @@ class LeaseStore:
         """Lane → lease (membership heartbeats left out)."""
         return self.read_with_members(pipeline)[0]
 
-    def read_with_members(self, pipeline: str, *, refresh: bool = True
+    def read_with_members(self, pipeline: str, *, refresh: bool = True, skip_damaged: bool = False
                           ) -> tuple[dict[str, Lease], dict[str, Lease]]:
         """(lane → lease, worker → membership heartbeat), from the store's incremental cache of the topic
         (:meth:`CheckpointStore.latest_items`: one refresh of every partition, then only live keys; a released
         membership, i.e. a tombstone, is simply absent). ``refresh=False``: the caller refreshed the store.
         Decoded again only when the store's content changed (CheckpointStore.content_version): a daemon's group
-        round reads this every few seconds, the records almost never change."""
+        round reads this every few seconds, the records almost never change. ``skip_damaged``: the records of a
+        damaged partition of the topic are left out instead of raising (see ``CheckpointStore.damaged``)."""
         if refresh:
-            self.store.refresh()
+            self.store.refresh(skip_damaged=skip_damaged)
         version = (pipeline, self.store.content_version())
         cached = self._read_cache
         if cached is not None and cached[0] == version:

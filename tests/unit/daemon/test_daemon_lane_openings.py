@@ -281,8 +281,11 @@ class FakeStore:
         self.checkpoints: dict = {}
         self.version = 0
         self.decodes = 0
+        self.damaged: dict = {}   # checkpoint topic partitions that cannot be read (none here)
+        self.partitions = 8
+        self.topic = "__shoal_checkpoints"
 
-    def refresh(self) -> None:
+    def refresh(self, *, skip_damaged: bool = False) -> None:
         pass
 
     def content_version(self) -> int:
@@ -388,3 +391,38 @@ def test_the_audits_walk_the_held_lanes_every_audit_period_not_every_rescan(cloc
     daemon._open_ready()
     daemon._send_round([])
     assert walks == [start, clock.t] and audits == [start, clock.t]
+
+
+@pytest.mark.timeout(10)
+def test_a_damaged_checkpoint_partition_halts_its_lanes_here_until_it_reads_again(daemon, monkeypatch):
+    from mirror_core.state.checkpoint import checkpoint_key, checkpoint_partition
+
+    store = daemon.store = FakeStore()
+    for p in range(LANES):
+        store.write("orders", p, NS(owner=DAEMON_OWNER, lane_state=None, target_topic="orders",
+                                    target_partition=p))
+    monkeypatch.setattr(daemon, "_persist", lambda *a: False)
+    placed = []
+    monkeypatch.setattr(daemon, "_place_failed_lane", lambda state, position: placed.append(state.lane))
+    stored_in = {f"orders-{p}": checkpoint_partition(checkpoint_key(daemon.config.pipeline, "orders", p), 8)
+                 for p in range(LANES)}
+    assert stored_in["orders-0"] != stored_in["orders-1"]
+    hit = {lane for lane, part in stored_in.items() if part in (stored_in["orders-0"], stored_in["orders-1"])}
+    assert daemon._eligible() == sorted(daemon.lanes)
+    daemon._halt(daemon.lanes["orders-0"], MirrorError("bad batch"), "batch_rejected")   # halted before (not stored)
+
+    store.damaged = {stored_in["orders-0"]: MirrorError("CRC"), stored_in["orders-1"]: MirrorError("CRC")}
+    store.version += 1
+    eligible = set(daemon._eligible())
+    assert eligible == set(daemon.lanes) - hit                       # every other lane goes on
+    one = daemon.lanes["orders-1"].health
+    assert (one.state, one.reason) == (HALTED, "corrupt_batch") and "cannot be read" in one.message
+    assert "orders-1" in placed and "orders-0" not in placed        # still watched by retention while halted
+    zero = daemon.lanes["orders-0"].health
+    assert (zero.state, zero.reason) == (HALTED, "batch_rejected")  # its own halt kept, not relabelled
+
+    store.damaged = {}
+    store.version += 1
+    eligible = set(daemon._eligible())
+    assert "orders-1" in eligible and daemon.lanes["orders-1"].health.state == "copying"   # resumed by itself
+    assert "orders-0" not in eligible and zero.reason == "batch_rejected"   # the repair lifts only its own halt

@@ -194,7 +194,7 @@ class RecordingLeases:
     def read(self, pipeline):
         return dict(self.records)
 
-    def read_with_members(self, pipeline):
+    def read_with_members(self, pipeline, **_kw):
         return dict(self.records), dict(self.members)
 
     def write_many(self, leases):
