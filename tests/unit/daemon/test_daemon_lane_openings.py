@@ -291,6 +291,15 @@ class FakeStore:
     def content_version(self) -> int:
         return self.version
 
+    @classmethod
+    def owning_every_lane(cls) -> FakeStore:
+        """A store holding a daemon-owned checkpoint of every lane of the ``daemon`` fixture."""
+        store = cls()
+        for p in range(LANES):
+            store.write("orders", p, NS(owner=DAEMON_OWNER, lane_state=None, target_topic="orders",
+                                        target_partition=p))
+        return store
+
     def write(self, topic: str, partition: int, cp) -> None:
         self.checkpoints[("p", topic, partition)] = cp
         self.version += 1
@@ -302,10 +311,7 @@ class FakeStore:
 
 @pytest.mark.timeout(10)
 def test_the_group_round_decodes_checkpoints_only_when_they_changed_and_still_sees_a_new_owner(daemon, monkeypatch):
-    store = daemon.store = FakeStore()
-    for p in range(LANES):
-        store.write("orders", p, NS(owner=DAEMON_OWNER, lane_state=None, target_topic="orders",
-                                    target_partition=p))
+    store = daemon.store = FakeStore.owning_every_lane()
     assert daemon._eligible() == sorted(daemon.lanes) and store.decodes == LANES
     for _ in range(5):  # group rounds with nothing changed: nothing decoded, same answer
         assert len(daemon._eligible()) == LANES
@@ -397,10 +403,7 @@ def test_the_audits_walk_the_held_lanes_every_audit_period_not_every_rescan(cloc
 def test_a_damaged_checkpoint_partition_halts_its_lanes_here_until_it_reads_again(daemon, monkeypatch):
     from mirror_core.state.checkpoint import checkpoint_key, checkpoint_partition
 
-    store = daemon.store = FakeStore()
-    for p in range(LANES):
-        store.write("orders", p, NS(owner=DAEMON_OWNER, lane_state=None, target_topic="orders",
-                                    target_partition=p))
+    store = daemon.store = FakeStore.owning_every_lane()
     monkeypatch.setattr(daemon, "_persist", lambda *a: False)
     placed = []
     monkeypatch.setattr(daemon, "_place_failed_lane", lambda state, position: placed.append(state.lane))
